@@ -1,0 +1,746 @@
+//! The client state machine: one connection to the coordinator group, many operations on it.
+//!
+//! It owns every decision a careful client makes, so the CLI, the Rust library and the simulator
+//! behave identically:
+//!
+//! - **Failover.** Addresses are tried in turn; a typed `NOT_LEADER` redirect is followed (the
+//!   request was not processed, so resending is always safe). After `connect_rounds` full passes
+//!   over the list without a connection, waiting operations fail with `Unreachable`.
+//! - **Ambiguity.** If the connection drops (or a reply does not come within `request_timeout`)
+//!   after a request was sent, the client cannot know whether it took effect. Reads, waits and
+//!   cancels are resent (they are safe to repeat). A submission is resent only when it carries an
+//!   idempotency key — then the coordinator maps the resend to the same job; without a key it
+//!   fails with `Ambiguous` rather than risk creating a second job.
+//! - **Admission retry (opt-in).** A retryable `SUBMIT_REJECTED` is retried up to
+//!   `submit_retries` times with full jitter: a delay uniform in `[0, min(cap, base * 2^(n-1))]`
+//!   before the n-th retry. Nothing else is ever retried on the client's initiative.
+//!
+//! Calling order: `start` operations at any time; drain `poll_output`; perform `Connect`, `Send`
+//! and `Close`; report connection outcomes with the `ConnectAttempt` they concern
+//! (`handle_connected`, `handle_connect_failed`, `handle_disconnected`), replies with
+//! `handle_message`, and call `handle_timeout` when `poll_timeout` is due. Each operation ends
+//! with exactly one `Done`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::time::Duration;
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::ids::{JobId, RequestId};
+use crate::job::JobState;
+use crate::protocol::{ClientReply, ClientRequest, ErrorCode};
+use crate::time::{as_millis_u64, Instant};
+pub use crate::worker::ConnectAttempt;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Coordinator client-port addresses, tried in turn.
+    pub coordinators: Vec<String>,
+    /// Retries of a retryable `SUBMIT_REJECTED` after the first attempt (0 = one-shot).
+    pub submit_retries: u32,
+    pub submit_retry_base: Duration,
+    pub submit_retry_max: Duration,
+    /// How long to wait for a connection to open.
+    pub connect_timeout: Duration,
+    /// How long to wait for a reply before treating the connection as failed. A `WAIT` gets its
+    /// own timeout on top.
+    pub request_timeout: Duration,
+    /// Full passes over `coordinators` without a connection before giving up.
+    pub connect_rounds: u32,
+    /// Redirects one operation may follow.
+    pub max_redirects: u32,
+}
+
+impl ClientConfig {
+    pub fn new(coordinators: Vec<String>) -> ClientConfig {
+        ClientConfig {
+            coordinators,
+            submit_retries: 0,
+            submit_retry_base: Duration::from_millis(200),
+            submit_retry_max: Duration::from_millis(5_000),
+            connect_timeout: Duration::from_millis(3_000),
+            request_timeout: Duration::from_millis(30_000),
+            connect_rounds: 2,
+            max_redirects: 8,
+        }
+    }
+}
+
+/// What a client asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Operation {
+    Submit {
+        task: serde_json::Value,
+        max_attempts: Option<u32>,
+        idempotency_key: Option<String>,
+    },
+    Status { job_id: JobId },
+    Wait { job_id: JobId, timeout_millis: Option<u64> },
+    Cancel { job_id: JobId },
+    List { state: Option<JobState>, limit: Option<u32> },
+    Workers,
+}
+
+impl Operation {
+    /// Whether sending this twice is harmless.
+    fn safe_to_resend(&self) -> bool {
+        match self {
+            Operation::Submit { idempotency_key, .. } => idempotency_key.is_some(),
+            Operation::Status { .. }
+            | Operation::Wait { .. }
+            | Operation::Cancel { .. }
+            | Operation::List { .. }
+            | Operation::Workers => true,
+        }
+    }
+
+    fn request(&self, request_id: RequestId) -> ClientRequest {
+        match self.clone() {
+            Operation::Submit {
+                task,
+                max_attempts,
+                idempotency_key,
+            } => ClientRequest::Submit {
+                request_id,
+                task,
+                max_attempts,
+                idempotency_key,
+            },
+            Operation::Status { job_id } => ClientRequest::Status { request_id, job_id },
+            Operation::Wait {
+                job_id,
+                timeout_millis,
+            } => ClientRequest::Wait {
+                request_id,
+                job_id,
+                timeout_millis,
+            },
+            Operation::Cancel { job_id } => ClientRequest::Cancel { request_id, job_id },
+            Operation::List { state, limit } => ClientRequest::List {
+                request_id,
+                state,
+                limit,
+            },
+            Operation::Workers => ClientRequest::Workers { request_id },
+        }
+    }
+
+    fn reply_timeout(&self, request_timeout: Duration) -> Duration {
+        match self {
+            Operation::Wait { timeout_millis, .. } => {
+                let wait = Duration::from_millis(timeout_millis.unwrap_or(crate::limits::WAIT_MILLIS_MAX));
+                wait.saturating_add(request_timeout)
+            }
+            _ => request_timeout,
+        }
+    }
+}
+
+/// Names one operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpId(pub u64);
+
+/// Why an operation did not succeed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach any coordinator (tried {tried}): {last_error}")]
+    Unreachable { tried: String, last_error: String },
+    #[error(
+        "the connection failed after the submission was sent, so it may or may not have been created; \
+         check with `herder list`, or submit with --idempotency-key to make resending safe ({reason})"
+    )]
+    Ambiguous { reason: String },
+    #[error("submission rejected: {message} (active {active_jobs} of {max_active_jobs})")]
+    Rejected {
+        active_jobs: u64,
+        max_active_jobs: u64,
+        message: String,
+    },
+    #[error("coordinator error {code:?}: {message}")]
+    Server { code: ErrorCode, message: String },
+    #[error("followed {0} leader redirects without reaching the leader")]
+    TooManyRedirects(u32),
+}
+
+/// What the client asks its driver to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClientOutput {
+    Connect { attempt: ConnectAttempt, address: String },
+    Send(ClientRequest),
+    /// Close the current connection (no report is expected back).
+    Close,
+    /// An operation ended.
+    Done {
+        op: OpId,
+        result: Result<ClientReply, ClientError>,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct PendingOp {
+    op: Operation,
+    /// Sent on the current connection and not yet answered; `Some(deadline)` for the reply.
+    sent: Option<Instant>,
+    /// Waiting out a rejection backoff until this instant.
+    retry_at: Option<Instant>,
+    rejections: u32,
+    redirects: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Link {
+    Idle,
+    Connecting { attempt: ConnectAttempt, give_up_at: Instant },
+    Ready { attempt: ConnectAttempt },
+}
+
+/// The client. See the module documentation for the calling order.
+pub struct Client {
+    config: ClientConfig,
+    rng: ChaCha8Rng,
+    link: Link,
+    next_attempt: u64,
+    next_op: u64,
+    address_index: usize,
+    redirect: Option<String>,
+    /// Consecutive connection failures; reset by a successful connection.
+    failures: u32,
+    last_error: String,
+    ops: BTreeMap<OpId, PendingOp>,
+    outputs: VecDeque<ClientOutput>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("link", &self.link)
+            .field("ops", &self.ops.len())
+            .finish()
+    }
+}
+
+impl Client {
+    pub fn new(config: ClientConfig, seed: u64) -> Client {
+        let address_index = config.coordinators.len().saturating_sub(1);
+        Client {
+            config,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            link: Link::Idle,
+            next_attempt: 0,
+            next_op: 0,
+            address_index,
+            redirect: None,
+            failures: 0,
+            last_error: String::new(),
+            ops: BTreeMap::new(),
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// Operations not yet done.
+    pub fn pending(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn poll_output(&mut self) -> Option<ClientOutput> {
+        self.outputs.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let connect = match &self.link {
+            Link::Connecting { give_up_at, .. } => Some(*give_up_at),
+            _ => None,
+        };
+        self.ops
+            .values()
+            .filter_map(|op| op.retry_at.or(op.sent))
+            .chain(connect)
+            .min()
+    }
+
+    /// Starts an operation; it ends with one `Done`.
+    pub fn start(&mut self, now: Instant, op: Operation) -> OpId {
+        self.next_op += 1;
+        let id = OpId(self.next_op);
+        if self.config.coordinators.is_empty() {
+            self.finish(
+                id,
+                Err(ClientError::Unreachable {
+                    tried: "no addresses".into(),
+                    last_error: "no coordinator address was given".into(),
+                }),
+            );
+            return id;
+        }
+        self.ops.insert(
+            id,
+            PendingOp {
+                op,
+                sent: None,
+                retry_at: None,
+                rejections: 0,
+                redirects: 0,
+            },
+        );
+        self.pump(now);
+        id
+    }
+
+    fn finish(&mut self, op: OpId, result: Result<ClientReply, ClientError>) {
+        self.ops.remove(&op);
+        self.outputs.push_back(ClientOutput::Done { op, result });
+    }
+
+    fn current_attempt(&self) -> Option<ConnectAttempt> {
+        match &self.link {
+            Link::Idle => None,
+            Link::Connecting { attempt, .. } | Link::Ready { attempt } => Some(*attempt),
+        }
+    }
+
+    /// Sends what can be sent, connecting first if needed.
+    fn pump(&mut self, now: Instant) {
+        let ready = self.ops.iter().any(|(_, op)| op.sent.is_none() && op.retry_at.is_none());
+        match self.link {
+            Link::Ready { .. } => {
+                let to_send: Vec<OpId> = self
+                    .ops
+                    .iter()
+                    .filter(|(_, op)| op.sent.is_none() && op.retry_at.is_none())
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in to_send {
+                    if let Some(pending) = self.ops.get_mut(&id) {
+                        let deadline = now.saturating_add(pending.op.reply_timeout(self.config.request_timeout));
+                        pending.sent = Some(deadline);
+                        let request = pending.op.request(RequestId(id.0));
+                        self.outputs.push_back(ClientOutput::Send(request));
+                    }
+                }
+            }
+            Link::Idle if ready => self.connect(now),
+            _ => {}
+        }
+    }
+
+    fn connect(&mut self, now: Instant) {
+        let address = match self.redirect.take() {
+            Some(address) => address,
+            None => {
+                self.address_index = (self.address_index + 1) % self.config.coordinators.len();
+                self.config.coordinators[self.address_index].clone()
+            }
+        };
+        self.next_attempt += 1;
+        let attempt = ConnectAttempt(self.next_attempt);
+        self.link = Link::Connecting {
+            attempt,
+            give_up_at: now.saturating_add(self.config.connect_timeout),
+        };
+        self.outputs.push_back(ClientOutput::Connect { attempt, address });
+    }
+
+    pub fn handle_connected(&mut self, now: Instant, attempt: ConnectAttempt) {
+        if !matches!(self.link, Link::Connecting { attempt: a, .. } if a == attempt) {
+            return;
+        }
+        self.link = Link::Ready { attempt };
+        self.failures = 0;
+        self.pump(now);
+    }
+
+    pub fn handle_connect_failed(&mut self, now: Instant, attempt: ConnectAttempt, reason: &str) {
+        if self.current_attempt() != Some(attempt) {
+            return;
+        }
+        self.link = Link::Idle;
+        self.connection_failed(now, format!("connect failed: {reason}"));
+    }
+
+    pub fn handle_disconnected(&mut self, now: Instant, attempt: ConnectAttempt, reason: &str) {
+        if self.current_attempt() != Some(attempt) {
+            return;
+        }
+        self.link = Link::Idle;
+        self.connection_failed(now, format!("connection closed: {reason}"));
+    }
+
+    /// The connection is gone. Settle what was in flight, then try the next address or give up.
+    fn connection_failed(&mut self, now: Instant, reason: String) {
+        self.last_error = reason.clone();
+        let in_flight: Vec<OpId> = self.ops.iter().filter(|(_, op)| op.sent.is_some()).map(|(id, _)| *id).collect();
+        for id in in_flight {
+            let safe = self.ops.get(&id).is_some_and(|op| op.op.safe_to_resend());
+            if safe {
+                if let Some(op) = self.ops.get_mut(&id) {
+                    op.sent = None;
+                }
+            } else {
+                self.finish(id, Err(ClientError::Ambiguous { reason: reason.clone() }));
+            }
+        }
+        self.failures = self.failures.saturating_add(1);
+        let budget = self
+            .config
+            .coordinators
+            .len()
+            .saturating_mul(self.config.connect_rounds.max(1) as usize);
+        if self.failures as usize >= budget {
+            self.failures = 0;
+            let tried = self.config.coordinators.join(",");
+            let waiting: Vec<OpId> = self.ops.keys().copied().collect();
+            for id in waiting {
+                self.finish(
+                    id,
+                    Err(ClientError::Unreachable {
+                        tried: tried.clone(),
+                        last_error: self.last_error.clone(),
+                    }),
+                );
+            }
+            return;
+        }
+        self.pump(now);
+    }
+
+    pub fn handle_message(&mut self, now: Instant, attempt: ConnectAttempt, reply: ClientReply) {
+        if self.current_attempt() != Some(attempt) {
+            return;
+        }
+        let Some(request_id) = reply.request_id() else {
+            // A connection-level error: the coordinator is closing this connection.
+            if let ClientReply::Error { code, message, .. } = reply {
+                self.outputs.push_back(ClientOutput::Close);
+                self.link = Link::Idle;
+                self.connection_failed(now, format!("coordinator error {code:?}: {message}"));
+            }
+            return;
+        };
+        let id = OpId(request_id.0);
+        let Some(pending) = self.ops.get_mut(&id) else {
+            return; // An answer to an operation already settled (e.g. after a timeout).
+        };
+        if pending.sent.is_none() {
+            return; // Not sent on this connection; a stale duplicate.
+        }
+        match reply {
+            ClientReply::SubmitRejected {
+                retryable,
+                active_jobs,
+                max_active_jobs,
+                message,
+                ..
+            } => {
+                if retryable && pending.rejections < self.config.submit_retries {
+                    pending.rejections += 1;
+                    pending.sent = None;
+                    let n = pending.rejections;
+                    let delay = full_jitter(
+                        &mut self.rng,
+                        self.config.submit_retry_base,
+                        self.config.submit_retry_max,
+                        n,
+                    );
+                    if let Some(pending) = self.ops.get_mut(&id) {
+                        pending.retry_at = Some(now.saturating_add(delay));
+                    }
+                } else {
+                    self.finish(
+                        id,
+                        Err(ClientError::Rejected {
+                            active_jobs,
+                            max_active_jobs,
+                            message,
+                        }),
+                    );
+                }
+            }
+            ClientReply::NotLeader { leader, .. } => {
+                pending.redirects += 1;
+                if pending.redirects > self.config.max_redirects {
+                    let redirects = pending.redirects - 1;
+                    self.finish(id, Err(ClientError::TooManyRedirects(redirects)));
+                    return;
+                }
+                // Nothing on this connection was processed; move everything to the leader.
+                self.redirect = leader.map(|hint| hint.address);
+                for op in self.ops.values_mut() {
+                    op.sent = None;
+                }
+                self.outputs.push_back(ClientOutput::Close);
+                self.link = Link::Idle;
+                self.pump(now);
+            }
+            ClientReply::Error { code, message, .. } => {
+                self.finish(id, Err(ClientError::Server { code, message }));
+            }
+            reply => self.finish(id, Ok(reply)),
+        }
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Link::Connecting { give_up_at, .. } = self.link {
+            if give_up_at <= now {
+                self.outputs.push_back(ClientOutput::Close);
+                self.link = Link::Idle;
+                self.connection_failed(now, "connect timed out".into());
+            }
+        }
+        let mut reply_overdue = false;
+        for op in self.ops.values_mut() {
+            if op.retry_at.is_some_and(|at| at <= now) {
+                op.retry_at = None;
+            }
+            if op.sent.is_some_and(|deadline| deadline <= now) {
+                reply_overdue = true;
+            }
+        }
+        if reply_overdue && matches!(self.link, Link::Ready { .. }) {
+            // No answer in time: treat the connection as failed (the coordinator may be paused or
+            // partitioned away) and let the resend rules decide.
+            self.outputs.push_back(ClientOutput::Close);
+            self.link = Link::Idle;
+            let timeout = as_millis_u64(self.config.request_timeout);
+            self.connection_failed(now, format!("no reply within {timeout} ms"));
+        }
+        self.pump(now);
+    }
+}
+
+/// Full-jitter backoff before the `n`-th retry (n >= 1): uniform in `[0, min(cap, base * 2^(n-1))]`.
+pub fn full_jitter(rng: &mut impl RngCore, base: Duration, cap: Duration, n: u32) -> Duration {
+    let base = as_millis_u64(base);
+    let cap = as_millis_u64(cap);
+    let exponent = n.saturating_sub(1).min(63);
+    let ceiling = base.saturating_mul(1u64 << exponent).min(cap);
+    Duration::from_millis(rng.next_u64() % (ceiling + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::LeaderHint;
+    use crate::ids::NodeId;
+    use uuid::Uuid;
+
+    fn client(addresses: &[&str], submit_retries: u32) -> Client {
+        let mut config = ClientConfig::new(addresses.iter().map(|a| a.to_string()).collect());
+        config.submit_retries = submit_retries;
+        Client::new(config, 5)
+    }
+
+    fn drain(client: &mut Client) -> Vec<ClientOutput> {
+        std::iter::from_fn(|| client.poll_output()).collect()
+    }
+
+    fn connect_of(outputs: &[ClientOutput]) -> (ConnectAttempt, String) {
+        outputs
+            .iter()
+            .find_map(|o| match o {
+                ClientOutput::Connect { attempt, address } => Some((*attempt, address.clone())),
+                _ => None,
+            })
+            .expect("a Connect output")
+    }
+
+    fn sent(outputs: &[ClientOutput]) -> Vec<ClientRequest> {
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                ClientOutput::Send(request) => Some(request.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn done(outputs: &[ClientOutput]) -> Vec<(OpId, Result<ClientReply, ClientError>)> {
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                ClientOutput::Done { op, result } => Some((*op, result.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn submit(key: Option<&str>) -> Operation {
+        Operation::Submit {
+            task: serde_json::json!({"kind": "sha256", "text": "abc"}),
+            max_attempts: None,
+            idempotency_key: key.map(str::to_owned),
+        }
+    }
+
+    fn connected(c: &mut Client, now: Instant) -> (ConnectAttempt, Vec<ClientOutput>) {
+        let (attempt, _) = connect_of(&drain(c));
+        c.handle_connected(now, attempt);
+        (attempt, drain(c))
+    }
+
+    #[test]
+    fn a_submission_without_a_key_is_never_resent_after_an_ambiguous_failure() {
+        let mut c = client(&["a", "b"], 0);
+        let op = c.start(Instant::ZERO, submit(None));
+        let (attempt, outputs) = connected(&mut c, Instant::ZERO);
+        assert_eq!(sent(&outputs).len(), 1);
+        c.handle_disconnected(Instant::ZERO, attempt, "reset");
+        let outputs = drain(&mut c);
+        assert!(sent(&outputs).is_empty());
+        assert!(matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Ambiguous { .. }))] if *id == op));
+        assert!(!outputs.iter().any(|o| matches!(o, ClientOutput::Connect { .. })), "nothing left to do");
+    }
+
+    #[test]
+    fn a_submission_with_a_key_is_resent_on_the_next_coordinator() {
+        let mut c = client(&["a", "b"], 0);
+        let op = c.start(Instant::ZERO, submit(Some("order-42")));
+        let (attempt, outputs) = connected(&mut c, Instant::ZERO);
+        let first = sent(&outputs);
+        c.handle_disconnected(Instant::ZERO, attempt, "reset");
+        let (next, address) = connect_of(&drain(&mut c));
+        assert_eq!(address, "b");
+        c.handle_connected(Instant::ZERO, next);
+        let second = sent(&drain(&mut c));
+        assert_eq!(first, second, "the same request, with the same key, goes out again");
+        let reply = ClientReply::SubmitAccepted {
+            request_id: RequestId(op.0),
+            job_id: JobId(Uuid::from_u128(1)),
+            existing: true,
+        };
+        c.handle_message(Instant::ZERO, next, reply.clone());
+        assert_eq!(done(&drain(&mut c)), vec![(op, Ok(reply))]);
+    }
+
+    #[test]
+    fn retryable_rejections_are_retried_with_bounded_full_jitter_then_surfaced() {
+        let mut c = client(&["a"], 2);
+        let op = c.start(Instant::ZERO, submit(None));
+        let (attempt, _) = connected(&mut c, Instant::ZERO);
+        let rejected = ClientReply::SubmitRejected {
+            request_id: RequestId(op.0),
+            retryable: true,
+            active_jobs: 3,
+            max_active_jobs: 3,
+            message: "full".into(),
+        };
+        let mut now = Instant::ZERO;
+        for n in 1..=2u64 {
+            c.handle_message(now, attempt, rejected.clone());
+            assert!(drain(&mut c).is_empty(), "waits before retrying");
+            let at = c.poll_timeout().expect("a retry timer");
+            // Full jitter: at most base * 2^(n-1) = 200 ms * 2^(n-1) later.
+            assert!(at.saturating_since(now) <= Duration::from_millis(200 << (n - 1)));
+            now = at;
+            c.handle_timeout(now);
+            assert_eq!(sent(&drain(&mut c)).len(), 1, "retry {n} is sent");
+        }
+        c.handle_message(now, attempt, rejected);
+        assert!(matches!(
+            done(&drain(&mut c)).as_slice(),
+            [(_, Err(ClientError::Rejected { active_jobs: 3, max_active_jobs: 3, .. }))]
+        ));
+    }
+
+    #[test]
+    fn a_non_retryable_rejection_is_not_retried() {
+        let mut c = client(&["a"], 5);
+        let op = c.start(Instant::ZERO, submit(None));
+        let (attempt, _) = connected(&mut c, Instant::ZERO);
+        c.handle_message(
+            Instant::ZERO,
+            attempt,
+            ClientReply::SubmitRejected {
+                request_id: RequestId(op.0),
+                retryable: false,
+                active_jobs: 1,
+                max_active_jobs: 1,
+                message: "no".into(),
+            },
+        );
+        assert!(matches!(done(&drain(&mut c)).as_slice(), [(_, Err(ClientError::Rejected { .. }))]));
+    }
+
+    #[test]
+    fn redirects_are_followed_to_the_named_leader() {
+        let mut c = client(&["a", "b"], 0);
+        let op = c.start(Instant::ZERO, Operation::Workers);
+        let (attempt, _) = connected(&mut c, Instant::ZERO);
+        c.handle_message(
+            Instant::ZERO,
+            attempt,
+            ClientReply::NotLeader {
+                request_id: RequestId(op.0),
+                leader: Some(LeaderHint {
+                    node_id: NodeId("c3".into()),
+                    address: "leader:7071".into(),
+                }),
+            },
+        );
+        let outputs = drain(&mut c);
+        assert!(outputs.contains(&ClientOutput::Close));
+        assert_eq!(connect_of(&outputs).1, "leader:7071");
+    }
+
+    #[test]
+    fn unreachable_after_every_address_failed_for_the_configured_rounds() {
+        let mut c = client(&["a", "b"], 0);
+        let op = c.start(Instant::ZERO, Operation::Workers);
+        let mut tried = Vec::new();
+        for _ in 0..4 {
+            let outputs = drain(&mut c);
+            let (attempt, address) = connect_of(&outputs);
+            tried.push(address);
+            c.handle_connect_failed(Instant::ZERO, attempt, "refused");
+        }
+        assert_eq!(tried, ["a", "b", "a", "b"]);
+        let outputs = drain(&mut c);
+        assert!(matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Unreachable { .. }))] if *id == op));
+        assert_eq!(c.pending(), 0);
+    }
+
+    #[test]
+    fn a_silent_coordinator_is_abandoned_after_the_request_timeout() {
+        let mut c = client(&["a", "b"], 0);
+        c.start(Instant::ZERO, Operation::Workers);
+        let (_, outputs) = connected(&mut c, Instant::ZERO);
+        assert_eq!(sent(&outputs).len(), 1);
+        let deadline = c.poll_timeout().expect("reply deadline");
+        assert_eq!(deadline, Instant::ZERO.saturating_add(Duration::from_millis(30_000)));
+        c.handle_timeout(deadline);
+        let outputs = drain(&mut c);
+        assert!(outputs.contains(&ClientOutput::Close));
+        assert_eq!(connect_of(&outputs).1, "b", "a read is retried elsewhere");
+    }
+
+    #[test]
+    fn server_errors_are_typed() {
+        let mut c = client(&["a"], 3);
+        let op = c.start(Instant::ZERO, Operation::Status { job_id: JobId(Uuid::nil()) });
+        let (attempt, _) = connected(&mut c, Instant::ZERO);
+        c.handle_message(
+            Instant::ZERO,
+            attempt,
+            ClientReply::Error {
+                request_id: Some(RequestId(op.0)),
+                code: ErrorCode::JobNotFound,
+                message: "no job".into(),
+            },
+        );
+        assert!(matches!(
+            done(&drain(&mut c)).as_slice(),
+            [(_, Err(ClientError::Server { code: ErrorCode::JobNotFound, .. }))]
+        ));
+    }
+
+    #[test]
+    fn full_jitter_stays_within_its_ceiling() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        for n in 1..=20 {
+            let delay = full_jitter(&mut rng, Duration::from_millis(200), Duration::from_millis(5000), n);
+            let ceiling = (200u64 << (n - 1).min(20)).min(5000);
+            assert!(delay <= Duration::from_millis(ceiling));
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! What the coordinator did, as typed events. Drivers turn them into log lines (the runtime via
+//! `tracing`, the simulator into its trace); tests assert on them. Their `Display` tells the
+//! story the way an operator reads it.
+
+use std::fmt;
+
+use crate::ids::{Attempt, ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
+use crate::job::JobState;
+
+/// Why a worker was declared lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LossReason {
+    ConnectionClosed,
+    HeartbeatTimeout { silent_millis: u64 },
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LossReason::ConnectionClosed => f.write_str("connection lost: connection closed"),
+            LossReason::HeartbeatTimeout { silent_millis } => {
+                write!(f, "heartbeat timeout: silent for {silent_millis} ms")
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Recovered {
+        jobs: usize,
+        active: u64,
+        awaiting_readoption: usize,
+    },
+    JobSubmitted {
+        job_id: JobId,
+        kind: &'static str,
+        max_attempts: u32,
+    },
+    SubmitRejected {
+        active_jobs: u64,
+        max_active_jobs: u64,
+    },
+    WorkerRegistered {
+        worker: WorkerId,
+        incarnation: Incarnation,
+        capacity: u32,
+        reconnect: bool,
+    },
+    WorkerRejected {
+        worker: WorkerId,
+        reason: String,
+    },
+    WorkerLost {
+        worker: WorkerId,
+        reason: LossReason,
+    },
+    JobAssigned {
+        job_id: JobId,
+        worker: WorkerId,
+        attempt: Attempt,
+        max_attempts: u32,
+        lease_id: LeaseId,
+    },
+    LeaseExpired {
+        job_id: JobId,
+        lease_id: LeaseId,
+        worker: WorkerId,
+    },
+    RetryScheduled {
+        job_id: JobId,
+        attempt: Attempt,
+        max_attempts: u32,
+        delay_millis: u64,
+        cause: String,
+    },
+    JobRequeued {
+        job_id: JobId,
+        attempt: Attempt,
+        max_attempts: u32,
+    },
+    JobCompleted {
+        job_id: JobId,
+        worker: WorkerId,
+        attempts: Attempt,
+    },
+    JobFailed {
+        job_id: JobId,
+        attempts: Attempt,
+        error: String,
+    },
+    JobCancelled {
+        job_id: JobId,
+        previous: JobState,
+    },
+    StaleResultRejected {
+        job_id: JobId,
+        lease_id: LeaseId,
+        worker: WorkerId,
+        reason: String,
+    },
+    AttemptReadopted {
+        job_id: JobId,
+        lease_id: LeaseId,
+        worker: WorkerId,
+    },
+    AttemptAbandoned {
+        job_id: JobId,
+        lease_id: LeaseId,
+        worker: WorkerId,
+    },
+    MalformedFrame {
+        conn: ConnectionId,
+        error: String,
+    },
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Recovered {
+                jobs,
+                active,
+                awaiting_readoption,
+            } => write!(
+                f,
+                "Recovered state: jobs={jobs} active={active} awaitingReadoption={awaiting_readoption}"
+            ),
+            Event::JobSubmitted {
+                job_id,
+                kind,
+                max_attempts,
+            } => write!(f, "Job submitted: jobId={job_id} task={kind} maxAttempts={max_attempts}"),
+            Event::SubmitRejected {
+                active_jobs,
+                max_active_jobs,
+            } => write!(
+                f,
+                "Submission rejected: active={active_jobs} maxActiveJobs={max_active_jobs}"
+            ),
+            Event::WorkerRegistered {
+                worker,
+                incarnation,
+                capacity,
+                reconnect,
+            } => write!(
+                f,
+                "Worker {}: workerId={worker} incarnation={incarnation} capacity={capacity}",
+                if *reconnect { "reconnected" } else { "registered" }
+            ),
+            Event::WorkerRejected { worker, reason } => {
+                write!(f, "Worker registration rejected: workerId={worker} reason=\"{reason}\"")
+            }
+            Event::WorkerLost { worker, reason } => {
+                write!(f, "Worker connection lost: workerId={worker} reason={reason}")
+            }
+            Event::JobAssigned {
+                job_id,
+                worker,
+                attempt,
+                max_attempts,
+                lease_id,
+            } => write!(
+                f,
+                "Job assigned: jobId={job_id} workerId={worker} attempt={attempt}/{max_attempts} attemptId={lease_id}"
+            ),
+            Event::LeaseExpired {
+                job_id,
+                lease_id,
+                worker,
+            } => write!(
+                f,
+                "Attempt deadline expired: jobId={job_id} workerId={worker} attemptId={lease_id}"
+            ),
+            Event::RetryScheduled {
+                job_id,
+                attempt,
+                max_attempts,
+                delay_millis,
+                cause,
+            } => write!(
+                f,
+                "Retry scheduled: jobId={job_id} attempt={attempt}/{max_attempts} delayMillis={delay_millis} cause=\"{cause}\""
+            ),
+            Event::JobRequeued {
+                job_id,
+                attempt,
+                max_attempts,
+            } => write!(f, "Job requeued: jobId={job_id} attempt={attempt}/{max_attempts}"),
+            Event::JobCompleted {
+                job_id,
+                worker,
+                attempts,
+            } => write!(f, "Job completed: jobId={job_id} workerId={worker} attempts={attempts}"),
+            Event::JobFailed {
+                job_id,
+                attempts,
+                error,
+            } => write!(f, "Job failed: jobId={job_id} attempts={attempts} error=\"{error}\""),
+            Event::JobCancelled { job_id, previous } => {
+                write!(f, "Job cancelled: jobId={job_id} previousState={previous}")
+            }
+            Event::StaleResultRejected {
+                job_id,
+                lease_id,
+                worker,
+                reason,
+            } => write!(
+                f,
+                "Stale result rejected: jobId={job_id} workerId={worker} attemptId={lease_id} reason=\"{reason}\""
+            ),
+            Event::AttemptReadopted {
+                job_id,
+                lease_id,
+                worker,
+            } => write!(
+                f,
+                "Attempt re-adopted after restart: jobId={job_id} workerId={worker} attemptId={lease_id}"
+            ),
+            Event::AttemptAbandoned {
+                job_id,
+                lease_id,
+                worker,
+            } => write!(
+                f,
+                "Attempt not re-adopted: jobId={job_id} workerId={worker} attemptId={lease_id}"
+            ),
+            Event::MalformedFrame { conn, error } => {
+                write!(f, "Malformed frame, closing connection: {conn} error=\"{error}\"")
+            }
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Worker liveness and slot accounting: leader soft state, never replicated or persisted.
+//!
+//! A slot is held from the moment the leader proposes an assignment until the worker reports the
+//! attempt finished (any outcome, including "cancelled") or the worker is lost. A revoked lease
+//! keeps its slot until then, because the task may still be running on the worker: capacity
+//! counts what the worker is really doing.
+
+use std::collections::BTreeMap;
+
+use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
+use crate::protocol::WorkerView;
+use crate::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct WorkerEntry {
+    pub id: WorkerId,
+    pub incarnation: Incarnation,
+    pub capacity: u32,
+    pub conn: Option<ConnectionId>,
+    pub alive: bool,
+    pub last_heartbeat: Instant,
+    /// Slots in use: lease -> job.
+    pub leases: BTreeMap<LeaseId, JobId>,
+}
+
+impl WorkerEntry {
+    pub fn free_slots(&self) -> u32 {
+        let used = u32::try_from(self.leases.len()).unwrap_or(u32::MAX);
+        self.capacity.saturating_sub(used)
+    }
+
+    pub fn view(&self, now: Instant) -> WorkerView {
+        WorkerView {
+            id: self.id.clone(),
+            incarnation: self.incarnation,
+            alive: self.alive,
+            capacity: self.capacity,
+            running: u32::try_from(self.leases.len()).unwrap_or(u32::MAX),
+            last_heartbeat_millis_ago: now.saturating_since(self.last_heartbeat).as_millis() as u64,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Registry {
+    workers: BTreeMap<WorkerId, WorkerEntry>,
+    by_conn: BTreeMap<ConnectionId, WorkerId>,
+}
+
+impl Registry {
+    pub fn get(&self, id: &WorkerId) -> Option<&WorkerEntry> {
+        self.workers.get(id)
+    }
+
+    pub fn get_mut(&mut self, id: &WorkerId) -> Option<&mut WorkerEntry> {
+        self.workers.get_mut(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// The worker registered on `conn`, if any.
+    pub fn worker_on(&self, conn: ConnectionId) -> Option<&WorkerId> {
+        self.by_conn.get(&conn)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &WorkerEntry> {
+        self.workers.values()
+    }
+
+    /// Inserts or replaces the entry for `entry.id`, binding its connection.
+    pub fn insert(&mut self, entry: WorkerEntry) {
+        if let Some(old) = self.workers.get(&entry.id) {
+            if let Some(conn) = old.conn {
+                self.by_conn.remove(&conn);
+            }
+        }
+        if let Some(conn) = entry.conn {
+            self.by_conn.insert(conn, entry.id.clone());
+        }
+        self.workers.insert(entry.id.clone(), entry);
+    }
+
+    /// Moves a live worker to a new connection, returning the old one.
+    pub fn rebind(&mut self, id: &WorkerId, conn: ConnectionId) -> Option<ConnectionId> {
+        let entry = self.workers.get_mut(id)?;
+        let old = entry.conn.replace(conn);
+        if let Some(old) = old {
+            self.by_conn.remove(&old);
+        }
+        self.by_conn.insert(conn, id.clone());
+        old
+    }
+
+    /// Marks a worker lost: unbinds its connection and hands back its slots.
+    pub fn mark_lost(&mut self, id: &WorkerId) -> (Option<ConnectionId>, BTreeMap<LeaseId, JobId>) {
+        let Some(entry) = self.workers.get_mut(id) else {
+            return (None, BTreeMap::new());
+        };
+        entry.alive = false;
+        let conn = entry.conn.take();
+        if let Some(conn) = conn {
+            self.by_conn.remove(&conn);
+        }
+        (conn, std::mem::take(&mut entry.leases))
+    }
+
+    /// Forgets the oldest lost workers beyond `keep` entries (the `workers` listing keeps a few).
+    pub fn evict_lost(&mut self, keep: usize) {
+        while self.workers.len() > keep {
+            let oldest = self
+                .workers
+                .values()
+                .filter(|w| !w.alive)
+                .min_by_key(|w| (w.last_heartbeat, w.id.clone()))
+                .map(|w| w.id.clone());
+            match oldest {
+                Some(id) => {
+                    self.workers.remove(&id);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// The live worker with a free slot and the fewest attempts in hand (ties: most free slots,
+    /// then the smallest id, so the choice is deterministic).
+    pub fn least_loaded(&self) -> Option<&WorkerEntry> {
+        self.workers
+            .values()
+            .filter(|w| w.alive && w.conn.is_some() && w.free_slots() > 0)
+            .min_by(|a, b| {
+                a.leases
+                    .len()
+                    .cmp(&b.leases.len())
+                    .then(b.free_slots().cmp(&a.free_slots()))
+                    .then(a.id.cmp(&b.id))
+            })
+    }
+}

@@ -1,0 +1,236 @@
+//! The job record and its lifecycle (seed A's state diagram, SPEC 2.2):
+//!
+//! ```text
+//!                 assign (new lease)            result accepted
+//!   [submit] -> QUEUED ---------------> RUNNING ----------------> COMPLETED
+//!                ^  ^                    |  |  \
+//!   backoff done |  | recovery: attempt  |  |   \ attempts exhausted
+//!                |  | not re-adoptable   |  |    `-----------------> FAILED
+//!           RETRY_WAIT <-----------------'  |
+//!                |   lost / failed /        |
+//!                |   expired, attempts left |
+//!                v                          v
+//!            CANCELLED <--------------------' (client cancel, from QUEUED, RETRY_WAIT or RUNNING)
+//! ```
+//!
+//! Terminal states (`COMPLETED`, `FAILED`, `CANCELLED`) never change. `Job::transition` is the
+//! only way to change `state`, and it refuses every edge not drawn above.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{Attempt, Incarnation, JobId, LeaseId, LogIndex, WorkerId};
+use crate::protocol::JobView;
+use crate::tasks::{TaskOutput, TaskSpec};
+
+/// Where a job is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    Queued,
+    Running,
+    RetryWait,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::RetryWait,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Completed | JobState::Failed | JobState::Cancelled)
+    }
+
+    /// The edges of the lifecycle diagram, and nothing else.
+    pub fn can_transition_to(self, to: JobState) -> bool {
+        use JobState::*;
+        matches!(
+            (self, to),
+            (Queued, Running)
+                | (Running, Completed)
+                | (Running, RetryWait)
+                | (Running, Failed)
+                | (Running, Queued)
+                | (RetryWait, Queued)
+                | (Queued, Cancelled)
+                | (RetryWait, Cancelled)
+                | (Running, Cancelled)
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "QUEUED",
+            JobState::Running => "RUNNING",
+            JobState::RetryWait => "RETRY_WAIT",
+            JobState::Completed => "COMPLETED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+        }
+    }
+
+    /// Parses the wire/CLI spelling (case-insensitive, `-` or `_`).
+    pub fn parse(raw: &str) -> Option<JobState> {
+        let normal = raw.trim().to_ascii_uppercase().replace('-', "_");
+        JobState::ALL.into_iter().find(|state| state.as_str() == normal)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A transition the lifecycle does not allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("illegal job transition {from} -> {to}")]
+pub struct IllegalTransition {
+    pub from: JobState,
+    pub to: JobState,
+}
+
+/// The lease of the attempt that is running now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub id: LeaseId,
+    pub worker: WorkerId,
+    /// The worker process the attempt was given to; a re-adoption must come from the same one.
+    pub incarnation: Incarnation,
+}
+
+/// One job, exactly as the replicated job table holds it and as it is persisted.
+///
+/// Nothing here is a clock reading: instants are per-process, and a record must mean the same
+/// thing on every coordinator and after every restart. Deadlines and backoff timers are leader
+/// soft state, re-armed from `retry_delay_millis` and the task timeout when a leader takes over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub task: TaskSpec,
+    pub max_attempts: u32,
+    pub idempotency_key: Option<String>,
+    pub state: JobState,
+    /// Attempts started so far (the running one included). Never exceeds `max_attempts`.
+    pub attempt: Attempt,
+    /// Present exactly while `RUNNING`.
+    pub lease: Option<Lease>,
+    /// The worker of the current or most recent attempt.
+    pub last_worker: Option<WorkerId>,
+    pub result: Option<TaskOutput>,
+    pub error: Option<String>,
+    /// The backoff chosen when the job entered `RETRY_WAIT`.
+    pub retry_delay_millis: u64,
+    /// Log index of the submission: the job's place in submission order.
+    pub submitted_at: LogIndex,
+    /// FIFO position while `QUEUED` (larger = later); refreshed on every enqueue.
+    pub queue_seq: u64,
+}
+
+impl Job {
+    /// Moves to `to` if the lifecycle allows it; otherwise changes nothing.
+    pub fn transition(&mut self, to: JobState) -> Result<(), IllegalTransition> {
+        if !self.state.can_transition_to(to) {
+            return Err(IllegalTransition {
+                from: self.state,
+                to,
+            });
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    pub fn attempts_remain(&self) -> bool {
+        self.attempt.0 < self.max_attempts
+    }
+
+    pub fn view(&self) -> JobView {
+        JobView {
+            id: self.id,
+            state: self.state,
+            attempt: self.attempt.0,
+            max_attempts: self.max_attempts,
+            worker: self.last_worker.clone(),
+            lease_id: self.lease.as_ref().map(|lease| lease.id),
+            task: self.task.clone(),
+            result: self.result.clone(),
+            error: self.error.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job_in(state: JobState) -> Job {
+        Job {
+            id: JobId(uuid::Uuid::nil()),
+            task: TaskSpec::Sleep { milliseconds: 1 },
+            max_attempts: 3,
+            idempotency_key: None,
+            state,
+            attempt: Attempt(0),
+            lease: None,
+            last_worker: None,
+            result: None,
+            error: None,
+            retry_delay_millis: 0,
+            submitted_at: LogIndex(1),
+            queue_seq: 0,
+        }
+    }
+
+    #[test]
+    fn exactly_the_diagram_edges_are_legal() {
+        use JobState::*;
+        let legal = [
+            (Queued, Running),
+            (Running, Completed),
+            (Running, RetryWait),
+            (Running, Failed),
+            (Running, Queued),
+            (RetryWait, Queued),
+            (Queued, Cancelled),
+            (RetryWait, Cancelled),
+            (Running, Cancelled),
+        ];
+        for from in JobState::ALL {
+            for to in JobState::ALL {
+                let mut job = job_in(from);
+                let result = job.transition(to);
+                if legal.contains(&(from, to)) {
+                    assert_eq!(result, Ok(()), "{from} -> {to} should be legal");
+                    assert_eq!(job.state, to);
+                } else {
+                    assert_eq!(result, Err(IllegalTransition { from, to }));
+                    assert_eq!(job.state, from, "a refused transition changes nothing");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn terminal_states_have_no_way_out() {
+        for from in JobState::ALL.into_iter().filter(|s| s.is_terminal()) {
+            assert!(JobState::ALL.iter().all(|&to| !from.can_transition_to(to)));
+        }
+    }
+
+    #[test]
+    fn states_parse_in_cli_spellings() {
+        assert_eq!(JobState::parse("retry-wait"), Some(JobState::RetryWait));
+        assert_eq!(JobState::parse("completed"), Some(JobState::Completed));
+        assert_eq!(JobState::parse("done"), None);
+    }
+}

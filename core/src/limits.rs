@@ -1,0 +1,41 @@
+//! Every bound in one place. A queue, buffer, batch or loop without a named limit is a bug.
+
+/// Default largest frame payload (SPEC 2.3); configurable per process.
+pub const FRAME_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+/// No configuration may raise the frame limit beyond this, so a typo cannot ask for gigabytes.
+pub const FRAME_BYTES_MAX_CEILING: usize = 64 * 1024 * 1024;
+/// Bytes of the length prefix in front of every frame.
+pub const FRAME_HEADER_BYTES: usize = 4;
+
+/// Most attempts a job may be given.
+pub const ATTEMPTS_MAX: u32 = 100;
+/// Most task slots one worker may advertise.
+pub const WORKER_CAPACITY_MAX: u32 = 1024;
+/// Longest worker id.
+pub const WORKER_ID_BYTES_MAX: usize = 64;
+/// Most workers the registry tracks at once (live or recently lost).
+pub const WORKERS_MAX: usize = 4096;
+/// Longest idempotency key.
+pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
+/// Most jobs a single `LIST` reply carries.
+pub const LIST_LIMIT_MAX: u32 = 1000;
+/// Default number of jobs in a `LIST` reply.
+pub const LIST_LIMIT_DEFAULT: u32 = 100;
+/// Most outstanding `WAIT` requests the coordinator parks at once.
+pub const WAITERS_MAX: usize = 65_536;
+/// Longest a single `WAIT` may park (one day).
+pub const WAIT_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Most active (non-terminal) jobs any configuration may allow.
+pub const ACTIVE_JOBS_CEILING: u64 = 10_000_000;
+/// Longest task timeout, retry delay or heartbeat setting any configuration may ask for (one week).
+pub const CONFIG_MILLIS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Longest text a `word-count` or `sha256` task takes.
+pub const TASK_TEXT_BYTES_MAX: usize = 256 * 1024;
+/// Longest a `sleep` task may ask to sleep (one day).
+pub const SLEEP_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Largest `prime-count --limit` (about a second of sieving on one core).
+pub const PRIME_COUNT_LIMIT_MAX: u64 = 1_000_000_000;
+
+/// Most records one persistence batch carries before the coordinator starts a new one.
+pub const PERSIST_BATCH_RECORDS_MAX: usize = 4096;

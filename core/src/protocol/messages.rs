@@ -1,0 +1,405 @@
+//! Message types for every link. Field names are the wire names; enums are tagged by `type`.
+
+use serde::{Deserialize, Serialize};
+
+use super::codec::WireMessage;
+use crate::ids::{Attempt, Incarnation, JobId, LeaseId, NodeId, RequestId, WorkerId};
+use crate::job::JobState;
+use crate::tasks::{TaskOutput, TaskSpec};
+
+/// Implements `WireMessage` for a `type`-tagged enum by listing its variants once.
+macro_rules! wire_message {
+    ($name:ident { $($variant:ident => $tag:literal),* $(,)? }) => {
+        impl WireMessage for $name {
+            fn is_known_type(tag: &str) -> bool {
+                matches!(tag, $($tag)|*)
+            }
+            fn type_name(&self) -> &'static str {
+                match self {
+                    $($name::$variant { .. } => $tag),*
+                }
+            }
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker link
+// ---------------------------------------------------------------------------------------------
+
+/// What a worker sends its coordinator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
+pub enum WorkerToCoordinator {
+    /// First message on every connection. `running` lists attempts still executing in this
+    /// process, so a restarted coordinator (or a new leader) can re-adopt them.
+    Register {
+        worker_id: WorkerId,
+        incarnation: Incarnation,
+        capacity: u32,
+        #[serde(default)]
+        running: Vec<RunningAttempt>,
+    },
+    /// "Still alive." The coordinator answers `HEARTBEAT_ACK`.
+    Heartbeat {},
+    /// How an attempt ended. Retransmitted (after every re-registration) until `RESULT_ACK`.
+    TaskResult {
+        job_id: JobId,
+        lease_id: LeaseId,
+        outcome: AttemptOutcome,
+    },
+}
+
+wire_message!(WorkerToCoordinator {
+    Register => "REGISTER",
+    Heartbeat => "HEARTBEAT",
+    TaskResult => "TASK_RESULT",
+});
+
+/// An attempt a worker is executing, as reported in `REGISTER`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunningAttempt {
+    pub job_id: JobId,
+    pub lease_id: LeaseId,
+}
+
+/// How one attempt ended on the worker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AttemptOutcome {
+    Succeeded { output: TaskOutput },
+    Failed { error: String },
+    /// The worker stopped the task because the coordinator sent `TASK_CANCEL`.
+    Cancelled {},
+}
+
+/// What a coordinator sends a worker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
+pub enum CoordinatorToWorker {
+    Registered {
+        heartbeat_interval_millis: u64,
+        heartbeat_timeout_millis: u64,
+    },
+    RegisterRejected {
+        reason: RegisterRejection,
+        message: String,
+    },
+    HeartbeatAck {},
+    /// Run this attempt. Only results carrying `lease_id` will count.
+    TaskAssign {
+        job_id: JobId,
+        lease_id: LeaseId,
+        attempt: Attempt,
+        max_attempts: u32,
+        task: TaskSpec,
+        timeout_millis: u64,
+    },
+    /// Stop this attempt: its lease was revoked (cancelled, expired or superseded).
+    TaskCancel {
+        job_id: JobId,
+        lease_id: LeaseId,
+        reason: CancelReason,
+    },
+    /// The result for `lease_id` is durably settled; stop retransmitting it.
+    /// `accepted` is false when the lease was no longer current (a stale result).
+    ResultAck {
+        job_id: JobId,
+        lease_id: LeaseId,
+        accepted: bool,
+    },
+    /// This coordinator is not the leader; reconnect to the one named, if known.
+    NotLeader { leader: Option<LeaderHint> },
+    Error { code: ErrorCode, message: String },
+}
+
+wire_message!(CoordinatorToWorker {
+    Registered => "REGISTERED",
+    RegisterRejected => "REGISTER_REJECTED",
+    HeartbeatAck => "HEARTBEAT_ACK",
+    TaskAssign => "TASK_ASSIGN",
+    TaskCancel => "TASK_CANCEL",
+    ResultAck => "RESULT_ACK",
+    NotLeader => "NOT_LEADER",
+    Error => "ERROR",
+});
+
+/// Why a registration was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RegisterRejection {
+    /// Another live process (a different incarnation) already holds this worker id.
+    DuplicateWorkerId,
+    /// Capacity outside `1..=WORKER_CAPACITY_MAX`, or a bad worker id.
+    InvalidRegistration,
+    /// The registry is full.
+    TooManyWorkers,
+}
+
+/// Why an attempt's lease was revoked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CancelReason {
+    /// A client cancelled the job.
+    JobCancelled,
+    /// The attempt outlived its deadline.
+    DeadlineExpired,
+    /// The coordinator does not know this lease as current (e.g. reported after a restart).
+    LeaseNotCurrent,
+}
+
+/// Where the leader can be reached, as far as the sender knows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderHint {
+    pub node_id: NodeId,
+    pub address: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client link
+// ---------------------------------------------------------------------------------------------
+
+/// What a client asks. Every request carries a `request_id` the reply echoes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
+pub enum ClientRequest {
+    /// Create a job. `task` is validated by the coordinator (`TaskSpec::from_json`), so a bad
+    /// payload gets a typed `INVALID_TASK` error and leaves the connection open.
+    Submit {
+        request_id: RequestId,
+        task: serde_json::Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_attempts: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idempotency_key: Option<String>,
+    },
+    Status {
+        request_id: RequestId,
+        job_id: JobId,
+    },
+    /// Answered when the job is terminal, or with `timed_out: true` after `timeout_millis`.
+    Wait {
+        request_id: RequestId,
+        job_id: JobId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_millis: Option<u64>,
+    },
+    Cancel {
+        request_id: RequestId,
+        job_id: JobId,
+    },
+    List {
+        request_id: RequestId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<JobState>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
+    Workers {
+        request_id: RequestId,
+    },
+}
+
+wire_message!(ClientRequest {
+    Submit => "SUBMIT",
+    Status => "STATUS",
+    Wait => "WAIT",
+    Cancel => "CANCEL",
+    List => "LIST",
+    Workers => "WORKERS",
+});
+
+impl ClientRequest {
+    pub fn request_id(&self) -> RequestId {
+        match self {
+            ClientRequest::Submit { request_id, .. }
+            | ClientRequest::Status { request_id, .. }
+            | ClientRequest::Wait { request_id, .. }
+            | ClientRequest::Cancel { request_id, .. }
+            | ClientRequest::List { request_id, .. }
+            | ClientRequest::Workers { request_id } => *request_id,
+        }
+    }
+}
+
+/// What a coordinator answers a client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
+pub enum ClientReply {
+    /// The job exists durably. `existing` is true when an idempotency key matched an earlier job.
+    SubmitAccepted {
+        request_id: RequestId,
+        job_id: JobId,
+        existing: bool,
+    },
+    /// Admission control refused the job; nothing was created. Retryable.
+    SubmitRejected {
+        request_id: RequestId,
+        retryable: bool,
+        active_jobs: u64,
+        max_active_jobs: u64,
+        message: String,
+    },
+    /// Reply to `STATUS`.
+    Job { request_id: RequestId, job: JobView },
+    /// Reply to `WAIT`.
+    WaitResult {
+        request_id: RequestId,
+        job: JobView,
+        timed_out: bool,
+    },
+    /// Reply to `CANCEL`. `cancelled` is false when the job was already terminal.
+    CancelResult {
+        request_id: RequestId,
+        job: JobView,
+        cancelled: bool,
+    },
+    JobList {
+        request_id: RequestId,
+        jobs: Vec<JobView>,
+    },
+    WorkerList {
+        request_id: RequestId,
+        workers: Vec<WorkerView>,
+    },
+    /// This coordinator is not the leader; the request was not processed.
+    NotLeader {
+        request_id: RequestId,
+        leader: Option<LeaderHint>,
+    },
+    Error {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<RequestId>,
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+wire_message!(ClientReply {
+    SubmitAccepted => "SUBMIT_ACCEPTED",
+    SubmitRejected => "SUBMIT_REJECTED",
+    Job => "JOB",
+    WaitResult => "WAIT_RESULT",
+    CancelResult => "CANCEL_RESULT",
+    JobList => "JOB_LIST",
+    WorkerList => "WORKER_LIST",
+    NotLeader => "NOT_LEADER",
+    Error => "ERROR",
+});
+
+impl ClientReply {
+    /// The request this reply answers (`None` for a connection-level error).
+    pub fn request_id(&self) -> Option<RequestId> {
+        match self {
+            ClientReply::SubmitAccepted { request_id, .. }
+            | ClientReply::SubmitRejected { request_id, .. }
+            | ClientReply::Job { request_id, .. }
+            | ClientReply::WaitResult { request_id, .. }
+            | ClientReply::CancelResult { request_id, .. }
+            | ClientReply::JobList { request_id, .. }
+            | ClientReply::WorkerList { request_id, .. }
+            | ClientReply::NotLeader { request_id, .. } => Some(*request_id),
+            ClientReply::Error { request_id, .. } => *request_id,
+        }
+    }
+}
+
+/// A job as clients see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobView {
+    pub id: JobId,
+    pub state: JobState,
+    /// Attempts started so far.
+    pub attempt: u32,
+    pub max_attempts: u32,
+    /// The worker running the current attempt, or the last one that ran it.
+    pub worker: Option<WorkerId>,
+    pub lease_id: Option<LeaseId>,
+    pub task: TaskSpec,
+    pub result: Option<TaskOutput>,
+    pub error: Option<String>,
+    pub idempotency_key: Option<String>,
+}
+
+/// A worker as clients see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerView {
+    pub id: WorkerId,
+    pub incarnation: Incarnation,
+    pub alive: bool,
+    pub capacity: u32,
+    /// Slots in use (attempts assigned and not yet reported finished).
+    pub running: u32,
+    pub last_heartbeat_millis_ago: u64,
+}
+
+/// Stable, typed error codes carried in `ERROR` messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    // Frame-level: the connection is closed after these.
+    FrameTooLarge,
+    EmptyFrame,
+    InvalidUtf8,
+    InvalidJson,
+    MissingType,
+    UnknownType,
+    InvalidMessage,
+    // Request-level: the connection stays open.
+    InvalidTask,
+    InvalidRequest,
+    JobNotFound,
+    IdempotencyConflict,
+    NotRegistered,
+    TooManyWaiters,
+}
+
+impl ErrorCode {
+    /// Frame-level codes end the connection.
+    pub fn closes_connection(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::FrameTooLarge
+                | ErrorCode::EmptyFrame
+                | ErrorCode::InvalidUtf8
+                | ErrorCode::InvalidJson
+                | ErrorCode::MissingType
+                | ErrorCode::UnknownType
+                | ErrorCode::InvalidMessage
+        )
+    }
+}
+
+impl From<&super::codec::FrameError> for ErrorCode {
+    fn from(error: &super::codec::FrameError) -> ErrorCode {
+        use super::codec::FrameError;
+        match error {
+            FrameError::FrameTooLarge { .. } => ErrorCode::FrameTooLarge,
+            FrameError::EmptyFrame => ErrorCode::EmptyFrame,
+            FrameError::InvalidUtf8 { .. } => ErrorCode::InvalidUtf8,
+            FrameError::InvalidJson { .. } => ErrorCode::InvalidJson,
+            FrameError::MissingType => ErrorCode::MissingType,
+            FrameError::UnknownType { .. } => ErrorCode::UnknownType,
+            FrameError::InvalidMessage { .. } => ErrorCode::InvalidMessage,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coordinator link
+// ---------------------------------------------------------------------------------------------
+
+/// Coordinator-to-coordinator messages. Consensus (votes, log replication, snapshots) arrives
+/// with replication; until then a group has one member and this link carries only a greeting,
+/// so the port, framing and type-tag checks are in place and tested.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
+pub enum PeerMessage {
+    Hello { node_id: NodeId },
+}
+
+wire_message!(PeerMessage { Hello => "HELLO" });

@@ -1,0 +1,1575 @@
+//! Built-in tasks: what a job asks a worker to do, and the pure functions that do it.
+//!
+//! A [`TaskSpec`] arrives from a client as untrusted JSON. [`TaskSpec::from_json`] parses it
+//! strictly and reports every kind of mistake as a typed [`TaskError`] whose message says what is
+//! wrong and what would be accepted; [`TaskSpec::validate`] enforces the bounds from
+//! [`crate::limits`].
+//!
+//! Running a task is pure and deterministic in `(spec, attempt)`: [`execute`] computes the result
+//! on the calling thread and never sleeps, reads a clock or touches the OS. For `sleep` tasks the
+//! runtime owns the timer: [`TaskSpec::plan`] tells it how long to wait and what to report
+//! afterwards.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::ids::Attempt;
+use crate::limits::{ATTEMPTS_MAX, PRIME_COUNT_LIMIT_MAX, SLEEP_MILLIS_MAX, TASK_TEXT_BYTES_MAX};
+
+/// Every task kind, by its wire name, in the order they are listed in error messages.
+pub const TASK_KINDS: [&str; 5] = ["sleep", "word-count", "sha256", "prime-count", "fail"];
+
+/// Longest piece of client-supplied text (an unknown kind or field name) echoed back in an error.
+const ECHO_BYTES_MAX: usize = 64;
+
+/// The task a job runs.
+///
+/// Wire form: a JSON object with a `"kind"` tag, e.g. `{"kind":"sleep","milliseconds":1000}`,
+/// `{"kind":"word-count","text":"a b"}`, `{"kind":"sha256","text":"abc"}`,
+/// `{"kind":"prime-count","limit":100000}`, `{"kind":"fail","fail_until_attempt":3}`.
+///
+/// The derived `Deserialize` checks shape only; input from outside should go through
+/// [`TaskSpec::from_json`] (or at least [`TaskSpec::validate`]) so the bounds are enforced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum TaskSpec {
+    /// Wait this long, then succeed.
+    Sleep {
+        /// How long to wait, at most [`SLEEP_MILLIS_MAX`].
+        milliseconds: u64,
+    },
+    /// Count the whitespace-separated words of `text`.
+    WordCount {
+        /// The text, at most [`TASK_TEXT_BYTES_MAX`] bytes of UTF-8.
+        text: String,
+    },
+    /// Hash the UTF-8 bytes of `text` with SHA-256.
+    Sha256 {
+        /// The text, at most [`TASK_TEXT_BYTES_MAX`] bytes of UTF-8.
+        text: String,
+    },
+    /// Count the primes `p <= limit`.
+    PrimeCount {
+        /// Upper bound (inclusive), at most [`PRIME_COUNT_LIMIT_MAX`].
+        limit: u64,
+    },
+    /// Fail deliberately on every attempt before `fail_until_attempt`, then succeed.
+    Fail {
+        /// First attempt that succeeds, in `1..=ATTEMPTS_MAX`.
+        fail_until_attempt: u32,
+    },
+}
+
+/// How a worker runs a task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskPlan {
+    /// Wait `duration` (the runtime owns the timer), then report `then`.
+    Sleep {
+        /// How long to wait before reporting.
+        duration: Duration,
+        /// The outcome to report once the wait is over.
+        then: Result<TaskOutput, TaskFailure>,
+    },
+    /// Call [`execute`] right away; it finishes without waiting.
+    Compute,
+}
+
+/// The result of a task that succeeded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TaskOutput {
+    /// A `sleep` task waited this long.
+    Slept {
+        /// How long the task waited.
+        milliseconds: u64,
+    },
+    /// A `word-count` task found this many words.
+    WordCount {
+        /// Number of whitespace-separated words.
+        words: u64,
+    },
+    /// A `sha256` task's digest.
+    Sha256 {
+        /// Lowercase hex, 64 characters.
+        hex: String,
+    },
+    /// A `prime-count` task's answer.
+    PrimeCount {
+        /// The limit asked for.
+        limit: u64,
+        /// Number of primes `p <= limit`.
+        count: u64,
+    },
+    /// A `fail` task finally succeeded.
+    Succeeded {
+        /// The attempt that succeeded.
+        attempt: u32,
+    },
+}
+
+impl fmt::Display for TaskOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskOutput::Slept { milliseconds } => write!(f, "slept {milliseconds} ms"),
+            TaskOutput::WordCount { words } => {
+                write!(f, "{words} {}", if *words == 1 { "word" } else { "words" })
+            }
+            TaskOutput::Sha256 { hex } => f.write_str(hex),
+            TaskOutput::PrimeCount { limit, count } => write!(
+                f,
+                "{count} {} <= {limit}",
+                if *count == 1 { "prime" } else { "primes" }
+            ),
+            TaskOutput::Succeeded { attempt } => write!(f, "succeeded on attempt {attempt}"),
+        }
+    }
+}
+
+/// Why a task attempt failed. The job may be retried.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct TaskFailure {
+    /// Human-readable reason.
+    pub message: String,
+}
+
+impl TaskFailure {
+    /// A failure with the given message.
+    pub fn new(message: impl Into<String>) -> TaskFailure {
+        TaskFailure {
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a task spec was rejected. Each message names the problem and what is allowed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// The spec is not a JSON object.
+    #[error("a task must be a JSON object with a \"kind\" field, found {found}")]
+    NotAnObject {
+        /// The JSON type found instead, e.g. "an array".
+        found: &'static str,
+    },
+    /// The object has no `"kind"` field.
+    #[error("the task has no \"kind\" field; known kinds: {}", known_kinds())]
+    MissingKind,
+    /// `"kind"` is present but not a string.
+    #[error(
+        "the task's \"kind\" must be a string, found {found}; known kinds: {}",
+        known_kinds()
+    )]
+    KindNotString {
+        /// The JSON type found instead.
+        found: &'static str,
+    },
+    /// `"kind"` names no known task.
+    #[error("unknown task kind {kind:?}; known kinds: {}", known_kinds())]
+    UnknownKind {
+        /// The kind asked for (shortened if very long).
+        kind: String,
+    },
+    /// A required field is absent.
+    #[error("{kind} task is missing the field \"{field}\", which must be {}", field_rule(.field))]
+    MissingField {
+        /// Task kind.
+        kind: &'static str,
+        /// The missing field.
+        field: &'static str,
+    },
+    /// A field has the wrong JSON type.
+    #[error("{kind} task field \"{field}\" must be {}, found {found}", field_rule(.field))]
+    WrongType {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// The JSON type wanted: "integer" or "string".
+        expected: &'static str,
+        /// The JSON type found, e.g. "a string".
+        found: &'static str,
+    },
+    /// A numeric field is negative.
+    #[error("{kind} task field \"{field}\" is {value}, but it must be {}", field_rule(.field))]
+    Negative {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// The number as serde_json renders it (e.g. `1e3` becomes `1000.0`).
+        value: String,
+    },
+    /// A numeric field has a fraction or is written in floating-point form.
+    #[error(
+        "{kind} task field \"{field}\" is {value}, which is not a plain integer; it must be {}",
+        field_rule(.field)
+    )]
+    NotInteger {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// The number as serde_json renders it (e.g. `1e3` becomes `1000.0`).
+        value: String,
+    },
+    /// A numeric field is outside its allowed range.
+    #[error("{kind} task field \"{field}\" is {value}, outside the allowed range {min}..={max}")]
+    OutOfRange {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// The number as serde_json renders it (e.g. `1e3` becomes `1000.0`).
+        value: String,
+        /// Smallest allowed value.
+        min: u64,
+        /// Largest allowed value.
+        max: u64,
+    },
+    /// A text field is longer than [`TASK_TEXT_BYTES_MAX`].
+    #[error("{kind} task field \"text\" is {bytes} bytes long; at most {max} bytes are allowed")]
+    TextTooLong {
+        /// Task kind.
+        kind: &'static str,
+        /// Length of the text in UTF-8 bytes.
+        bytes: usize,
+        /// Largest allowed length in bytes.
+        max: usize,
+    },
+    /// The object has a field the kind does not take.
+    #[error(
+        "{kind} task has an unexpected field {field:?}; it takes only \"kind\" and \"{allowed}\""
+    )]
+    UnexpectedField {
+        /// Task kind.
+        kind: &'static str,
+        /// The unexpected field's name (shortened if very long).
+        field: String,
+        /// The one field this kind takes besides "kind".
+        allowed: &'static str,
+    },
+}
+
+/// The known kinds as a comma-separated list, for error messages.
+fn known_kinds() -> String {
+    TASK_KINDS.join(", ")
+}
+
+/// What a field must hold, for error messages. Field names are unique across kinds.
+fn field_rule(field: &str) -> String {
+    match field {
+        "milliseconds" => format!("an integer in 0..={SLEEP_MILLIS_MAX}"),
+        "limit" => format!("an integer in 0..={PRIME_COUNT_LIMIT_MAX}"),
+        "fail_until_attempt" => format!("an integer in 1..={ATTEMPTS_MAX}"),
+        "text" => format!("a string of at most {TASK_TEXT_BYTES_MAX} bytes"),
+        _ => "valid".to_string(),
+    }
+}
+
+/// The JSON type of `value`, with an article, for error messages.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Client-supplied text to quote in an error, cut at a character boundary if it is long.
+fn echo(text: &str) -> String {
+    if text.len() <= ECHO_BYTES_MAX {
+        return text.to_string();
+    }
+    let mut end = ECHO_BYTES_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+/// The task kinds, for parsing.
+#[derive(Clone, Copy)]
+enum Kind {
+    Sleep,
+    WordCount,
+    Sha256,
+    PrimeCount,
+    Fail,
+}
+
+impl Kind {
+    fn from_name(name: &str) -> Option<Kind> {
+        match name {
+            "sleep" => Some(Kind::Sleep),
+            "word-count" => Some(Kind::WordCount),
+            "sha256" => Some(Kind::Sha256),
+            "prime-count" => Some(Kind::PrimeCount),
+            "fail" => Some(Kind::Fail),
+            _ => None,
+        }
+    }
+
+    /// The wire name, as in [`TASK_KINDS`].
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Sleep => "sleep",
+            Kind::WordCount => "word-count",
+            Kind::Sha256 => "sha256",
+            Kind::PrimeCount => "prime-count",
+            Kind::Fail => "fail",
+        }
+    }
+
+    /// The one field the kind takes besides `"kind"`.
+    fn field(self) -> &'static str {
+        match self {
+            Kind::Sleep => "milliseconds",
+            Kind::WordCount | Kind::Sha256 => "text",
+            Kind::PrimeCount => "limit",
+            Kind::Fail => "fail_until_attempt",
+        }
+    }
+}
+
+/// Reads a string field, refusing an oversized one before copying it.
+fn parse_text(kind: &'static str, field: &'static str, value: &Value) -> Result<String, TaskError> {
+    match value {
+        Value::String(text) if text.len() > TASK_TEXT_BYTES_MAX => Err(TaskError::TextTooLong {
+            kind,
+            bytes: text.len(),
+            max: TASK_TEXT_BYTES_MAX,
+        }),
+        Value::String(text) => Ok(text.clone()),
+        other => Err(TaskError::WrongType {
+            kind,
+            field,
+            expected: "string",
+            found: json_type(other),
+        }),
+    }
+}
+
+/// Reads an unsigned integer field strictly: JSON integers only, within `min..=max`.
+fn parse_integer(
+    kind: &'static str,
+    field: &'static str,
+    value: &Value,
+    min: u64,
+    max: u64,
+) -> Result<u64, TaskError> {
+    let Value::Number(number) = value else {
+        return Err(TaskError::WrongType {
+            kind,
+            field,
+            expected: "integer",
+            found: json_type(value),
+        });
+    };
+    let out_of_range = || TaskError::OutOfRange {
+        kind,
+        field,
+        value: number.to_string(),
+        min,
+        max,
+    };
+    if let Some(n) = number.as_u64() {
+        return if (min..=max).contains(&n) {
+            Ok(n)
+        } else {
+            Err(out_of_range())
+        };
+    }
+    if number.as_i64().is_some() {
+        // An integer that does not fit u64 but fits i64 is negative.
+        return Err(TaskError::Negative {
+            kind,
+            field,
+            value: number.to_string(),
+        });
+    }
+    // Written with a fraction or exponent, or too large for u64.
+    let float = number.as_f64().unwrap_or(f64::NAN);
+    if float < 0.0 {
+        return Err(TaskError::Negative {
+            kind,
+            field,
+            value: number.to_string(),
+        });
+    }
+    // A whole number too large for u64 (serde_json then holds it as a float) is out of range;
+    // anything else here has a fraction or is written in floating-point form.
+    if float.is_finite() && float.fract() == 0.0 && float > max as f64 {
+        return Err(out_of_range());
+    }
+    Err(TaskError::NotInteger {
+        kind,
+        field,
+        value: number.to_string(),
+    })
+}
+
+impl TaskSpec {
+    /// Parses an untrusted JSON value strictly, then runs [`TaskSpec::validate`].
+    ///
+    /// Checks, in order: the value is an object; it has a `"kind"`; the kind is a string naming
+    /// a known task; no field other than `"kind"` and the kind's own field is present; that field
+    /// is present; it has the right JSON type; a number is a non-negative integer in range; a text
+    /// is not too long.
+    pub fn from_json(value: &Value) -> Result<TaskSpec, TaskError> {
+        let object = value.as_object().ok_or(TaskError::NotAnObject {
+            found: json_type(value),
+        })?;
+        let kind_value = object.get("kind").ok_or(TaskError::MissingKind)?;
+        let kind_name = kind_value.as_str().ok_or(TaskError::KindNotString {
+            found: json_type(kind_value),
+        })?;
+        let kind = Kind::from_name(kind_name).ok_or_else(|| TaskError::UnknownKind {
+            kind: echo(kind_name),
+        })?;
+        let (name, field) = (kind.name(), kind.field());
+        if let Some(extra) = object.keys().find(|key| *key != "kind" && *key != field) {
+            return Err(TaskError::UnexpectedField {
+                kind: name,
+                field: echo(extra),
+                allowed: field,
+            });
+        }
+        let raw = object
+            .get(field)
+            .ok_or(TaskError::MissingField { kind: name, field })?;
+        let integer = |min, max| parse_integer(name, field, raw, min, max);
+        let spec = match kind {
+            Kind::Sleep => TaskSpec::Sleep {
+                milliseconds: integer(0, SLEEP_MILLIS_MAX)?,
+            },
+            Kind::WordCount => TaskSpec::WordCount {
+                text: parse_text(name, field, raw)?,
+            },
+            Kind::Sha256 => TaskSpec::Sha256 {
+                text: parse_text(name, field, raw)?,
+            },
+            Kind::PrimeCount => TaskSpec::PrimeCount {
+                limit: integer(0, PRIME_COUNT_LIMIT_MAX)?,
+            },
+            Kind::Fail => {
+                let max = u64::from(ATTEMPTS_MAX);
+                let n = integer(1, max)?;
+                // In range means it fits; the conversion still reports rather than assumes it.
+                let fail_until_attempt = u32::try_from(n).map_err(|_| TaskError::OutOfRange {
+                    kind: name,
+                    field,
+                    value: n.to_string(),
+                    min: 1,
+                    max,
+                })?;
+                TaskSpec::Fail { fail_until_attempt }
+            }
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks the bounds: sleep `milliseconds <= SLEEP_MILLIS_MAX`; text at most
+    /// `TASK_TEXT_BYTES_MAX` bytes; `limit <= PRIME_COUNT_LIMIT_MAX`;
+    /// `fail_until_attempt` in `1..=ATTEMPTS_MAX`.
+    pub fn validate(&self) -> Result<(), TaskError> {
+        let kind = self.kind();
+        let range = |field, value: u64, min: u64, max: u64| {
+            if (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(TaskError::OutOfRange {
+                    kind,
+                    field,
+                    value: value.to_string(),
+                    min,
+                    max,
+                })
+            }
+        };
+        match self {
+            TaskSpec::Sleep { milliseconds } => {
+                range("milliseconds", *milliseconds, 0, SLEEP_MILLIS_MAX)
+            }
+            TaskSpec::WordCount { text } | TaskSpec::Sha256 { text } => {
+                if text.len() <= TASK_TEXT_BYTES_MAX {
+                    Ok(())
+                } else {
+                    Err(TaskError::TextTooLong {
+                        kind,
+                        bytes: text.len(),
+                        max: TASK_TEXT_BYTES_MAX,
+                    })
+                }
+            }
+            TaskSpec::PrimeCount { limit } => range("limit", *limit, 0, PRIME_COUNT_LIMIT_MAX),
+            TaskSpec::Fail { fail_until_attempt } => range(
+                "fail_until_attempt",
+                u64::from(*fail_until_attempt),
+                1,
+                u64::from(ATTEMPTS_MAX),
+            ),
+        }
+    }
+
+    /// The wire name of the kind: "sleep", "word-count", "sha256", "prime-count" or "fail".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TaskSpec::Sleep { .. } => "sleep",
+            TaskSpec::WordCount { .. } => "word-count",
+            TaskSpec::Sha256 { .. } => "sha256",
+            TaskSpec::PrimeCount { .. } => "prime-count",
+            TaskSpec::Fail { .. } => "fail",
+        }
+    }
+
+    /// The wire form; identical to the derived `Serialize` and accepted back by
+    /// [`TaskSpec::from_json`] whenever the spec is valid.
+    pub fn to_json(&self) -> Value {
+        let (field, value) = match self {
+            TaskSpec::Sleep { milliseconds } => ("milliseconds", Value::from(*milliseconds)),
+            TaskSpec::WordCount { text } | TaskSpec::Sha256 { text } => {
+                ("text", Value::from(text.as_str()))
+            }
+            TaskSpec::PrimeCount { limit } => ("limit", Value::from(*limit)),
+            TaskSpec::Fail { fail_until_attempt } => {
+                ("fail_until_attempt", Value::from(*fail_until_attempt))
+            }
+        };
+        let mut object = Map::new();
+        object.insert("kind".to_string(), Value::from(self.kind()));
+        object.insert(field.to_string(), value);
+        Value::Object(object)
+    }
+
+    /// How a worker runs this task on `attempt`.
+    ///
+    /// A valid `sleep` task waits (the runtime owns timers) and then reports its output;
+    /// everything else, including any invalid spec, is [`TaskPlan::Compute`]: [`execute`]
+    /// answers right away (with a failure, for an invalid spec).
+    pub fn plan(&self, attempt: Attempt) -> TaskPlan {
+        match self {
+            TaskSpec::Sleep { milliseconds } if self.validate().is_ok() => TaskPlan::Sleep {
+                duration: Duration::from_millis(*milliseconds),
+                then: execute(self, attempt),
+            },
+            _ => TaskPlan::Compute,
+        }
+    }
+}
+
+/// Runs the task to completion on the calling thread.
+///
+/// Pure and deterministic in `(spec, attempt)`. A `sleep` task returns its output without
+/// sleeping; the runtime does the waiting (see [`TaskSpec::plan`]). A spec that fails
+/// [`TaskSpec::validate`] (one that bypassed [`TaskSpec::from_json`]) is not run: it fails with
+/// the validation message, so an oversized request cannot tie up a worker.
+pub fn execute(spec: &TaskSpec, attempt: Attempt) -> Result<TaskOutput, TaskFailure> {
+    if let Err(error) = spec.validate() {
+        return Err(TaskFailure::new(format!("invalid task: {error}")));
+    }
+    match spec {
+        TaskSpec::Sleep { milliseconds } => Ok(TaskOutput::Slept {
+            milliseconds: *milliseconds,
+        }),
+        TaskSpec::WordCount { text } => Ok(TaskOutput::WordCount {
+            words: count_words(text),
+        }),
+        TaskSpec::Sha256 { text } => Ok(TaskOutput::Sha256 {
+            hex: sha256_hex(text),
+        }),
+        TaskSpec::PrimeCount { limit } => Ok(TaskOutput::PrimeCount {
+            limit: *limit,
+            count: count_primes_up_to(*limit),
+        }),
+        TaskSpec::Fail { fail_until_attempt } => {
+            if attempt.0 < *fail_until_attempt {
+                Err(TaskFailure::new(format!(
+                    "deliberate failure on attempt {} of fail-until-attempt {}",
+                    attempt.0, fail_until_attempt
+                )))
+            } else {
+                Ok(TaskOutput::Succeeded { attempt: attempt.0 })
+            }
+        }
+    }
+}
+
+/// Number of whitespace-separated words (Unicode `White_Space` separates words).
+pub fn count_words(text: &str) -> u64 {
+    text.split_whitespace().map(|_| 1u64).sum()
+}
+
+/// Lowercase hex SHA-256 of the UTF-8 bytes of `text`.
+pub fn sha256_hex(text: &str) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(text.as_bytes());
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    hex
+}
+
+/// 64-bit words in one sieve segment: 32 KiB, so a segment stays in a typical L1 data cache.
+const SEGMENT_WORDS: usize = 4096;
+
+/// Largest `r` with `r * r <= n`.
+fn integer_sqrt(n: u64) -> u64 {
+    // The float estimate is within one or two of the answer; correct it exactly in u128.
+    let mut root = (n as f64).sqrt() as u64;
+    while u128::from(root) * u128::from(root) > u128::from(n) {
+        root -= 1;
+    }
+    while u128::from(root + 1) * u128::from(root + 1) <= u128::from(n) {
+        root += 1;
+    }
+    root
+}
+
+/// The odd primes `p <= limit`, by a plain odd-only sieve (used for the sieving primes only).
+fn odd_primes_up_to(limit: u64) -> Vec<u64> {
+    if limit < 3 {
+        return Vec::new();
+    }
+    // Index i stands for the odd number 2i + 1; index 0 (the number 1) is never reported.
+    let last = ((limit - 1) / 2) as usize;
+    let mut composite = vec![false; last + 1];
+    let mut primes = Vec::new();
+    for i in 1..=last {
+        if composite[i] {
+            continue;
+        }
+        let p = 2 * i + 1;
+        primes.push(p as u64);
+        // Start at p * p, index (p * p - 1) / 2 = 2i(i + 1); consecutive odd multiples are p apart.
+        let mut j = 2 * i * (i + 1);
+        while j <= last {
+            composite[j] = true;
+            j += p;
+        }
+    }
+    primes
+}
+
+/// Number of primes `p <= limit`, by an odd-only segmented sieve of Eratosthenes.
+///
+/// Bit `i` of the sieve stands for the odd number `2i + 1`. The range is swept in segments of
+/// 4,096 64-bit words (32 KiB, 262,144 odd numbers), crossing off odd multiples of
+/// each odd prime up to `sqrt(limit)`, starting at its square.
+///
+/// Memory is the one 32 KiB segment plus the sieving primes: for `limit` =
+/// [`PRIME_COUNT_LIMIT_MAX`] (10^9) that is the 3,400 odd primes below 31,623 (two `u64` each,
+/// about 54 KiB) and a 16 KiB byte sieve to find them, so well under 1 MiB in total. Time is
+/// roughly linear in `limit`.
+pub fn count_primes_up_to(limit: u64) -> u64 {
+    count_primes_segmented(limit, SEGMENT_WORDS)
+}
+
+/// [`count_primes_up_to`] with a chosen segment size, so tests can exercise tiny segments.
+fn count_primes_segmented(limit: u64, segment_words: usize) -> u64 {
+    let segment_bits = segment_words as u64 * 64;
+    if limit < 2 {
+        return 0;
+    }
+    // The prime 2; everything below counts odd primes.
+    let mut count = 1;
+    if limit < 3 {
+        return count;
+    }
+    let last = (limit - 1) / 2; // index of the largest odd number <= limit
+    let primes = odd_primes_up_to(integer_sqrt(limit));
+    // For each sieving prime p, the index of the next odd multiple still to cross off.
+    let mut next: Vec<u64> = primes.iter().map(|&p| (p * p - 1) / 2).collect();
+    let mut segment = vec![0u64; segment_words];
+    let mut low = 0u64;
+    while low <= last {
+        let high = last.min(low + (segment_bits - 1)); // inclusive
+        segment.fill(0);
+        if low == 0 {
+            segment[0] = 1; // the number 1 is not prime
+        }
+        // Only primes whose square lies in or before this segment have multiples to cross off
+        // here. (A prime's next multiple may lie beyond `high` even so, when the segment is short
+        // or the prime large; the loop below then does nothing for it.)
+        let active = primes.partition_point(|&p| (p * p - 1) / 2 <= high);
+        for (&p, next_index) in primes[..active].iter().zip(next.iter_mut()) {
+            let mut i = *next_index;
+            while i <= high {
+                let bit = (i - low) as usize;
+                segment[bit / 64] |= 1u64 << (bit % 64);
+                i += p;
+            }
+            *next_index = i;
+        }
+        let bits = (high - low + 1) as usize;
+        let full_words = bits / 64;
+        let crossed: u64 = segment[..full_words]
+            .iter()
+            .map(|word| u64::from(word.count_ones()))
+            .sum();
+        let mut candidates = (full_words * 64) as u64;
+        let mut crossed = crossed;
+        let tail = bits % 64;
+        if tail > 0 {
+            let mask = (1u64 << tail) - 1;
+            crossed += u64::from((segment[full_words] & mask).count_ones());
+            candidates += tail as u64;
+        }
+        count += candidates - crossed;
+        low += segment_bits;
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+    use std::sync::OnceLock;
+
+    fn parse(value: Value) -> Result<TaskSpec, TaskError> {
+        TaskSpec::from_json(&value)
+    }
+
+    // ---- sha256 ----
+
+    #[test]
+    fn sha256_known_vectors() {
+        assert_eq!(
+            sha256_hex(""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+        );
+        let output = execute(&TaskSpec::Sha256 { text: "abc".into() }, Attempt(1));
+        assert_eq!(
+            output,
+            Ok(TaskOutput::Sha256 {
+                hex: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into()
+            })
+        );
+    }
+
+    #[test]
+    fn sha256_hashes_utf8_bytes() {
+        assert_eq!(
+            sha256_hex("The quick brown fox jumps over the lazy dog"),
+            "d7a8fbb307d7809469ca9abcb0082e4f8d5651e46d3cdb762d02d0bf37c9e592"
+        );
+        // "é" is the two UTF-8 bytes c3 a9.
+        let expected: String = Sha256::digest([0xc3u8, 0xa9])
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        assert_eq!(sha256_hex("é"), expected);
+        assert_ne!(sha256_hex("é"), sha256_hex("e\u{301}"));
+    }
+
+    // ---- word count ----
+
+    #[test]
+    fn word_counts() {
+        assert_eq!(count_words(""), 0);
+        assert_eq!(count_words("   \t\n "), 0);
+        assert_eq!(count_words("a b"), 2);
+        assert_eq!(count_words("  hello,   world!  "), 2);
+        assert_eq!(count_words("one\ttwo\nthree\r\nfour"), 4);
+        // No-break space, em space, ideographic space, line separator are Unicode whitespace.
+        assert_eq!(count_words("a\u{a0}b\u{2003}c\u{3000}d\u{2028}e"), 5);
+        // A zero-width space is not whitespace, so it does not split words.
+        assert_eq!(count_words("a\u{200b}b"), 1);
+        assert_eq!(count_words("héllo wörld 日本語"), 3);
+        assert_eq!(
+            execute(
+                &TaskSpec::WordCount {
+                    text: "the quick  brown".into()
+                },
+                Attempt(1)
+            ),
+            Ok(TaskOutput::WordCount { words: 3 })
+        );
+    }
+
+    // ---- primes ----
+
+    fn is_prime_naive(n: u64) -> bool {
+        if n < 2 {
+            return false;
+        }
+        let mut d = 2;
+        while d * d <= n {
+            if n % d == 0 {
+                return false;
+            }
+            d += 1;
+        }
+        true
+    }
+
+    /// Odd numbers covered by one full-size segment (one bit each).
+    const SEGMENT_BITS: u64 = SEGMENT_WORDS as u64 * 64;
+
+    /// Prefix counts of primes for 0..=REFERENCE_MAX by a plain sieve over all integers.
+    const REFERENCE_MAX: usize = 2_000_000;
+    fn reference_counts() -> &'static [u32] {
+        static COUNTS: OnceLock<Vec<u32>> = OnceLock::new();
+        COUNTS.get_or_init(|| {
+            let mut prime = vec![true; REFERENCE_MAX + 1];
+            prime[0] = false;
+            prime[1] = false;
+            let mut n = 2;
+            while n * n <= REFERENCE_MAX {
+                if prime[n] {
+                    let mut m = n * n;
+                    while m <= REFERENCE_MAX {
+                        prime[m] = false;
+                        m += n;
+                    }
+                }
+                n += 1;
+            }
+            let mut running = 0u32;
+            prime
+                .iter()
+                .map(|&p| {
+                    running += u32::from(p);
+                    running
+                })
+                .collect()
+        })
+    }
+
+    #[test]
+    fn prime_counts_known_values() {
+        let known = [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (10, 4),
+            (100, 25),
+            (1_000, 168),
+            (10_000, 1_229),
+            (100_000, 9_592),
+            (1_000_000, 78_498),
+            (10_000_000, 664_579),
+        ];
+        for (limit, count) in known {
+            assert_eq!(count_primes_up_to(limit), count, "limit {limit}");
+        }
+    }
+
+    #[test]
+    fn prime_counts_match_naive_for_every_small_limit() {
+        let mut expected = 0;
+        for limit in 0..=5_000u64 {
+            if is_prime_naive(limit) {
+                expected += 1;
+            }
+            assert_eq!(count_primes_up_to(limit), expected, "limit {limit}");
+        }
+    }
+
+    #[test]
+    fn prime_counts_at_segment_boundaries() {
+        let counts = reference_counts();
+        // The segment covers odd indexes [k * SEGMENT_BITS, (k + 1) * SEGMENT_BITS), i.e. numbers
+        // up to 2 * (k + 1) * SEGMENT_BITS - 1.
+        for k in 1..=3u64 {
+            let edge = 2 * k * SEGMENT_BITS;
+            for limit in edge - 70..=edge + 70 {
+                assert_eq!(
+                    count_primes_up_to(limit),
+                    u64::from(counts[limit as usize]),
+                    "limit {limit}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tiny_segments_agree_with_the_reference() {
+        // One-word segments (128 integers) put sieving primes far beyond a segment's span and
+        // make many short final segments, as only huge limits would with the real size.
+        let counts = reference_counts();
+        for limit in (0..200_000u64).step_by(997).chain(199_000..199_300) {
+            for words in [1, 2, 3] {
+                assert_eq!(
+                    count_primes_segmented(limit, words),
+                    u64::from(counts[limit as usize]),
+                    "limit {limit}, {words} words"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn integer_sqrt_is_exact() {
+        for n in 0..=10_000u64 {
+            let r = integer_sqrt(n);
+            assert!(r * r <= n && (r + 1) * (r + 1) > n, "n {n}");
+        }
+        assert_eq!(integer_sqrt(u64::MAX), u64::from(u32::MAX));
+        assert_eq!(integer_sqrt(999_999_999_999_999_999), 999_999_999);
+        assert_eq!(integer_sqrt(1_000_000_000_000_000_000), 1_000_000_000);
+    }
+
+    #[test]
+    fn prime_count_task_output() {
+        assert_eq!(
+            execute(&TaskSpec::PrimeCount { limit: 100_000 }, Attempt(1)),
+            Ok(TaskOutput::PrimeCount {
+                limit: 100_000,
+                count: 9_592
+            })
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn prime_counts_match_reference_sieve(limit in 0..=REFERENCE_MAX as u64) {
+            prop_assert_eq!(
+                count_primes_up_to(limit),
+                u64::from(reference_counts()[limit as usize])
+            );
+        }
+
+        #[test]
+        fn prime_counts_match_reference_sieve_near_segment_ends(
+            segments in 1..=3u64,
+            offset in 0..2_000u64,
+        ) {
+            // A final segment only a few bits long is where crossing-off bookkeeping goes wrong.
+            let limit = 2 * segments * SEGMENT_BITS + offset - 1_000;
+            prop_assert_eq!(
+                count_primes_up_to(limit),
+                u64::from(reference_counts()[limit as usize])
+            );
+        }
+    }
+
+    // ---- fail ----
+
+    #[test]
+    fn fail_fails_before_the_threshold_and_succeeds_from_it() {
+        let spec = TaskSpec::Fail {
+            fail_until_attempt: 3,
+        };
+        for attempt in 1..3 {
+            let failure = execute(&spec, Attempt(attempt)).unwrap_err();
+            assert_eq!(
+                failure.message,
+                format!("deliberate failure on attempt {attempt} of fail-until-attempt 3")
+            );
+        }
+        assert_eq!(
+            execute(&spec, Attempt(3)),
+            Ok(TaskOutput::Succeeded { attempt: 3 })
+        );
+        assert_eq!(
+            execute(&spec, Attempt(4)),
+            Ok(TaskOutput::Succeeded { attempt: 4 })
+        );
+        let once = TaskSpec::Fail {
+            fail_until_attempt: 1,
+        };
+        assert_eq!(
+            execute(&once, Attempt(1)),
+            Ok(TaskOutput::Succeeded { attempt: 1 })
+        );
+        assert_eq!(spec.plan(Attempt(1)), TaskPlan::Compute);
+    }
+
+    proptest! {
+        #[test]
+        fn fail_succeeds_exactly_from_the_threshold(
+            until in 1..=ATTEMPTS_MAX,
+            attempt in 1..=ATTEMPTS_MAX + 5,
+        ) {
+            let result = execute(&TaskSpec::Fail { fail_until_attempt: until }, Attempt(attempt));
+            prop_assert_eq!(result.is_ok(), attempt >= until);
+            if let Ok(output) = result {
+                prop_assert_eq!(output, TaskOutput::Succeeded { attempt });
+            }
+        }
+    }
+
+    // ---- sleep and planning ----
+
+    #[test]
+    fn sleep_plans_a_wait_and_executes_without_one() {
+        let spec = TaskSpec::Sleep {
+            milliseconds: 20_000,
+        };
+        assert_eq!(
+            spec.plan(Attempt(1)),
+            TaskPlan::Sleep {
+                duration: Duration::from_secs(20),
+                then: Ok(TaskOutput::Slept {
+                    milliseconds: 20_000
+                }),
+            }
+        );
+        assert_eq!(
+            execute(&spec, Attempt(2)),
+            Ok(TaskOutput::Slept {
+                milliseconds: 20_000
+            })
+        );
+        assert_eq!(
+            TaskSpec::WordCount { text: "x".into() }.plan(Attempt(1)),
+            TaskPlan::Compute
+        );
+    }
+
+    #[test]
+    fn invalid_specs_are_not_run() {
+        let too_long = TaskSpec::Sleep {
+            milliseconds: SLEEP_MILLIS_MAX + 1,
+        };
+        assert_eq!(too_long.plan(Attempt(1)), TaskPlan::Compute);
+        let failure = execute(&too_long, Attempt(1)).unwrap_err();
+        assert!(failure.message.starts_with("invalid task: "), "{failure}");
+        let too_big = TaskSpec::PrimeCount {
+            limit: PRIME_COUNT_LIMIT_MAX + 1,
+        };
+        assert!(execute(&too_big, Attempt(1)).is_err());
+        let zero = TaskSpec::Fail {
+            fail_until_attempt: 0,
+        };
+        assert!(execute(&zero, Attempt(1)).is_err());
+    }
+
+    // ---- output text ----
+
+    #[test]
+    fn outputs_display_as_human_text() {
+        let cases = [
+            (
+                TaskOutput::Slept {
+                    milliseconds: 20_000,
+                },
+                "slept 20000 ms",
+            ),
+            (TaskOutput::WordCount { words: 3 }, "3 words"),
+            (TaskOutput::WordCount { words: 1 }, "1 word"),
+            (TaskOutput::WordCount { words: 0 }, "0 words"),
+            (
+                TaskOutput::Sha256 {
+                    hex: sha256_hex("abc"),
+                },
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            ),
+            (
+                TaskOutput::PrimeCount {
+                    limit: 100_000,
+                    count: 9_592,
+                },
+                "9592 primes <= 100000",
+            ),
+            (
+                TaskOutput::PrimeCount { limit: 2, count: 1 },
+                "1 prime <= 2",
+            ),
+            (
+                TaskOutput::Succeeded { attempt: 3 },
+                "succeeded on attempt 3",
+            ),
+        ];
+        for (output, text) in cases {
+            assert_eq!(output.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn outputs_have_tagged_wire_form() {
+        let cases = [
+            (
+                TaskOutput::Slept { milliseconds: 5 },
+                json!({"kind":"slept","milliseconds":5}),
+            ),
+            (
+                TaskOutput::WordCount { words: 2 },
+                json!({"kind":"word-count","words":2}),
+            ),
+            (
+                TaskOutput::Sha256 { hex: "ab".into() },
+                json!({"kind":"sha256","hex":"ab"}),
+            ),
+            (
+                TaskOutput::PrimeCount {
+                    limit: 10,
+                    count: 4,
+                },
+                json!({"kind":"prime-count","limit":10,"count":4}),
+            ),
+            (
+                TaskOutput::Succeeded { attempt: 3 },
+                json!({"kind":"succeeded","attempt":3}),
+            ),
+        ];
+        for (output, wire) in cases {
+            assert_eq!(serde_json::to_value(&output).unwrap(), wire);
+            assert_eq!(serde_json::from_value::<TaskOutput>(wire).unwrap(), output);
+        }
+        let failure = TaskFailure::new("boom");
+        assert_eq!(failure.to_string(), "boom");
+        assert_eq!(
+            serde_json::to_value(&failure).unwrap(),
+            json!({"message":"boom"})
+        );
+    }
+
+    // ---- parsing: accepted forms ----
+
+    #[test]
+    fn parses_every_documented_example() {
+        let cases = [
+            (
+                json!({"kind":"sleep","milliseconds":1000}),
+                TaskSpec::Sleep { milliseconds: 1000 },
+            ),
+            (
+                json!({"kind":"word-count","text":"a b"}),
+                TaskSpec::WordCount { text: "a b".into() },
+            ),
+            (
+                json!({"kind":"sha256","text":"abc"}),
+                TaskSpec::Sha256 { text: "abc".into() },
+            ),
+            (
+                json!({"kind":"prime-count","limit":100000}),
+                TaskSpec::PrimeCount { limit: 100_000 },
+            ),
+            (
+                json!({"kind":"fail","fail_until_attempt":3}),
+                TaskSpec::Fail {
+                    fail_until_attempt: 3,
+                },
+            ),
+        ];
+        for (wire, spec) in cases {
+            assert_eq!(parse(wire.clone()), Ok(spec.clone()));
+            assert_eq!(spec.to_json(), wire);
+            assert_eq!(serde_json::to_value(&spec).unwrap(), wire);
+            assert_eq!(serde_json::from_value::<TaskSpec>(wire).unwrap(), spec);
+        }
+    }
+
+    #[test]
+    fn accepts_the_bounds_themselves() {
+        assert!(parse(json!({"kind":"sleep","milliseconds":0})).is_ok());
+        assert!(parse(json!({"kind":"sleep","milliseconds":SLEEP_MILLIS_MAX})).is_ok());
+        assert!(parse(json!({"kind":"prime-count","limit":PRIME_COUNT_LIMIT_MAX})).is_ok());
+        assert!(parse(json!({"kind":"fail","fail_until_attempt":1})).is_ok());
+        assert!(parse(json!({"kind":"fail","fail_until_attempt":ATTEMPTS_MAX})).is_ok());
+        let longest = "x".repeat(TASK_TEXT_BYTES_MAX);
+        assert!(parse(json!({"kind":"sha256","text":longest})).is_ok());
+        assert!(parse(json!({"kind":"word-count","text":""})).is_ok());
+    }
+
+    #[test]
+    fn kinds_are_named() {
+        let specs = [
+            TaskSpec::Sleep { milliseconds: 1 },
+            TaskSpec::WordCount { text: "".into() },
+            TaskSpec::Sha256 { text: "".into() },
+            TaskSpec::PrimeCount { limit: 1 },
+            TaskSpec::Fail {
+                fail_until_attempt: 1,
+            },
+        ];
+        let kinds: Vec<&str> = specs.iter().map(TaskSpec::kind).collect();
+        assert_eq!(kinds, TASK_KINDS);
+        for name in TASK_KINDS {
+            assert_eq!(Kind::from_name(name).map(Kind::name), Some(name));
+        }
+    }
+
+    // ---- parsing: every error variant ----
+
+    #[test]
+    fn not_an_object() {
+        assert_eq!(
+            parse(json!([1, 2])),
+            Err(TaskError::NotAnObject { found: "an array" })
+        );
+        assert_eq!(
+            parse(json!("sleep")),
+            Err(TaskError::NotAnObject { found: "a string" })
+        );
+        assert_eq!(
+            parse(Value::Null),
+            Err(TaskError::NotAnObject { found: "null" })
+        );
+    }
+
+    #[test]
+    fn missing_kind() {
+        let error = parse(json!({"milliseconds":5})).unwrap_err();
+        assert_eq!(error, TaskError::MissingKind);
+        assert!(error
+            .to_string()
+            .contains("sleep, word-count, sha256, prime-count, fail"));
+    }
+
+    #[test]
+    fn kind_not_a_string() {
+        assert_eq!(
+            parse(json!({"kind":7})),
+            Err(TaskError::KindNotString { found: "a number" })
+        );
+    }
+
+    #[test]
+    fn unknown_kind_lists_the_known_ones() {
+        let error = parse(json!({"kind":"nope"})).unwrap_err();
+        assert_eq!(
+            error,
+            TaskError::UnknownKind {
+                kind: "nope".into()
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "unknown task kind \"nope\"; known kinds: sleep, word-count, sha256, prime-count, fail"
+        );
+        // Kinds are case-sensitive and kebab-case.
+        assert!(matches!(
+            parse(json!({"kind":"word_count","text":""})),
+            Err(TaskError::UnknownKind { .. })
+        ));
+        // A huge kind is not echoed back in full.
+        let huge = "é".repeat(1000);
+        match parse(json!({ "kind": huge })) {
+            Err(TaskError::UnknownKind { kind }) => assert!(kind.len() <= ECHO_BYTES_MAX + 3),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_field() {
+        let error = parse(json!({"kind":"sleep"})).unwrap_err();
+        assert_eq!(
+            error,
+            TaskError::MissingField {
+                kind: "sleep",
+                field: "milliseconds"
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "sleep task is missing the field \"milliseconds\", which must be an integer in 0..=86400000"
+        );
+        assert_eq!(
+            parse(json!({"kind":"sha256"})),
+            Err(TaskError::MissingField {
+                kind: "sha256",
+                field: "text"
+            })
+        );
+    }
+
+    #[test]
+    fn wrong_type() {
+        let error = parse(json!({"kind":"sleep","milliseconds":"5"})).unwrap_err();
+        assert_eq!(
+            error,
+            TaskError::WrongType {
+                kind: "sleep",
+                field: "milliseconds",
+                expected: "integer",
+                found: "a string"
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "sleep task field \"milliseconds\" must be an integer in 0..=86400000, found a string"
+        );
+        assert_eq!(
+            parse(json!({"kind":"word-count","text":12})),
+            Err(TaskError::WrongType {
+                kind: "word-count",
+                field: "text",
+                expected: "string",
+                found: "a number"
+            })
+        );
+        assert_eq!(
+            parse(json!({"kind":"fail","fail_until_attempt":null})),
+            Err(TaskError::WrongType {
+                kind: "fail",
+                field: "fail_until_attempt",
+                expected: "integer",
+                found: "null"
+            })
+        );
+    }
+
+    #[test]
+    fn negative() {
+        let error = parse(json!({"kind":"sleep","milliseconds":-5})).unwrap_err();
+        assert_eq!(
+            error,
+            TaskError::Negative {
+                kind: "sleep",
+                field: "milliseconds",
+                value: "-5".into()
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "sleep task field \"milliseconds\" is -5, but it must be an integer in 0..=86400000"
+        );
+        assert!(matches!(
+            parse(json!({"kind":"prime-count","limit":-2.5})),
+            Err(TaskError::Negative { .. })
+        ));
+    }
+
+    #[test]
+    fn not_an_integer() {
+        let error = parse(json!({"kind":"sleep","milliseconds":1.5})).unwrap_err();
+        assert_eq!(
+            error,
+            TaskError::NotInteger {
+                kind: "sleep",
+                field: "milliseconds",
+                value: "1.5".into()
+            }
+        );
+        assert!(error.to_string().contains("not a plain integer"));
+        // A whole number in floating-point form is not accepted either (nor is it by serde);
+        // serde_json also reads "-0" as the float -0.0.
+        let five: Value = serde_json::from_str(r#"{"kind":"prime-count","limit":5.0}"#).unwrap();
+        assert!(matches!(
+            TaskSpec::from_json(&five),
+            Err(TaskError::NotInteger { .. })
+        ));
+        assert!(serde_json::from_value::<TaskSpec>(five).is_err());
+        for text in ["1e3", "-0", "-0.0", "0.5"] {
+            let wire = format!(r#"{{"kind":"sleep","milliseconds":{text}}}"#);
+            let value: Value = serde_json::from_str(&wire).unwrap();
+            let result = TaskSpec::from_json(&value);
+            assert!(
+                matches!(result, Err(TaskError::NotInteger { .. })),
+                "{text}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn out_of_range() {
+        let error = parse(json!({"kind":"prime-count","limit":2000000000u64})).unwrap_err();
+        assert_eq!(
+            error,
+            TaskError::OutOfRange {
+                kind: "prime-count",
+                field: "limit",
+                value: "2000000000".into(),
+                min: 0,
+                max: PRIME_COUNT_LIMIT_MAX
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "prime-count task field \"limit\" is 2000000000, outside the allowed range 0..=1000000000"
+        );
+        assert_eq!(
+            parse(json!({"kind":"sleep","milliseconds":SLEEP_MILLIS_MAX + 1})),
+            Err(TaskError::OutOfRange {
+                kind: "sleep",
+                field: "milliseconds",
+                value: (SLEEP_MILLIS_MAX + 1).to_string(),
+                min: 0,
+                max: SLEEP_MILLIS_MAX
+            })
+        );
+        assert_eq!(
+            parse(json!({"kind":"fail","fail_until_attempt":0})),
+            Err(TaskError::OutOfRange {
+                kind: "fail",
+                field: "fail_until_attempt",
+                value: "0".into(),
+                min: 1,
+                max: 100
+            })
+        );
+        // Larger than u32 (the field's Rust type) is still just out of range.
+        assert!(matches!(
+            parse(json!({"kind":"fail","fail_until_attempt":5_000_000_000u64})),
+            Err(TaskError::OutOfRange { .. })
+        ));
+        // Larger than u64: serde_json holds it as a float, and it is still out of range.
+        let huge: Value =
+            serde_json::from_str(r#"{"kind":"sleep","milliseconds":100000000000000000000}"#)
+                .unwrap();
+        assert!(matches!(
+            TaskSpec::from_json(&huge),
+            Err(TaskError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn text_too_long() {
+        let text = "é".repeat(TASK_TEXT_BYTES_MAX / 2 + 1);
+        let error = parse(json!({"kind":"word-count","text":text})).unwrap_err();
+        assert_eq!(
+            error,
+            TaskError::TextTooLong {
+                kind: "word-count",
+                bytes: TASK_TEXT_BYTES_MAX + 2,
+                max: TASK_TEXT_BYTES_MAX
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "word-count task field \"text\" is 262146 bytes long; at most 262144 bytes are allowed"
+        );
+    }
+
+    #[test]
+    fn unexpected_field() {
+        let error = parse(json!({"kind":"sleep","milliseconds":5,"x":1})).unwrap_err();
+        assert_eq!(
+            error,
+            TaskError::UnexpectedField {
+                kind: "sleep",
+                field: "x".into(),
+                allowed: "milliseconds"
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "sleep task has an unexpected field \"x\"; it takes only \"kind\" and \"milliseconds\""
+        );
+        // A misspelt field is reported as unexpected rather than as the real one missing.
+        assert!(matches!(
+            parse(json!({"kind":"sleep","millis":5})),
+            Err(TaskError::UnexpectedField { .. })
+        ));
+        // The derived Deserialize is strict in the same way.
+        assert!(
+            serde_json::from_value::<TaskSpec>(json!({"kind":"sleep","milliseconds":5,"x":1}))
+                .is_err()
+        );
+    }
+
+    // ---- properties ----
+
+    fn valid_spec() -> impl Strategy<Value = TaskSpec> {
+        prop_oneof![
+            (0..=SLEEP_MILLIS_MAX).prop_map(|milliseconds| TaskSpec::Sleep { milliseconds }),
+            any::<String>().prop_map(|text| TaskSpec::WordCount { text }),
+            any::<String>().prop_map(|text| TaskSpec::Sha256 { text }),
+            (0..=PRIME_COUNT_LIMIT_MAX).prop_map(|limit| TaskSpec::PrimeCount { limit }),
+            (1..=ATTEMPTS_MAX).prop_map(|fail_until_attempt| TaskSpec::Fail { fail_until_attempt }),
+        ]
+    }
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            prop::sample::select(vec![
+                "sleep",
+                "word-count",
+                "sha256",
+                "prime-count",
+                "fail",
+                ""
+            ])
+            .prop_map(Value::from),
+            ".{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            let key = prop::sample::select(vec![
+                "kind",
+                "milliseconds",
+                "text",
+                "limit",
+                "fail_until_attempt",
+                "x",
+            ]);
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map(key.prop_map(String::from), inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn valid_specs_round_trip(spec in valid_spec()) {
+            prop_assert_eq!(spec.validate(), Ok(()));
+            let wire = spec.to_json();
+            prop_assert_eq!(&wire, &serde_json::to_value(&spec).unwrap());
+            prop_assert_eq!(TaskSpec::from_json(&wire), Ok(spec.clone()));
+            // And through text, as it travels.
+            let text = serde_json::to_string(&wire).unwrap();
+            let reparsed: Value = serde_json::from_str(&text).unwrap();
+            prop_assert_eq!(TaskSpec::from_json(&reparsed), Ok(spec));
+        }
+
+        #[test]
+        fn parsing_never_panics_and_agrees_with_validate(value in any_json()) {
+            if let Ok(spec) = TaskSpec::from_json(&value) {
+                prop_assert_eq!(spec.validate(), Ok(()));
+                prop_assert_eq!(spec.to_json(), value);
+            }
+        }
+
+        #[test]
+        fn out_of_range_numbers_are_rejected(
+            ms in SLEEP_MILLIS_MAX + 1..,
+            limit in PRIME_COUNT_LIMIT_MAX + 1..,
+            until in ATTEMPTS_MAX + 1..,
+        ) {
+            let is_out_of_range = |r: Result<TaskSpec, TaskError>| {
+                matches!(r, Err(TaskError::OutOfRange { .. }))
+            };
+            let sleep = parse(json!({"kind":"sleep","milliseconds":ms}));
+            let prime_count = parse(json!({"kind":"prime-count","limit":limit}));
+            let fail = parse(json!({"kind":"fail","fail_until_attempt":until}));
+            prop_assert!(is_out_of_range(sleep));
+            prop_assert!(is_out_of_range(prime_count));
+            prop_assert!(is_out_of_range(fail));
+        }
+
+        #[test]
+        fn word_count_matches_a_simple_scan(text in "[a b\t\u{a0}\u{3000}\u{200b}é]{0,40}") {
+            let mut words = 0u64;
+            let mut in_word = false;
+            for c in text.chars() {
+                if c.is_whitespace() {
+                    in_word = false;
+                } else if !in_word {
+                    in_word = true;
+                    words += 1;
+                }
+            }
+            prop_assert_eq!(count_words(&text), words);
+        }
+    }
+}

@@ -1,0 +1,818 @@
+//! The worker state machine: connect, register, heartbeat, accept attempts, report results until
+//! they are acknowledged, obey cancels. It never runs a task itself: it asks its driver to
+//! (`StartTask`), and the driver reports back (`handle_task_finished`).
+//!
+//! ```text
+//!         ┌──────── backoff (full jitter) <──────────────┐
+//!         v                                              │ connect failed / closed /
+//!     Idle ──timer──> Connecting ──connected──> Registering ──REGISTERED──> Registered
+//!                                                   │                          │
+//!                                                   └── coordinator silent ────┘
+//! ```
+//!
+//! Calling order for a driver:
+//!
+//! 1. Create with `Worker::new`, then drain `poll_output`: the first output is a `Connect`.
+//! 2. Report what happened to that connection attempt with `handle_connected`,
+//!    `handle_connect_failed` or `handle_disconnected`, always passing the `ConnectAttempt` the
+//!    `Connect` carried; reports about an older attempt are ignored, so a late "closed" for a
+//!    socket the machine already gave up on can never tear down the new one.
+//! 3. Feed coordinator messages with `handle_message`, task completions with
+//!    `handle_task_finished`, and call `handle_timeout` when `poll_timeout` is due.
+//! 4. After every input, drain `poll_output`.
+//!
+//! Results survive a coordinator restart: each result is kept until `RESULT_ACK` names its lease,
+//! and all unacknowledged results are sent again right after every successful registration.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::time::Duration;
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::ids::{Attempt, Incarnation, JobId, LeaseId, WorkerId};
+use crate::limits::WORKER_CAPACITY_MAX;
+use crate::protocol::{
+    AttemptOutcome, CoordinatorToWorker, ErrorCode, RunningAttempt, WorkerToCoordinator,
+};
+use crate::tasks::TaskSpec;
+use crate::time::{as_millis_u64, Instant};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerConfig {
+    pub worker_id: WorkerId,
+    pub capacity: u32,
+    /// Coordinator worker-port addresses, tried in turn.
+    pub coordinators: Vec<String>,
+    /// Reconnect backoff: full jitter in `[0, min(reconnect_max, reconnect_base * 2^n)]`.
+    pub reconnect_base: Duration,
+    pub reconnect_max: Duration,
+    /// How long to wait for a connection to open and registration to be answered.
+    pub connect_timeout: Duration,
+}
+
+impl WorkerConfig {
+    pub fn new(worker_id: WorkerId, capacity: u32, coordinators: Vec<String>) -> WorkerConfig {
+        WorkerConfig {
+            worker_id,
+            capacity,
+            coordinators,
+            reconnect_base: Duration::from_millis(100),
+            reconnect_max: Duration::from_millis(5_000),
+            connect_timeout: Duration::from_millis(5_000),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), WorkerConfigError> {
+        if !(1..=WORKER_CAPACITY_MAX).contains(&self.capacity) {
+            return Err(WorkerConfigError::Capacity(self.capacity));
+        }
+        if self.coordinators.is_empty() {
+            return Err(WorkerConfigError::NoCoordinators);
+        }
+        if self.reconnect_base.is_zero() || self.reconnect_base > self.reconnect_max {
+            return Err(WorkerConfigError::Backoff);
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(WorkerConfigError::ConnectTimeout);
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerConfigError {
+    #[error("capacity must be between 1 and {WORKER_CAPACITY_MAX} (got {0})")]
+    Capacity(u32),
+    #[error("at least one coordinator address is needed")]
+    NoCoordinators,
+    #[error("reconnect backoff base must be positive and not above its maximum")]
+    Backoff,
+    #[error("connect timeout must be positive")]
+    ConnectTimeout,
+}
+
+/// Names one connection attempt, so reports about an abandoned socket can be told apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnectAttempt(pub u64);
+
+/// What the worker asks its driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkerOutput {
+    /// Open a connection to `address`; report the outcome with `attempt`.
+    Connect {
+        attempt: ConnectAttempt,
+        address: String,
+    },
+    /// Send on the current connection.
+    Send(WorkerToCoordinator),
+    /// Close the current connection (no report is expected back).
+    Close,
+    /// Run this attempt; call `handle_task_finished` when it ends.
+    StartTask {
+        job_id: JobId,
+        lease_id: LeaseId,
+        attempt: Attempt,
+        task: TaskSpec,
+        timeout: Duration,
+    },
+    /// Stop this attempt as soon as possible, then report it finished (`Cancelled` if stopped).
+    CancelTask { lease_id: LeaseId },
+    Event(WorkerEvent),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkerEvent {
+    Connecting { address: String },
+    Registered { address: String },
+    RegistrationRejected { message: String },
+    Disconnected { reason: String, retry_in_millis: u64 },
+    TaskStarted { job_id: JobId, lease_id: LeaseId, attempt: Attempt },
+    TaskRefused { job_id: JobId, lease_id: LeaseId, reason: String },
+    CancelRequested { job_id: JobId, lease_id: LeaseId },
+    TaskFinished { job_id: JobId, lease_id: LeaseId, outcome: String },
+    ResultAcknowledged { job_id: JobId, lease_id: LeaseId, accepted: bool },
+    CoordinatorError { code: ErrorCode, message: String },
+}
+
+impl fmt::Display for WorkerEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkerEvent::Connecting { address } => write!(f, "Connecting to coordinator at {address}"),
+            WorkerEvent::Registered { address } => write!(f, "Registered with coordinator at {address}"),
+            WorkerEvent::RegistrationRejected { message } => write!(f, "Registration rejected: {message}"),
+            WorkerEvent::Disconnected {
+                reason,
+                retry_in_millis,
+            } => write!(f, "Disconnected ({reason}); reconnecting in {retry_in_millis} ms"),
+            WorkerEvent::TaskStarted {
+                job_id,
+                lease_id,
+                attempt,
+            } => write!(f, "Task started: jobId={job_id} attempt={attempt} attemptId={lease_id}"),
+            WorkerEvent::TaskRefused {
+                job_id,
+                lease_id,
+                reason,
+            } => write!(f, "Task refused: jobId={job_id} attemptId={lease_id} reason=\"{reason}\""),
+            WorkerEvent::CancelRequested { job_id, lease_id } => {
+                write!(f, "Cancel requested: jobId={job_id} attemptId={lease_id}")
+            }
+            WorkerEvent::TaskFinished {
+                job_id,
+                lease_id,
+                outcome,
+            } => write!(f, "Task finished: jobId={job_id} attemptId={lease_id} outcome=\"{outcome}\""),
+            WorkerEvent::ResultAcknowledged {
+                job_id,
+                lease_id,
+                accepted,
+            } => write!(
+                f,
+                "Result acknowledged: jobId={job_id} attemptId={lease_id} accepted={accepted}"
+            ),
+            WorkerEvent::CoordinatorError { code, message } => {
+                write!(f, "Coordinator error {code:?}: {message}")
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct RunningTask {
+    job_id: JobId,
+    cancel_requested: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Link {
+    /// Not connected; try again at `retry_at`.
+    Idle { retry_at: Instant },
+    /// Waiting for the driver to open the connection, or for `REGISTERED`.
+    Connecting {
+        attempt: ConnectAttempt,
+        opened: bool,
+        give_up_at: Instant,
+    },
+    Registered {
+        attempt: ConnectAttempt,
+        heartbeat_interval: Duration,
+        heartbeat_timeout: Duration,
+        next_heartbeat: Instant,
+        last_heard: Instant,
+    },
+}
+
+/// The worker. See the module documentation for the calling order.
+pub struct Worker {
+    config: WorkerConfig,
+    incarnation: Incarnation,
+    rng: ChaCha8Rng,
+    link: Link,
+    next_attempt: u64,
+    /// Index into `config.coordinators` of the address tried last.
+    address_index: usize,
+    /// Address the leader redirect named, tried before the configured list.
+    redirect: Option<String>,
+    /// Consecutive failed connection attempts (drives the backoff).
+    failures: u32,
+    running: BTreeMap<LeaseId, RunningTask>,
+    /// Finished attempts whose results await `RESULT_ACK`.
+    unacked: BTreeMap<LeaseId, (JobId, AttemptOutcome)>,
+    outputs: VecDeque<WorkerOutput>,
+}
+
+impl Worker {
+    /// A worker process starting at `now`. Its incarnation is drawn from `seed`, so a restarted
+    /// process (given a new seed) is told apart from a reconnecting one.
+    pub fn new(config: WorkerConfig, seed: u64, now: Instant) -> Result<Worker, WorkerConfigError> {
+        config.validate()?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let incarnation = Incarnation(rng.next_u64());
+        let mut worker = Worker {
+            config,
+            incarnation,
+            rng,
+            link: Link::Idle { retry_at: now },
+            next_attempt: 0,
+            address_index: 0,
+            redirect: None,
+            failures: 0,
+            running: BTreeMap::new(),
+            unacked: BTreeMap::new(),
+            outputs: VecDeque::new(),
+        };
+        worker.address_index = worker.config.coordinators.len() - 1;
+        worker.connect(now);
+        Ok(worker)
+    }
+
+    pub fn id(&self) -> &WorkerId {
+        &self.config.worker_id
+    }
+
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    pub fn is_registered(&self) -> bool {
+        matches!(self.link, Link::Registered { .. })
+    }
+
+    /// Attempts executing now.
+    pub fn running(&self) -> impl Iterator<Item = (LeaseId, JobId)> + '_ {
+        self.running.iter().map(|(lease, task)| (*lease, task.job_id))
+    }
+
+    /// Results not yet acknowledged.
+    pub fn unacknowledged(&self) -> usize {
+        self.unacked.len()
+    }
+
+    pub fn poll_output(&mut self) -> Option<WorkerOutput> {
+        self.outputs.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.link {
+            Link::Idle { retry_at } => Some(*retry_at),
+            Link::Connecting { give_up_at, .. } => Some(*give_up_at),
+            Link::Registered {
+                next_heartbeat,
+                last_heard,
+                heartbeat_timeout,
+                ..
+            } => Some((*next_heartbeat).min(last_heard.saturating_add(*heartbeat_timeout))),
+        }
+    }
+
+    fn current_attempt(&self) -> Option<ConnectAttempt> {
+        match &self.link {
+            Link::Idle { .. } => None,
+            Link::Connecting { attempt, .. } | Link::Registered { attempt, .. } => Some(*attempt),
+        }
+    }
+
+    fn event(&mut self, event: WorkerEvent) {
+        self.outputs.push_back(WorkerOutput::Event(event));
+    }
+
+    fn send(&mut self, message: WorkerToCoordinator) {
+        self.outputs.push_back(WorkerOutput::Send(message));
+    }
+
+    fn current_address(&self) -> String {
+        self.redirect
+            .clone()
+            .or_else(|| self.config.coordinators.get(self.address_index).cloned())
+            .unwrap_or_default()
+    }
+
+    fn connect(&mut self, now: Instant) {
+        if self.redirect.is_none() {
+            self.address_index = (self.address_index + 1) % self.config.coordinators.len();
+        }
+        let address = self.current_address();
+        self.next_attempt += 1;
+        let attempt = ConnectAttempt(self.next_attempt);
+        self.link = Link::Connecting {
+            attempt,
+            opened: false,
+            give_up_at: now.saturating_add(self.config.connect_timeout),
+        };
+        self.event(WorkerEvent::Connecting {
+            address: address.clone(),
+        });
+        self.outputs.push_back(WorkerOutput::Connect { attempt, address });
+    }
+
+    /// Drops the connection (if any) and schedules the next attempt with backoff.
+    fn back_off(&mut self, now: Instant, reason: String, close: bool) {
+        if close {
+            self.outputs.push_back(WorkerOutput::Close);
+        }
+        self.failures = self.failures.saturating_add(1);
+        let base = as_millis_u64(self.config.reconnect_base);
+        let cap = as_millis_u64(self.config.reconnect_max);
+        let exponent = (self.failures - 1).min(63);
+        let ceiling = base.saturating_mul(1u64 << exponent).min(cap);
+        let delay = self.rng.next_u64() % (ceiling + 1);
+        self.link = Link::Idle {
+            retry_at: now.saturating_add(Duration::from_millis(delay)),
+        };
+        self.event(WorkerEvent::Disconnected {
+            reason,
+            retry_in_millis: delay,
+        });
+    }
+
+    pub fn handle_connected(&mut self, now: Instant, attempt: ConnectAttempt) {
+        let Link::Connecting {
+            attempt: current,
+            opened,
+            ..
+        } = &mut self.link
+        else {
+            return;
+        };
+        if *current != attempt {
+            return;
+        }
+        *opened = true;
+        let _ = now;
+        let running = self
+            .running
+            .iter()
+            .map(|(lease_id, task)| RunningAttempt {
+                job_id: task.job_id,
+                lease_id: *lease_id,
+            })
+            .collect();
+        self.send(WorkerToCoordinator::Register {
+            worker_id: self.config.worker_id.clone(),
+            incarnation: self.incarnation,
+            capacity: self.config.capacity,
+            running,
+        });
+    }
+
+    pub fn handle_connect_failed(&mut self, now: Instant, attempt: ConnectAttempt, reason: &str) {
+        if self.current_attempt() != Some(attempt) {
+            return;
+        }
+        self.redirect = None;
+        self.back_off(now, format!("connect failed: {reason}"), false);
+    }
+
+    pub fn handle_disconnected(&mut self, now: Instant, attempt: ConnectAttempt, reason: &str) {
+        if self.current_attempt() != Some(attempt) {
+            return;
+        }
+        self.back_off(now, format!("connection closed: {reason}"), false);
+    }
+
+    pub fn handle_message(&mut self, now: Instant, attempt: ConnectAttempt, message: CoordinatorToWorker) {
+        if self.current_attempt() != Some(attempt) {
+            return;
+        }
+        if let Link::Registered { last_heard, .. } = &mut self.link {
+            *last_heard = now;
+        }
+        match message {
+            CoordinatorToWorker::Registered {
+                heartbeat_interval_millis,
+                heartbeat_timeout_millis,
+            } => self.on_registered(now, attempt, heartbeat_interval_millis, heartbeat_timeout_millis),
+            CoordinatorToWorker::RegisterRejected { message, .. } => {
+                self.event(WorkerEvent::RegistrationRejected {
+                    message: message.clone(),
+                });
+                self.back_off(now, format!("registration rejected: {message}"), true);
+            }
+            CoordinatorToWorker::HeartbeatAck {} => {}
+            CoordinatorToWorker::TaskAssign {
+                job_id,
+                lease_id,
+                attempt,
+                task,
+                timeout_millis,
+                ..
+            } => self.on_assign(job_id, lease_id, attempt, task, timeout_millis),
+            CoordinatorToWorker::TaskCancel { job_id, lease_id, .. } => {
+                if let Some(task) = self.running.get_mut(&lease_id) {
+                    if !task.cancel_requested {
+                        task.cancel_requested = true;
+                        self.event(WorkerEvent::CancelRequested { job_id, lease_id });
+                        self.outputs.push_back(WorkerOutput::CancelTask { lease_id });
+                    }
+                }
+            }
+            CoordinatorToWorker::ResultAck {
+                job_id,
+                lease_id,
+                accepted,
+            } => {
+                if self.unacked.remove(&lease_id).is_some() {
+                    self.event(WorkerEvent::ResultAcknowledged {
+                        job_id,
+                        lease_id,
+                        accepted,
+                    });
+                }
+            }
+            CoordinatorToWorker::NotLeader { leader } => {
+                self.redirect = leader.map(|hint| hint.address);
+                self.failures = 0;
+                self.back_off(now, "coordinator is not the leader".into(), true);
+            }
+            CoordinatorToWorker::Error { code, message } => {
+                self.event(WorkerEvent::CoordinatorError {
+                    code,
+                    message: message.clone(),
+                });
+                if code.closes_connection() || code == ErrorCode::NotRegistered {
+                    self.back_off(now, format!("coordinator error {code:?}"), true);
+                }
+            }
+        }
+    }
+
+    fn on_registered(&mut self, now: Instant, attempt: ConnectAttempt, interval_millis: u64, timeout_millis: u64) {
+        // Never heartbeat slower than a third of the timeout, whatever the coordinator says.
+        let heartbeat_timeout = Duration::from_millis(timeout_millis.max(1));
+        let heartbeat_interval = Duration::from_millis(interval_millis.max(1)).min(heartbeat_timeout / 3).max(Duration::from_millis(1));
+        let address = self.current_address();
+        self.link = Link::Registered {
+            attempt,
+            heartbeat_interval,
+            heartbeat_timeout,
+            next_heartbeat: now.saturating_add(heartbeat_interval),
+            last_heard: now,
+        };
+        self.failures = 0;
+        self.event(WorkerEvent::Registered { address });
+        let results: Vec<_> = self
+            .unacked
+            .iter()
+            .map(|(lease_id, (job_id, outcome))| WorkerToCoordinator::TaskResult {
+                job_id: *job_id,
+                lease_id: *lease_id,
+                outcome: outcome.clone(),
+            })
+            .collect();
+        for result in results {
+            self.send(result);
+        }
+    }
+
+    fn on_assign(&mut self, job_id: JobId, lease_id: LeaseId, attempt: Attempt, task: TaskSpec, timeout_millis: u64) {
+        if self.running.contains_key(&lease_id) || self.unacked.contains_key(&lease_id) {
+            return; // Already have it.
+        }
+        let capacity = usize::try_from(self.config.capacity).unwrap_or(usize::MAX);
+        if self.running.len() >= capacity {
+            // The coordinator counts slots too, so this means its view and ours disagree; refuse
+            // rather than overcommit, and let the attempt be retried elsewhere.
+            let reason = format!("worker at capacity ({} of {})", self.running.len(), capacity);
+            self.event(WorkerEvent::TaskRefused {
+                job_id,
+                lease_id,
+                reason: reason.clone(),
+            });
+            self.unacked.insert(lease_id, (job_id, AttemptOutcome::Failed { error: reason.clone() }));
+            self.send(WorkerToCoordinator::TaskResult {
+                job_id,
+                lease_id,
+                outcome: AttemptOutcome::Failed { error: reason },
+            });
+            return;
+        }
+        self.running.insert(
+            lease_id,
+            RunningTask {
+                job_id,
+                cancel_requested: false,
+            },
+        );
+        self.event(WorkerEvent::TaskStarted {
+            job_id,
+            lease_id,
+            attempt,
+        });
+        self.outputs.push_back(WorkerOutput::StartTask {
+            job_id,
+            lease_id,
+            attempt,
+            task,
+            timeout: Duration::from_millis(timeout_millis),
+        });
+    }
+
+    /// The driver finished (or stopped) an attempt.
+    pub fn handle_task_finished(&mut self, _now: Instant, lease_id: LeaseId, outcome: AttemptOutcome) {
+        let Some(task) = self.running.remove(&lease_id) else {
+            return;
+        };
+        let job_id = task.job_id;
+        let summary = match &outcome {
+            AttemptOutcome::Succeeded { output } => output.to_string(),
+            AttemptOutcome::Failed { error } => format!("failed: {error}"),
+            AttemptOutcome::Cancelled {} => "cancelled".to_owned(),
+        };
+        self.event(WorkerEvent::TaskFinished {
+            job_id,
+            lease_id,
+            outcome: summary,
+        });
+        self.unacked.insert(lease_id, (job_id, outcome.clone()));
+        if self.is_registered() {
+            self.send(WorkerToCoordinator::TaskResult {
+                job_id,
+                lease_id,
+                outcome,
+            });
+        }
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match self.link.clone() {
+            Link::Idle { retry_at } if retry_at <= now => self.connect(now),
+            Link::Connecting { give_up_at, opened, .. } if give_up_at <= now => {
+                self.redirect = None;
+                let reason = if opened { "no answer to REGISTER" } else { "connect timed out" };
+                self.back_off(now, reason.into(), true);
+            }
+            Link::Registered {
+                attempt,
+                heartbeat_interval,
+                heartbeat_timeout,
+                next_heartbeat,
+                last_heard,
+            } => {
+                if last_heard.saturating_add(heartbeat_timeout) <= now {
+                    let silent = as_millis_u64(now.saturating_since(last_heard));
+                    self.back_off(now, format!("coordinator silent for {silent} ms"), true);
+                } else if next_heartbeat <= now {
+                    self.send(WorkerToCoordinator::Heartbeat {});
+                    self.link = Link::Registered {
+                        attempt,
+                        heartbeat_interval,
+                        heartbeat_timeout,
+                        next_heartbeat: now.saturating_add(heartbeat_interval),
+                        last_heard,
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::TaskOutput;
+    use uuid::Uuid;
+
+    fn worker() -> Worker {
+        let config = WorkerConfig::new(
+            WorkerId::parse("w1").expect("valid id"),
+            2,
+            vec!["a:1".into(), "b:1".into()],
+        );
+        Worker::new(config, 9, Instant::ZERO).expect("valid config")
+    }
+
+    fn drain(worker: &mut Worker) -> Vec<WorkerOutput> {
+        std::iter::from_fn(|| worker.poll_output())
+            .filter(|o| !matches!(o, WorkerOutput::Event(_)))
+            .collect()
+    }
+
+    fn connect_attempt(outputs: &[WorkerOutput]) -> (ConnectAttempt, String) {
+        outputs
+            .iter()
+            .find_map(|o| match o {
+                WorkerOutput::Connect { attempt, address } => Some((*attempt, address.clone())),
+                _ => None,
+            })
+            .expect("a Connect output")
+    }
+
+    fn registered(worker: &mut Worker) -> ConnectAttempt {
+        let (attempt, _) = connect_attempt(&drain(worker));
+        worker.handle_connected(Instant::ZERO, attempt);
+        drain(worker);
+        worker.handle_message(
+            Instant::ZERO,
+            attempt,
+            CoordinatorToWorker::Registered {
+                heartbeat_interval_millis: 100,
+                heartbeat_timeout_millis: 300,
+            },
+        );
+        drain(worker);
+        attempt
+    }
+
+    fn ids(n: u128) -> (JobId, LeaseId) {
+        (JobId(Uuid::from_u128(n)), LeaseId(Uuid::from_u128(1000 + n)))
+    }
+
+    fn assign(n: u128) -> CoordinatorToWorker {
+        let (job_id, lease_id) = ids(n);
+        CoordinatorToWorker::TaskAssign {
+            job_id,
+            lease_id,
+            attempt: Attempt(1),
+            max_attempts: 3,
+            task: TaskSpec::Sha256 { text: "abc".into() },
+            timeout_millis: 1000,
+        }
+    }
+
+    #[test]
+    fn registers_with_its_incarnation_and_running_attempts() {
+        let mut w = worker();
+        let (attempt, address) = connect_attempt(&drain(&mut w));
+        assert_eq!(address, "a:1");
+        w.handle_connected(Instant::ZERO, attempt);
+        match drain(&mut w).as_slice() {
+            [WorkerOutput::Send(WorkerToCoordinator::Register {
+                worker_id,
+                incarnation,
+                capacity,
+                running,
+            })] => {
+                assert_eq!(worker_id.as_str(), "w1");
+                assert_eq!(*incarnation, w.incarnation());
+                assert_eq!(*capacity, 2);
+                assert!(running.is_empty());
+            }
+            other => panic!("expected one REGISTER, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn heartbeats_on_schedule_and_reconnects_when_the_coordinator_goes_silent() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        assert_eq!(w.poll_timeout(), Some(Instant::from_millis(100)));
+        w.handle_timeout(Instant::from_millis(100));
+        assert_eq!(drain(&mut w), vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]);
+        w.handle_message(Instant::from_millis(150), attempt, CoordinatorToWorker::HeartbeatAck {});
+        w.handle_timeout(Instant::from_millis(200));
+        assert_eq!(drain(&mut w), vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]);
+        // Nothing heard since 150 ms; the timeout is 300 ms.
+        w.handle_timeout(Instant::from_millis(450));
+        assert_eq!(drain(&mut w), vec![WorkerOutput::Close]);
+        assert!(!w.is_registered());
+        let retry_at = w.poll_timeout().expect("a reconnect timer");
+        w.handle_timeout(retry_at);
+        let (_, address) = connect_attempt(&drain(&mut w));
+        assert_eq!(address, "b:1", "fails over to the next address");
+    }
+
+    #[test]
+    fn runs_assignments_within_capacity_and_refuses_beyond_it() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        for n in 1..=3 {
+            w.handle_message(Instant::ZERO, attempt, assign(n));
+        }
+        let outputs = drain(&mut w);
+        let started = outputs.iter().filter(|o| matches!(o, WorkerOutput::StartTask { .. })).count();
+        assert_eq!(started, 2);
+        let (job3, lease3) = ids(3);
+        assert!(outputs.contains(&WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+            job_id: job3,
+            lease_id: lease3,
+            outcome: AttemptOutcome::Failed {
+                error: "worker at capacity (2 of 2)".into()
+            },
+        })));
+        // A duplicate assignment of a lease already running is ignored.
+        w.handle_message(Instant::ZERO, attempt, assign(1));
+        assert!(drain(&mut w).is_empty());
+    }
+
+    #[test]
+    fn results_are_retransmitted_after_reregistration_until_acknowledged() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        w.handle_message(Instant::ZERO, attempt, assign(1));
+        drain(&mut w);
+        let (job_id, lease_id) = ids(1);
+        let output = TaskOutput::Sha256 { hex: "x".into() };
+        // The connection drops before the task finishes.
+        w.handle_disconnected(Instant::from_millis(10), attempt, "reset");
+        drain(&mut w);
+        w.handle_task_finished(Instant::from_millis(20), lease_id, AttemptOutcome::Succeeded { output: output.clone() });
+        assert!(drain(&mut w).is_empty(), "nothing can be sent while disconnected");
+        assert_eq!(w.unacknowledged(), 1);
+        // Reconnect: the result goes out right after REGISTERED.
+        let retry_at = w.poll_timeout().expect("reconnect timer");
+        w.handle_timeout(retry_at);
+        let (second, _) = connect_attempt(&drain(&mut w));
+        w.handle_connected(retry_at, second);
+        drain(&mut w);
+        w.handle_message(
+            retry_at,
+            second,
+            CoordinatorToWorker::Registered {
+                heartbeat_interval_millis: 100,
+                heartbeat_timeout_millis: 300,
+            },
+        );
+        let result = WorkerToCoordinator::TaskResult {
+            job_id,
+            lease_id,
+            outcome: AttemptOutcome::Succeeded { output },
+        };
+        assert_eq!(drain(&mut w), vec![WorkerOutput::Send(result)]);
+        w.handle_message(retry_at, second, CoordinatorToWorker::ResultAck { job_id, lease_id, accepted: true });
+        assert_eq!(w.unacknowledged(), 0);
+        // A late report about the first connection is ignored.
+        w.handle_disconnected(retry_at, attempt, "late");
+        assert!(w.is_registered());
+    }
+
+    #[test]
+    fn cancel_stops_a_running_task_once() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        w.handle_message(Instant::ZERO, attempt, assign(1));
+        drain(&mut w);
+        let (job_id, lease_id) = ids(1);
+        let cancel = CoordinatorToWorker::TaskCancel {
+            job_id,
+            lease_id,
+            reason: crate::protocol::CancelReason::JobCancelled,
+        };
+        w.handle_message(Instant::ZERO, attempt, cancel.clone());
+        assert_eq!(drain(&mut w), vec![WorkerOutput::CancelTask { lease_id }]);
+        w.handle_message(Instant::ZERO, attempt, cancel);
+        assert!(drain(&mut w).is_empty(), "a second cancel is not repeated");
+        w.handle_task_finished(Instant::ZERO, lease_id, AttemptOutcome::Cancelled {});
+        assert_eq!(
+            drain(&mut w),
+            vec![WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+                job_id,
+                lease_id,
+                outcome: AttemptOutcome::Cancelled {},
+            })]
+        );
+    }
+
+    #[test]
+    fn a_rejected_registration_backs_off_and_tries_again() {
+        let mut w = worker();
+        let (attempt, _) = connect_attempt(&drain(&mut w));
+        w.handle_connected(Instant::ZERO, attempt);
+        drain(&mut w);
+        w.handle_message(
+            Instant::ZERO,
+            attempt,
+            CoordinatorToWorker::RegisterRejected {
+                reason: crate::protocol::RegisterRejection::DuplicateWorkerId,
+                message: "taken".into(),
+            },
+        );
+        assert_eq!(drain(&mut w), vec![WorkerOutput::Close]);
+        let retry_at = w.poll_timeout().expect("retry timer");
+        assert!(retry_at <= Instant::from_millis(100), "first backoff is at most the base");
+        w.handle_timeout(retry_at);
+        connect_attempt(&drain(&mut w));
+    }
+
+    #[test]
+    fn same_seed_same_incarnation_different_seed_different_one() {
+        let config = WorkerConfig::new(WorkerId::parse("w").expect("id"), 1, vec!["a".into()]);
+        let a = Worker::new(config.clone(), 1, Instant::ZERO).expect("config");
+        let b = Worker::new(config.clone(), 1, Instant::ZERO).expect("config");
+        let c = Worker::new(config, 2, Instant::ZERO).expect("config");
+        assert_eq!(a.incarnation(), b.incarnation());
+        assert_ne!(a.incarnation(), c.incarnation());
+    }
+}
