@@ -76,10 +76,20 @@ pub enum Operation {
         max_attempts: Option<u32>,
         idempotency_key: Option<String>,
     },
-    Status { job_id: JobId },
-    Wait { job_id: JobId, timeout_millis: Option<u64> },
-    Cancel { job_id: JobId },
-    List { state: Option<JobState>, limit: Option<u32> },
+    Status {
+        job_id: JobId,
+    },
+    Wait {
+        job_id: JobId,
+        timeout_millis: Option<u64>,
+    },
+    Cancel {
+        job_id: JobId,
+    },
+    List {
+        state: Option<JobState>,
+        limit: Option<u32>,
+    },
     Workers,
 }
 
@@ -87,7 +97,9 @@ impl Operation {
     /// Whether sending this twice is harmless.
     fn safe_to_resend(&self) -> bool {
         match self {
-            Operation::Submit { idempotency_key, .. } => idempotency_key.is_some(),
+            Operation::Submit {
+                idempotency_key, ..
+            } => idempotency_key.is_some(),
             Operation::Status { .. }
             | Operation::Wait { .. }
             | Operation::Cancel { .. }
@@ -130,7 +142,8 @@ impl Operation {
     fn reply_timeout(&self, request_timeout: Duration) -> Duration {
         match self {
             Operation::Wait { timeout_millis, .. } => {
-                let wait = Duration::from_millis(timeout_millis.unwrap_or(crate::limits::WAIT_MILLIS_MAX));
+                let wait =
+                    Duration::from_millis(timeout_millis.unwrap_or(crate::limits::WAIT_MILLIS_MAX));
                 wait.saturating_add(request_timeout)
             }
             _ => request_timeout,
@@ -167,7 +180,10 @@ pub enum ClientError {
 /// What the client asks its driver to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClientOutput {
-    Connect { attempt: ConnectAttempt, address: String },
+    Connect {
+        attempt: ConnectAttempt,
+        address: String,
+    },
     Send(ClientRequest),
     /// Close the current connection (no report is expected back).
     Close,
@@ -192,8 +208,13 @@ struct PendingOp {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Link {
     Idle,
-    Connecting { attempt: ConnectAttempt, give_up_at: Instant },
-    Ready { attempt: ConnectAttempt },
+    Connecting {
+        attempt: ConnectAttempt,
+        give_up_at: Instant,
+    },
+    Ready {
+        attempt: ConnectAttempt,
+    },
 }
 
 /// The client. See the module documentation for the calling order.
@@ -302,7 +323,10 @@ impl Client {
 
     /// Sends what can be sent, connecting first if needed.
     fn pump(&mut self, now: Instant) {
-        let ready = self.ops.iter().any(|(_, op)| op.sent.is_none() && op.retry_at.is_none());
+        let ready = self
+            .ops
+            .iter()
+            .any(|(_, op)| op.sent.is_none() && op.retry_at.is_none());
         match self.link {
             Link::Ready { .. } => {
                 let to_send: Vec<OpId> = self
@@ -313,7 +337,8 @@ impl Client {
                     .collect();
                 for id in to_send {
                     if let Some(pending) = self.ops.get_mut(&id) {
-                        let deadline = now.saturating_add(pending.op.reply_timeout(self.config.request_timeout));
+                        let deadline = now
+                            .saturating_add(pending.op.reply_timeout(self.config.request_timeout));
                         pending.sent = Some(deadline);
                         let request = pending.op.request(RequestId(id.0));
                         self.outputs.push_back(ClientOutput::Send(request));
@@ -339,7 +364,8 @@ impl Client {
             attempt,
             give_up_at: now.saturating_add(self.config.connect_timeout),
         };
-        self.outputs.push_back(ClientOutput::Connect { attempt, address });
+        self.outputs
+            .push_back(ClientOutput::Connect { attempt, address });
     }
 
     pub fn handle_connected(&mut self, now: Instant, attempt: ConnectAttempt) {
@@ -370,7 +396,12 @@ impl Client {
     /// The connection is gone. Settle what was in flight, then try the next address or give up.
     fn connection_failed(&mut self, now: Instant, reason: String) {
         self.last_error = reason.clone();
-        let in_flight: Vec<OpId> = self.ops.iter().filter(|(_, op)| op.sent.is_some()).map(|(id, _)| *id).collect();
+        let in_flight: Vec<OpId> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| op.sent.is_some())
+            .map(|(id, _)| *id)
+            .collect();
         for id in in_flight {
             let safe = self.ops.get(&id).is_some_and(|op| op.op.safe_to_resend());
             if safe {
@@ -378,7 +409,12 @@ impl Client {
                     op.sent = None;
                 }
             } else {
-                self.finish(id, Err(ClientError::Ambiguous { reason: reason.clone() }));
+                self.finish(
+                    id,
+                    Err(ClientError::Ambiguous {
+                        reason: reason.clone(),
+                    }),
+                );
             }
         }
         self.failures = self.failures.saturating_add(1);
@@ -521,8 +557,8 @@ pub fn full_jitter(rng: &mut impl RngCore, base: Duration, cap: Duration, n: u32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::LeaderHint;
     use crate::ids::NodeId;
+    use crate::protocol::LeaderHint;
     use uuid::Uuid;
 
     fn client(addresses: &[&str], submit_retries: u32) -> Client {
@@ -588,8 +624,15 @@ mod tests {
         c.handle_disconnected(Instant::ZERO, attempt, "reset");
         let outputs = drain(&mut c);
         assert!(sent(&outputs).is_empty());
-        assert!(matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Ambiguous { .. }))] if *id == op));
-        assert!(!outputs.iter().any(|o| matches!(o, ClientOutput::Connect { .. })), "nothing left to do");
+        assert!(
+            matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Ambiguous { .. }))] if *id == op)
+        );
+        assert!(
+            !outputs
+                .iter()
+                .any(|o| matches!(o, ClientOutput::Connect { .. })),
+            "nothing left to do"
+        );
     }
 
     #[test]
@@ -603,7 +646,10 @@ mod tests {
         assert_eq!(address, "b");
         c.handle_connected(Instant::ZERO, next);
         let second = sent(&drain(&mut c));
-        assert_eq!(first, second, "the same request, with the same key, goes out again");
+        assert_eq!(
+            first, second,
+            "the same request, with the same key, goes out again"
+        );
         let reply = ClientReply::SubmitAccepted {
             request_id: RequestId(op.0),
             job_id: JobId(Uuid::from_u128(1)),
@@ -639,7 +685,14 @@ mod tests {
         c.handle_message(now, attempt, rejected);
         assert!(matches!(
             done(&drain(&mut c)).as_slice(),
-            [(_, Err(ClientError::Rejected { active_jobs: 3, max_active_jobs: 3, .. }))]
+            [(
+                _,
+                Err(ClientError::Rejected {
+                    active_jobs: 3,
+                    max_active_jobs: 3,
+                    ..
+                })
+            )]
         ));
     }
 
@@ -659,7 +712,10 @@ mod tests {
                 message: "no".into(),
             },
         );
-        assert!(matches!(done(&drain(&mut c)).as_slice(), [(_, Err(ClientError::Rejected { .. }))]));
+        assert!(matches!(
+            done(&drain(&mut c)).as_slice(),
+            [(_, Err(ClientError::Rejected { .. }))]
+        ));
     }
 
     #[test]
@@ -696,7 +752,9 @@ mod tests {
         }
         assert_eq!(tried, ["a", "b", "a", "b"]);
         let outputs = drain(&mut c);
-        assert!(matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Unreachable { .. }))] if *id == op));
+        assert!(
+            matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Unreachable { .. }))] if *id == op)
+        );
         assert_eq!(c.pending(), 0);
     }
 
@@ -707,7 +765,10 @@ mod tests {
         let (_, outputs) = connected(&mut c, Instant::ZERO);
         assert_eq!(sent(&outputs).len(), 1);
         let deadline = c.poll_timeout().expect("reply deadline");
-        assert_eq!(deadline, Instant::ZERO.saturating_add(Duration::from_millis(30_000)));
+        assert_eq!(
+            deadline,
+            Instant::ZERO.saturating_add(Duration::from_millis(30_000))
+        );
         c.handle_timeout(deadline);
         let outputs = drain(&mut c);
         assert!(outputs.contains(&ClientOutput::Close));
@@ -717,7 +778,12 @@ mod tests {
     #[test]
     fn server_errors_are_typed() {
         let mut c = client(&["a"], 3);
-        let op = c.start(Instant::ZERO, Operation::Status { job_id: JobId(Uuid::nil()) });
+        let op = c.start(
+            Instant::ZERO,
+            Operation::Status {
+                job_id: JobId(Uuid::nil()),
+            },
+        );
         let (attempt, _) = connected(&mut c, Instant::ZERO);
         c.handle_message(
             Instant::ZERO,
@@ -730,7 +796,13 @@ mod tests {
         );
         assert!(matches!(
             done(&drain(&mut c)).as_slice(),
-            [(_, Err(ClientError::Server { code: ErrorCode::JobNotFound, .. }))]
+            [(
+                _,
+                Err(ClientError::Server {
+                    code: ErrorCode::JobNotFound,
+                    ..
+                })
+            )]
         ));
     }
 
@@ -738,7 +810,12 @@ mod tests {
     fn full_jitter_stays_within_its_ceiling() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         for n in 1..=20 {
-            let delay = full_jitter(&mut rng, Duration::from_millis(200), Duration::from_millis(5000), n);
+            let delay = full_jitter(
+                &mut rng,
+                Duration::from_millis(200),
+                Duration::from_millis(5000),
+                n,
+            );
             let ceiling = (200u64 << (n - 1).min(20)).min(5000);
             assert!(delay <= Duration::from_millis(ceiling));
         }

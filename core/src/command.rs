@@ -108,17 +108,36 @@ impl std::fmt::Display for StaleReason {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Applied {
     /// A new job was created and queued.
-    Submitted { job_id: JobId },
+    Submitted {
+        job_id: JobId,
+    },
     /// The idempotency key already named this job (same spec); nothing was created.
-    IdempotentReplay { job_id: JobId },
+    IdempotentReplay {
+        job_id: JobId,
+    },
     /// The idempotency key names a job with a different spec; nothing changed.
-    IdempotencyConflict { existing: JobId },
+    IdempotencyConflict {
+        existing: JobId,
+    },
     /// The active-job limit was reached; nothing was created.
-    AdmissionRejected { active_jobs: u64, max_active_jobs: u64 },
-    Assigned { job_id: JobId, lease: Lease, attempt: Attempt },
+    AdmissionRejected {
+        active_jobs: u64,
+        max_active_jobs: u64,
+    },
+    Assigned {
+        job_id: JobId,
+        lease: Lease,
+        attempt: Attempt,
+    },
     /// The job was no longer queued when the assignment applied (e.g. cancelled meanwhile).
-    AssignSkipped { job_id: JobId, lease: Lease },
-    Completed { job_id: JobId, lease: Lease },
+    AssignSkipped {
+        job_id: JobId,
+        lease: Lease,
+    },
+    Completed {
+        job_id: JobId,
+        lease: Lease,
+    },
     RetryScheduled {
         job_id: JobId,
         lease: Lease,
@@ -127,16 +146,25 @@ pub enum Applied {
         cause: String,
     },
     /// Attempts exhausted: the job is `FAILED`.
-    FailedPermanently { job_id: JobId, lease: Lease, error: String },
+    FailedPermanently {
+        job_id: JobId,
+        lease: Lease,
+        error: String,
+    },
     /// `RETRY_WAIT -> QUEUED`, or an abandoned attempt with attempts left.
-    Requeued { job_id: JobId },
+    Requeued {
+        job_id: JobId,
+    },
     Cancelled {
         job_id: JobId,
         previous: JobState,
         revoked: Option<Lease>,
     },
     /// The job was terminal before the cancel applied.
-    CancelTooLate { job_id: JobId, state: JobState },
+    CancelTooLate {
+        job_id: JobId,
+        state: JobState,
+    },
     /// A lease-carrying command whose lease is not current: nothing changed.
     Stale {
         job_id: JobId,
@@ -144,8 +172,12 @@ pub enum Applied {
         reason: StaleReason,
     },
     /// `Requeue` for a job no longer waiting to retry (e.g. cancelled meanwhile).
-    RequeueSkipped { job_id: JobId },
-    UnknownJob { job_id: JobId },
+    RequeueSkipped {
+        job_id: JobId,
+    },
+    UnknownJob {
+        job_id: JobId,
+    },
 }
 
 impl Applied {
@@ -241,10 +273,20 @@ impl JobTable {
                 return Err(TableError::DuplicateJob(id));
             }
         }
-        if table.queue.len() != table.jobs.values().filter(|j| j.state == JobState::Queued).count()
+        if table.queue.len()
+            != table
+                .jobs
+                .values()
+                .filter(|j| j.state == JobState::Queued)
+                .count()
         {
             return Err(TableError::InconsistentJob {
-                job_id: table.queue.values().next().copied().unwrap_or(JobId(uuid::Uuid::nil())),
+                job_id: table
+                    .queue
+                    .values()
+                    .next()
+                    .copied()
+                    .unwrap_or(JobId(uuid::Uuid::nil())),
                 detail: "two queued jobs share one queue position".into(),
             });
         }
@@ -283,7 +325,10 @@ impl JobTable {
 
     /// Jobs in submission order, newest first.
     pub fn newest_first(&self) -> impl Iterator<Item = &Job> {
-        self.by_submission.values().rev().filter_map(|id| self.jobs.get(id))
+        self.by_submission
+            .values()
+            .rev()
+            .filter_map(|id| self.jobs.get(id))
     }
 
     /// The job an idempotency key names, and whether `spec` matches it.
@@ -305,7 +350,11 @@ impl JobTable {
 
     /// Applies the entry at `index`. Entries must be applied in order, each exactly once.
     pub fn apply(&mut self, index: LogIndex, command: &Command) -> Applied {
-        assert_eq!(index, self.applied.next(), "log entries must be applied in order, once");
+        assert_eq!(
+            index,
+            self.applied.next(),
+            "log entries must be applied in order, once"
+        );
         self.applied = index;
         let applied = self.apply_command(index, command);
         if cfg!(debug_assertions) {
@@ -328,7 +377,14 @@ impl JobTable {
                 max_attempts,
                 idempotency_key,
                 max_active_jobs,
-            } => self.apply_submit(index, *job_id, task, *max_attempts, idempotency_key, *max_active_jobs),
+            } => self.apply_submit(
+                index,
+                *job_id,
+                task,
+                *max_attempts,
+                idempotency_key,
+                *max_active_jobs,
+            ),
             Command::Assign { job_id, lease } => self.apply_assign(*job_id, lease),
             Command::Complete {
                 job_id,
@@ -370,7 +426,10 @@ impl JobTable {
                 max_active_jobs,
             };
         }
-        assert!(!self.jobs.contains_key(&job_id), "job id {job_id} proposed twice");
+        assert!(
+            !self.jobs.contains_key(&job_id),
+            "job id {job_id} proposed twice"
+        );
         let queue_seq = self.take_queue_seq();
         let job = Job {
             id: job_id,
@@ -427,7 +486,9 @@ impl JobTable {
             return Err(StaleReason::JobTerminal(job.state));
         }
         match &job.lease {
-            Some(lease) if job.state == JobState::Running && lease.id == lease_id => Ok(lease.clone()),
+            Some(lease) if job.state == JobState::Running && lease.id == lease_id => {
+                Ok(lease.clone())
+            }
             _ => Err(StaleReason::LeaseNotCurrent),
         }
     }
@@ -440,7 +501,13 @@ impl JobTable {
     fn apply_complete(&mut self, job_id: JobId, lease_id: LeaseId, output: &TaskOutput) -> Applied {
         let lease = match self.current_lease(job_id, lease_id) {
             Ok(lease) => lease,
-            Err(reason) => return Applied::Stale { job_id, lease_id, reason },
+            Err(reason) => {
+                return Applied::Stale {
+                    job_id,
+                    lease_id,
+                    reason,
+                }
+            }
         };
         let job = self.job_mut(job_id);
         transition(job, JobState::Completed);
@@ -460,7 +527,13 @@ impl JobTable {
     ) -> Applied {
         let lease = match self.current_lease(job_id, lease_id) {
             Ok(lease) => lease,
-            Err(reason) => return Applied::Stale { job_id, lease_id, reason },
+            Err(reason) => {
+                return Applied::Stale {
+                    job_id,
+                    lease_id,
+                    reason,
+                }
+            }
         };
         let job = self.job_mut(job_id);
         job.lease = None;
@@ -525,7 +598,13 @@ impl JobTable {
     fn apply_abandon(&mut self, job_id: JobId, lease_id: LeaseId) -> Applied {
         let lease = match self.current_lease(job_id, lease_id) {
             Ok(lease) => lease,
-            Err(reason) => return Applied::Stale { job_id, lease_id, reason },
+            Err(reason) => {
+                return Applied::Stale {
+                    job_id,
+                    lease_id,
+                    reason,
+                }
+            }
         };
         let job = self.job_mut(job_id);
         let cause = format!(
@@ -587,7 +666,10 @@ impl JobTable {
             }
             if let Some(key) = &job.idempotency_key {
                 if self.idempotency.get(key) != Some(&job.id) {
-                    return Err(format!("job {} has key {key:?} but the index disagrees", job.id));
+                    return Err(format!(
+                        "job {} has key {key:?} but the index disagrees",
+                        job.id
+                    ));
                 }
             }
         }
@@ -608,7 +690,11 @@ impl JobTable {
         for (key, job_id) in &self.idempotency {
             match self.jobs.get(job_id) {
                 Some(job) if job.idempotency_key.as_deref() == Some(key) => {}
-                _ => return Err(format!("idempotency key {key:?} points at job {job_id} without it")),
+                _ => {
+                    return Err(format!(
+                        "idempotency key {key:?} points at job {job_id} without it"
+                    ))
+                }
             }
         }
         Ok(())
@@ -628,16 +714,27 @@ fn check_row(job: &Job) -> Result<(), String> {
         return Err("max_attempts is 0".into());
     }
     if job.attempt.0 > job.max_attempts {
-        return Err(format!("attempt {} exceeds max_attempts {}", job.attempt, job.max_attempts));
+        return Err(format!(
+            "attempt {} exceeds max_attempts {}",
+            job.attempt, job.max_attempts
+        ));
     }
     if (job.state == JobState::Running) != job.lease.is_some() {
-        return Err(format!("state {} with lease {:?}", job.state, job.lease.as_ref().map(|l| l.id)));
+        return Err(format!(
+            "state {} with lease {:?}",
+            job.state,
+            job.lease.as_ref().map(|l| l.id)
+        ));
     }
     if job.state == JobState::Running && job.attempt.0 == 0 {
         return Err("running with attempt 0".into());
     }
     if (job.state == JobState::Completed) != job.result.is_some() {
-        return Err(format!("state {} with result present = {}", job.state, job.result.is_some()));
+        return Err(format!(
+            "state {} with result present = {}",
+            job.state,
+            job.result.is_some()
+        ));
     }
     Ok(())
 }

@@ -76,7 +76,10 @@ impl WorkerId {
         if raw.len() > WORKER_ID_BYTES_MAX {
             return Err(WorkerIdError::TooLong { len: raw.len() });
         }
-        if !raw.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+        if !raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
             return Err(WorkerIdError::BadCharacter(raw.to_owned()));
         }
         Ok(WorkerId(raw.to_owned()))
@@ -128,7 +131,9 @@ impl fmt::Display for RequestId {
 }
 
 /// An attempt number, counted from 1.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Attempt(pub u32);
 
@@ -150,12 +155,16 @@ impl fmt::Display for NodeId {
 }
 
 /// A consensus term. A group of one stays in term 1 until replication arrives.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Term(pub u64);
 
 /// A position in the replicated command log, counted from 1 (0 means "nothing").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct LogIndex(pub u64);
 
@@ -189,8 +198,14 @@ mod tests {
     fn worker_ids_are_validated() {
         assert!(WorkerId::parse("worker-1").is_ok());
         assert_eq!(WorkerId::parse(""), Err(WorkerIdError::Empty));
-        assert!(matches!(WorkerId::parse("a b"), Err(WorkerIdError::BadCharacter(_))));
+        assert!(matches!(
+            WorkerId::parse("a b"),
+            Err(WorkerIdError::BadCharacter(_))
+        ));
         let long = "w".repeat(WORKER_ID_BYTES_MAX + 1);
-        assert!(matches!(WorkerId::parse(&long), Err(WorkerIdError::TooLong { .. })));
+        assert!(matches!(
+            WorkerId::parse(&long),
+            Err(WorkerIdError::TooLong { .. })
+        ));
     }
 }

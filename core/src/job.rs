@@ -47,7 +47,10 @@ impl JobState {
     ];
 
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobState::Completed | JobState::Failed | JobState::Cancelled)
+        matches!(
+            self,
+            JobState::Completed | JobState::Failed | JobState::Cancelled
+        )
     }
 
     /// The edges of the lifecycle diagram, and nothing else.
@@ -81,7 +84,9 @@ impl JobState {
     /// Parses the wire/CLI spelling (case-insensitive, `-` or `_`).
     pub fn parse(raw: &str) -> Option<JobState> {
         let normal = raw.trim().to_ascii_uppercase().replace('-', "_");
-        JobState::ALL.into_iter().find(|state| state.as_str() == normal)
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == normal)
     }
 }
 

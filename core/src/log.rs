@@ -50,7 +50,11 @@ impl CommandLog {
 
     /// Re-admits an entry found on disk at recovery: durable, and in a group of one, committed.
     pub fn restore(&mut self, entry: LogEntry) {
-        assert_eq!(entry.index, self.last.next(), "restored log entries must be contiguous");
+        assert_eq!(
+            entry.index,
+            self.last.next(),
+            "restored log entries must be contiguous"
+        );
         self.last = entry.index;
         self.durable = entry.index;
         self.committed = entry.index;
@@ -59,7 +63,10 @@ impl CommandLog {
 
     /// Everything up to `index` is on this node's disk.
     pub fn mark_durable(&mut self, index: LogIndex) {
-        assert!(index <= self.last, "cannot be durable beyond the last entry");
+        assert!(
+            index <= self.last,
+            "cannot be durable beyond the last entry"
+        );
         self.durable = self.durable.max(index);
         // Commit rule for a group of one: durable here is durable on a majority.
         self.committed = self.durable;

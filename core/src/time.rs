@@ -67,8 +67,14 @@ mod tests {
     #[test]
     fn arithmetic_saturates_instead_of_wrapping() {
         let late = Instant::from_micros(u64::MAX - 1);
-        assert_eq!(late.saturating_add(Duration::from_secs(1)), Instant::from_micros(u64::MAX));
+        assert_eq!(
+            late.saturating_add(Duration::from_secs(1)),
+            Instant::from_micros(u64::MAX)
+        );
         assert_eq!(Instant::ZERO.saturating_since(late), Duration::ZERO);
-        assert_eq!(Instant::from_millis(5).saturating_since(Instant::from_millis(2)), millis(3));
+        assert_eq!(
+            Instant::from_millis(5).saturating_since(Instant::from_millis(2)),
+            millis(3)
+        );
     }
 }

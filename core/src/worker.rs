@@ -118,44 +118,92 @@ pub enum WorkerOutput {
         timeout: Duration,
     },
     /// Stop this attempt as soon as possible, then report it finished (`Cancelled` if stopped).
-    CancelTask { lease_id: LeaseId },
+    CancelTask {
+        lease_id: LeaseId,
+    },
     Event(WorkerEvent),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkerEvent {
-    Connecting { address: String },
-    Registered { address: String },
-    RegistrationRejected { message: String },
-    Disconnected { reason: String, retry_in_millis: u64 },
-    TaskStarted { job_id: JobId, lease_id: LeaseId, attempt: Attempt },
-    TaskRefused { job_id: JobId, lease_id: LeaseId, reason: String },
-    CancelRequested { job_id: JobId, lease_id: LeaseId },
-    TaskFinished { job_id: JobId, lease_id: LeaseId, outcome: String },
-    ResultAcknowledged { job_id: JobId, lease_id: LeaseId, accepted: bool },
-    CoordinatorError { code: ErrorCode, message: String },
+    Connecting {
+        address: String,
+    },
+    Registered {
+        address: String,
+    },
+    RegistrationRejected {
+        message: String,
+    },
+    Disconnected {
+        reason: String,
+        retry_in_millis: u64,
+    },
+    TaskStarted {
+        job_id: JobId,
+        lease_id: LeaseId,
+        attempt: Attempt,
+    },
+    TaskRefused {
+        job_id: JobId,
+        lease_id: LeaseId,
+        reason: String,
+    },
+    CancelRequested {
+        job_id: JobId,
+        lease_id: LeaseId,
+    },
+    TaskFinished {
+        job_id: JobId,
+        lease_id: LeaseId,
+        outcome: String,
+    },
+    ResultAcknowledged {
+        job_id: JobId,
+        lease_id: LeaseId,
+        accepted: bool,
+    },
+    CoordinatorError {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 impl fmt::Display for WorkerEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WorkerEvent::Connecting { address } => write!(f, "Connecting to coordinator at {address}"),
-            WorkerEvent::Registered { address } => write!(f, "Registered with coordinator at {address}"),
-            WorkerEvent::RegistrationRejected { message } => write!(f, "Registration rejected: {message}"),
+            WorkerEvent::Connecting { address } => {
+                write!(f, "Connecting to coordinator at {address}")
+            }
+            WorkerEvent::Registered { address } => {
+                write!(f, "Registered with coordinator at {address}")
+            }
+            WorkerEvent::RegistrationRejected { message } => {
+                write!(f, "Registration rejected: {message}")
+            }
             WorkerEvent::Disconnected {
                 reason,
                 retry_in_millis,
-            } => write!(f, "Disconnected ({reason}); reconnecting in {retry_in_millis} ms"),
+            } => write!(
+                f,
+                "Disconnected ({reason}); reconnecting in {retry_in_millis} ms"
+            ),
             WorkerEvent::TaskStarted {
                 job_id,
                 lease_id,
                 attempt,
-            } => write!(f, "Task started: jobId={job_id} attempt={attempt} attemptId={lease_id}"),
+            } => write!(
+                f,
+                "Task started: jobId={job_id} attempt={attempt} attemptId={lease_id}"
+            ),
             WorkerEvent::TaskRefused {
                 job_id,
                 lease_id,
                 reason,
-            } => write!(f, "Task refused: jobId={job_id} attemptId={lease_id} reason=\"{reason}\""),
+            } => write!(
+                f,
+                "Task refused: jobId={job_id} attemptId={lease_id} reason=\"{reason}\""
+            ),
             WorkerEvent::CancelRequested { job_id, lease_id } => {
                 write!(f, "Cancel requested: jobId={job_id} attemptId={lease_id}")
             }
@@ -163,7 +211,10 @@ impl fmt::Display for WorkerEvent {
                 job_id,
                 lease_id,
                 outcome,
-            } => write!(f, "Task finished: jobId={job_id} attemptId={lease_id} outcome=\"{outcome}\""),
+            } => write!(
+                f,
+                "Task finished: jobId={job_id} attemptId={lease_id} outcome=\"{outcome}\""
+            ),
             WorkerEvent::ResultAcknowledged {
                 job_id,
                 lease_id,
@@ -262,7 +313,9 @@ impl Worker {
 
     /// Attempts executing now.
     pub fn running(&self) -> impl Iterator<Item = (LeaseId, JobId)> + '_ {
-        self.running.iter().map(|(lease, task)| (*lease, task.job_id))
+        self.running
+            .iter()
+            .map(|(lease, task)| (*lease, task.job_id))
     }
 
     /// Results not yet acknowledged.
@@ -324,7 +377,8 @@ impl Worker {
         self.event(WorkerEvent::Connecting {
             address: address.clone(),
         });
-        self.outputs.push_back(WorkerOutput::Connect { attempt, address });
+        self.outputs
+            .push_back(WorkerOutput::Connect { attempt, address });
     }
 
     /// Drops the connection (if any) and schedules the next attempt with backoff.
@@ -392,7 +446,12 @@ impl Worker {
         self.back_off(now, format!("connection closed: {reason}"), false);
     }
 
-    pub fn handle_message(&mut self, now: Instant, attempt: ConnectAttempt, message: CoordinatorToWorker) {
+    pub fn handle_message(
+        &mut self,
+        now: Instant,
+        attempt: ConnectAttempt,
+        message: CoordinatorToWorker,
+    ) {
         if self.current_attempt() != Some(attempt) {
             return;
         }
@@ -403,7 +462,12 @@ impl Worker {
             CoordinatorToWorker::Registered {
                 heartbeat_interval_millis,
                 heartbeat_timeout_millis,
-            } => self.on_registered(now, attempt, heartbeat_interval_millis, heartbeat_timeout_millis),
+            } => self.on_registered(
+                now,
+                attempt,
+                heartbeat_interval_millis,
+                heartbeat_timeout_millis,
+            ),
             CoordinatorToWorker::RegisterRejected { message, .. } => {
                 self.event(WorkerEvent::RegistrationRejected {
                     message: message.clone(),
@@ -419,12 +483,15 @@ impl Worker {
                 timeout_millis,
                 ..
             } => self.on_assign(job_id, lease_id, attempt, task, timeout_millis),
-            CoordinatorToWorker::TaskCancel { job_id, lease_id, .. } => {
+            CoordinatorToWorker::TaskCancel {
+                job_id, lease_id, ..
+            } => {
                 if let Some(task) = self.running.get_mut(&lease_id) {
                     if !task.cancel_requested {
                         task.cancel_requested = true;
                         self.event(WorkerEvent::CancelRequested { job_id, lease_id });
-                        self.outputs.push_back(WorkerOutput::CancelTask { lease_id });
+                        self.outputs
+                            .push_back(WorkerOutput::CancelTask { lease_id });
                     }
                 }
             }
@@ -458,10 +525,18 @@ impl Worker {
         }
     }
 
-    fn on_registered(&mut self, now: Instant, attempt: ConnectAttempt, interval_millis: u64, timeout_millis: u64) {
+    fn on_registered(
+        &mut self,
+        now: Instant,
+        attempt: ConnectAttempt,
+        interval_millis: u64,
+        timeout_millis: u64,
+    ) {
         // Never heartbeat slower than a third of the timeout, whatever the coordinator says.
         let heartbeat_timeout = Duration::from_millis(timeout_millis.max(1));
-        let heartbeat_interval = Duration::from_millis(interval_millis.max(1)).min(heartbeat_timeout / 3).max(Duration::from_millis(1));
+        let heartbeat_interval = Duration::from_millis(interval_millis.max(1))
+            .min(heartbeat_timeout / 3)
+            .max(Duration::from_millis(1));
         let address = self.current_address();
         self.link = Link::Registered {
             attempt,
@@ -475,18 +550,27 @@ impl Worker {
         let results: Vec<_> = self
             .unacked
             .iter()
-            .map(|(lease_id, (job_id, outcome))| WorkerToCoordinator::TaskResult {
-                job_id: *job_id,
-                lease_id: *lease_id,
-                outcome: outcome.clone(),
-            })
+            .map(
+                |(lease_id, (job_id, outcome))| WorkerToCoordinator::TaskResult {
+                    job_id: *job_id,
+                    lease_id: *lease_id,
+                    outcome: outcome.clone(),
+                },
+            )
             .collect();
         for result in results {
             self.send(result);
         }
     }
 
-    fn on_assign(&mut self, job_id: JobId, lease_id: LeaseId, attempt: Attempt, task: TaskSpec, timeout_millis: u64) {
+    fn on_assign(
+        &mut self,
+        job_id: JobId,
+        lease_id: LeaseId,
+        attempt: Attempt,
+        task: TaskSpec,
+        timeout_millis: u64,
+    ) {
         if self.running.contains_key(&lease_id) || self.unacked.contains_key(&lease_id) {
             return; // Already have it.
         }
@@ -494,13 +578,25 @@ impl Worker {
         if self.running.len() >= capacity {
             // The coordinator counts slots too, so this means its view and ours disagree; refuse
             // rather than overcommit, and let the attempt be retried elsewhere.
-            let reason = format!("worker at capacity ({} of {})", self.running.len(), capacity);
+            let reason = format!(
+                "worker at capacity ({} of {})",
+                self.running.len(),
+                capacity
+            );
             self.event(WorkerEvent::TaskRefused {
                 job_id,
                 lease_id,
                 reason: reason.clone(),
             });
-            self.unacked.insert(lease_id, (job_id, AttemptOutcome::Failed { error: reason.clone() }));
+            self.unacked.insert(
+                lease_id,
+                (
+                    job_id,
+                    AttemptOutcome::Failed {
+                        error: reason.clone(),
+                    },
+                ),
+            );
             self.send(WorkerToCoordinator::TaskResult {
                 job_id,
                 lease_id,
@@ -530,7 +626,12 @@ impl Worker {
     }
 
     /// The driver finished (or stopped) an attempt.
-    pub fn handle_task_finished(&mut self, _now: Instant, lease_id: LeaseId, outcome: AttemptOutcome) {
+    pub fn handle_task_finished(
+        &mut self,
+        _now: Instant,
+        lease_id: LeaseId,
+        outcome: AttemptOutcome,
+    ) {
         let Some(task) = self.running.remove(&lease_id) else {
             return;
         };
@@ -558,9 +659,15 @@ impl Worker {
     pub fn handle_timeout(&mut self, now: Instant) {
         match self.link.clone() {
             Link::Idle { retry_at } if retry_at <= now => self.connect(now),
-            Link::Connecting { give_up_at, opened, .. } if give_up_at <= now => {
+            Link::Connecting {
+                give_up_at, opened, ..
+            } if give_up_at <= now => {
                 self.redirect = None;
-                let reason = if opened { "no answer to REGISTER" } else { "connect timed out" };
+                let reason = if opened {
+                    "no answer to REGISTER"
+                } else {
+                    "connect timed out"
+                };
                 self.back_off(now, reason.into(), true);
             }
             Link::Registered {
@@ -637,7 +744,10 @@ mod tests {
     }
 
     fn ids(n: u128) -> (JobId, LeaseId) {
-        (JobId(Uuid::from_u128(n)), LeaseId(Uuid::from_u128(1000 + n)))
+        (
+            JobId(Uuid::from_u128(n)),
+            LeaseId(Uuid::from_u128(1000 + n)),
+        )
     }
 
     fn assign(n: u128) -> CoordinatorToWorker {
@@ -680,10 +790,20 @@ mod tests {
         let attempt = registered(&mut w);
         assert_eq!(w.poll_timeout(), Some(Instant::from_millis(100)));
         w.handle_timeout(Instant::from_millis(100));
-        assert_eq!(drain(&mut w), vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]);
-        w.handle_message(Instant::from_millis(150), attempt, CoordinatorToWorker::HeartbeatAck {});
+        assert_eq!(
+            drain(&mut w),
+            vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]
+        );
+        w.handle_message(
+            Instant::from_millis(150),
+            attempt,
+            CoordinatorToWorker::HeartbeatAck {},
+        );
         w.handle_timeout(Instant::from_millis(200));
-        assert_eq!(drain(&mut w), vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]);
+        assert_eq!(
+            drain(&mut w),
+            vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]
+        );
         // Nothing heard since 150 ms; the timeout is 300 ms.
         w.handle_timeout(Instant::from_millis(450));
         assert_eq!(drain(&mut w), vec![WorkerOutput::Close]);
@@ -702,16 +822,21 @@ mod tests {
             w.handle_message(Instant::ZERO, attempt, assign(n));
         }
         let outputs = drain(&mut w);
-        let started = outputs.iter().filter(|o| matches!(o, WorkerOutput::StartTask { .. })).count();
+        let started = outputs
+            .iter()
+            .filter(|o| matches!(o, WorkerOutput::StartTask { .. }))
+            .count();
         assert_eq!(started, 2);
         let (job3, lease3) = ids(3);
-        assert!(outputs.contains(&WorkerOutput::Send(WorkerToCoordinator::TaskResult {
-            job_id: job3,
-            lease_id: lease3,
-            outcome: AttemptOutcome::Failed {
-                error: "worker at capacity (2 of 2)".into()
-            },
-        })));
+        assert!(
+            outputs.contains(&WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+                job_id: job3,
+                lease_id: lease3,
+                outcome: AttemptOutcome::Failed {
+                    error: "worker at capacity (2 of 2)".into()
+                },
+            }))
+        );
         // A duplicate assignment of a lease already running is ignored.
         w.handle_message(Instant::ZERO, attempt, assign(1));
         assert!(drain(&mut w).is_empty());
@@ -728,8 +853,17 @@ mod tests {
         // The connection drops before the task finishes.
         w.handle_disconnected(Instant::from_millis(10), attempt, "reset");
         drain(&mut w);
-        w.handle_task_finished(Instant::from_millis(20), lease_id, AttemptOutcome::Succeeded { output: output.clone() });
-        assert!(drain(&mut w).is_empty(), "nothing can be sent while disconnected");
+        w.handle_task_finished(
+            Instant::from_millis(20),
+            lease_id,
+            AttemptOutcome::Succeeded {
+                output: output.clone(),
+            },
+        );
+        assert!(
+            drain(&mut w).is_empty(),
+            "nothing can be sent while disconnected"
+        );
         assert_eq!(w.unacknowledged(), 1);
         // Reconnect: the result goes out right after REGISTERED.
         let retry_at = w.poll_timeout().expect("reconnect timer");
@@ -751,7 +885,15 @@ mod tests {
             outcome: AttemptOutcome::Succeeded { output },
         };
         assert_eq!(drain(&mut w), vec![WorkerOutput::Send(result)]);
-        w.handle_message(retry_at, second, CoordinatorToWorker::ResultAck { job_id, lease_id, accepted: true });
+        w.handle_message(
+            retry_at,
+            second,
+            CoordinatorToWorker::ResultAck {
+                job_id,
+                lease_id,
+                accepted: true,
+            },
+        );
         assert_eq!(w.unacknowledged(), 0);
         // A late report about the first connection is ignored.
         w.handle_disconnected(retry_at, attempt, "late");
@@ -801,7 +943,10 @@ mod tests {
         );
         assert_eq!(drain(&mut w), vec![WorkerOutput::Close]);
         let retry_at = w.poll_timeout().expect("retry timer");
-        assert!(retry_at <= Instant::from_millis(100), "first backoff is at most the base");
+        assert!(
+            retry_at <= Instant::from_millis(100),
+            "first backoff is at most the base"
+        );
         w.handle_timeout(retry_at);
         connect_attempt(&drain(&mut w));
     }

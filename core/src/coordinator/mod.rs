@@ -46,7 +46,9 @@ pub use events::{Event, LossReason};
 pub use registry::WorkerEntry;
 
 use crate::command::{Applied, Command, JobTable, LogEntry, TableError};
-use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, LogIndex, NodeId, RequestId, Term, WorkerId};
+use crate::ids::{
+    ConnectionId, Incarnation, JobId, LeaseId, LogIndex, NodeId, RequestId, Term, WorkerId,
+};
 use crate::job::{Job, JobState, Lease};
 use crate::limits::{
     ACTIVE_JOBS_CEILING, ATTEMPTS_MAX, CONFIG_MILLIS_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
@@ -145,7 +147,9 @@ impl CoordinatorConfig {
             });
         }
         if !(1..=ATTEMPTS_MAX).contains(&self.default_max_attempts) {
-            return Err(ConfigError::MaxAttemptsOutOfRange(self.default_max_attempts));
+            return Err(ConfigError::MaxAttemptsOutOfRange(
+                self.default_max_attempts,
+            ));
         }
         if !(1..=ACTIVE_JOBS_CEILING).contains(&self.max_active_jobs) {
             return Err(ConfigError::MaxActiveJobsOutOfRange(self.max_active_jobs));
@@ -200,7 +204,9 @@ pub enum Output {
         message: ClientReply,
     },
     /// Close the connection (after sending anything queued before this output).
-    Close { conn: ConnectionId },
+    Close {
+        conn: ConnectionId,
+    },
     /// Make these records durable, then call `handle_persisted(id)`.
     Persist(PersistBatch),
     Event(Event),
@@ -229,8 +235,14 @@ pub enum RecoveryError {
 /// Whom to tell when a proposed entry applies.
 #[derive(Clone, Debug)]
 enum Pending {
-    Submit { conn: ConnectionId, request_id: RequestId },
-    Cancel { conn: ConnectionId, request_id: RequestId },
+    Submit {
+        conn: ConnectionId,
+        request_id: RequestId,
+    },
+    Cancel {
+        conn: ConnectionId,
+        request_id: RequestId,
+    },
     /// A worker's result: acknowledge it once settled.
     Result { worker: WorkerId },
     /// The leader revoked the lease (deadline): tell the worker once settled.
@@ -442,11 +454,11 @@ impl Coordinator {
         self.outputs.push_back(Output::Event(event));
     }
 
-    fn to_worker(&mut self, conn: ConnectionId, message: CoordinatorToWorker) {
+    fn send_worker(&mut self, conn: ConnectionId, message: CoordinatorToWorker) {
         self.outputs.push_back(Output::ToWorker { conn, message });
     }
 
-    fn to_client(&mut self, conn: ConnectionId, message: ClientReply) {
+    fn send_client(&mut self, conn: ConnectionId, message: ClientReply) {
         self.outputs.push_back(Output::ToClient { conn, message });
     }
 
@@ -457,7 +469,7 @@ impl Coordinator {
         code: ErrorCode,
         message: String,
     ) {
-        self.to_client(
+        self.send_client(
             conn,
             ClientReply::Error {
                 request_id: Some(request_id),
@@ -509,7 +521,13 @@ impl Coordinator {
     }
 
     /// A frame on `conn` could not be decoded: answer with a typed error and hang up.
-    pub fn handle_malformed(&mut self, now: Instant, conn: ConnectionId, link: Link, error: &FrameError) {
+    pub fn handle_malformed(
+        &mut self,
+        now: Instant,
+        conn: ConnectionId,
+        link: Link,
+        error: &FrameError,
+    ) {
         self.advance_clock(now);
         let code = ErrorCode::from(error);
         let message = error.to_string();
@@ -518,8 +536,8 @@ impl Coordinator {
             error: message.clone(),
         });
         match link {
-            Link::Worker => self.to_worker(conn, CoordinatorToWorker::Error { code, message }),
-            Link::Client => self.to_client(
+            Link::Worker => self.send_worker(conn, CoordinatorToWorker::Error { code, message }),
+            Link::Client => self.send_client(
                 conn,
                 ClientReply::Error {
                     request_id: None,
@@ -547,7 +565,9 @@ impl Coordinator {
         self.advance_clock(now);
         while let Some(timer) = self.timers.pop_due(self.now) {
             match timer {
-                Timer::HeartbeatCheck(worker, incarnation) => self.check_heartbeat(&worker, incarnation),
+                Timer::HeartbeatCheck(worker, incarnation) => {
+                    self.check_heartbeat(&worker, incarnation)
+                }
                 Timer::LeaseDeadline(job_id, lease_id) => self.expire_lease(job_id, lease_id),
                 Timer::RetryDue(job_id) => {
                     if self.table.get(&job_id).map(|job| job.state) == Some(JobState::RetryWait) {
@@ -555,13 +575,20 @@ impl Coordinator {
                     }
                 }
                 Timer::ReadoptionEnd => self.end_readoption(),
-                Timer::WaitTimeout(conn, request_id, job_id) => self.time_out_waiter(conn, request_id, job_id),
+                Timer::WaitTimeout(conn, request_id, job_id) => {
+                    self.time_out_waiter(conn, request_id, job_id)
+                }
             }
         }
         self.schedule();
     }
 
-    pub fn handle_worker_message(&mut self, now: Instant, conn: ConnectionId, message: WorkerToCoordinator) {
+    pub fn handle_worker_message(
+        &mut self,
+        now: Instant,
+        conn: ConnectionId,
+        message: WorkerToCoordinator,
+    ) {
         self.advance_clock(now);
         // Any message from a registered worker shows it is alive.
         if let Some(worker) = self.registry.worker_on(conn).cloned() {
@@ -577,7 +604,7 @@ impl Coordinator {
                 running,
             } => self.register(conn, worker_id, incarnation, capacity, running),
             WorkerToCoordinator::Heartbeat {} => match self.registry.worker_on(conn) {
-                Some(_) => self.to_worker(conn, CoordinatorToWorker::HeartbeatAck {}),
+                Some(_) => self.send_worker(conn, CoordinatorToWorker::HeartbeatAck {}),
                 None => self.reject_unregistered(conn),
             },
             WorkerToCoordinator::TaskResult {
@@ -589,7 +616,12 @@ impl Coordinator {
         self.schedule();
     }
 
-    pub fn handle_client_message(&mut self, now: Instant, conn: ConnectionId, message: ClientRequest) {
+    pub fn handle_client_message(
+        &mut self,
+        now: Instant,
+        conn: ConnectionId,
+        message: ClientRequest,
+    ) {
         self.advance_clock(now);
         match message {
             ClientRequest::Submit {
@@ -601,7 +633,7 @@ impl Coordinator {
             ClientRequest::Status { request_id, job_id } => match self.table.get(&job_id) {
                 Some(job) => {
                     let job = job.view();
-                    self.to_client(conn, ClientReply::Job { request_id, job });
+                    self.send_client(conn, ClientReply::Job { request_id, job });
                 }
                 None => self.job_not_found(conn, request_id, job_id),
             },
@@ -614,7 +646,10 @@ impl Coordinator {
                 if self.table.get(&job_id).is_none() {
                     self.job_not_found(conn, request_id, job_id);
                 } else {
-                    self.propose(Command::Cancel { job_id }, Some(Pending::Cancel { conn, request_id }));
+                    self.propose(
+                        Command::Cancel { job_id },
+                        Some(Pending::Cancel { conn, request_id }),
+                    );
                 }
             }
             ClientRequest::List {
@@ -625,7 +660,13 @@ impl Coordinator {
             ClientRequest::Workers { request_id } => {
                 let now = self.now;
                 let workers = self.registry.iter().map(|w| w.view(now)).collect();
-                self.to_client(conn, ClientReply::WorkerList { request_id, workers });
+                self.send_client(
+                    conn,
+                    ClientReply::WorkerList {
+                        request_id,
+                        workers,
+                    },
+                );
             }
         }
         self.schedule();
@@ -646,7 +687,12 @@ impl Coordinator {
         let task = match TaskSpec::from_json(task) {
             Ok(task) => task,
             Err(error) => {
-                return self.client_error(conn, request_id, ErrorCode::InvalidTask, error.to_string())
+                return self.client_error(
+                    conn,
+                    request_id,
+                    ErrorCode::InvalidTask,
+                    error.to_string(),
+                )
             }
         };
         let max_attempts = max_attempts.unwrap_or(self.config.default_max_attempts);
@@ -673,7 +719,7 @@ impl Coordinator {
             // A known key is answered from the applied (durable) table, with apply's own rule.
             match self.table.check_idempotency(key, &task, max_attempts) {
                 Some(Ok(job_id)) => {
-                    return self.to_client(
+                    return self.send_client(
                         conn,
                         ClientReply::SubmitAccepted {
                             request_id,
@@ -682,7 +728,9 @@ impl Coordinator {
                         },
                     )
                 }
-                Some(Err(existing)) => return self.idempotency_conflict(conn, request_id, existing),
+                Some(Err(existing)) => {
+                    return self.idempotency_conflict(conn, request_id, existing)
+                }
                 None => {}
             }
         }
@@ -705,12 +753,18 @@ impl Coordinator {
         );
     }
 
-    fn reject_submission(&mut self, conn: ConnectionId, request_id: RequestId, active_jobs: u64, max_active_jobs: u64) {
+    fn reject_submission(
+        &mut self,
+        conn: ConnectionId,
+        request_id: RequestId,
+        active_jobs: u64,
+        max_active_jobs: u64,
+    ) {
         self.event(Event::SubmitRejected {
             active_jobs,
             max_active_jobs,
         });
-        self.to_client(
+        self.send_client(
             conn,
             ClientReply::SubmitRejected {
                 request_id,
@@ -736,16 +790,27 @@ impl Coordinator {
     }
 
     fn job_not_found(&mut self, conn: ConnectionId, request_id: RequestId, job_id: JobId) {
-        self.client_error(conn, request_id, ErrorCode::JobNotFound, format!("no job {job_id}"));
+        self.client_error(
+            conn,
+            request_id,
+            ErrorCode::JobNotFound,
+            format!("no job {job_id}"),
+        );
     }
 
-    fn wait(&mut self, conn: ConnectionId, request_id: RequestId, job_id: JobId, timeout_millis: Option<u64>) {
+    fn wait(
+        &mut self,
+        conn: ConnectionId,
+        request_id: RequestId,
+        job_id: JobId,
+        timeout_millis: Option<u64>,
+    ) {
         let Some(job) = self.table.get(&job_id) else {
             return self.job_not_found(conn, request_id, job_id);
         };
         if job.state.is_terminal() {
             let job = job.view();
-            return self.to_client(
+            return self.send_client(
                 conn,
                 ClientReply::WaitResult {
                     request_id,
@@ -771,8 +836,12 @@ impl Coordinator {
                 format!("{WAITERS_MAX} waits are already parked; poll with STATUS or retry later"),
             );
         }
-        let at = self.now.saturating_add(Duration::from_millis(timeout_millis));
-        let timer = self.timers.arm(at, Timer::WaitTimeout(conn, request_id, job_id));
+        let at = self
+            .now
+            .saturating_add(Duration::from_millis(timeout_millis));
+        let timer = self
+            .timers
+            .arm(at, Timer::WaitTimeout(conn, request_id, job_id));
         self.waiters.entry(job_id).or_default().push(Waiter {
             conn,
             request_id,
@@ -797,7 +866,7 @@ impl Coordinator {
         self.waiter_count -= removed;
         if let Some(job) = self.table.get(&job_id) {
             let job = job.view();
-            self.to_client(
+            self.send_client(
                 conn,
                 ClientReply::WaitResult {
                     request_id,
@@ -818,7 +887,7 @@ impl Coordinator {
         self.waiter_count -= list.len();
         for waiter in list {
             self.timers.disarm(waiter.timer);
-            self.to_client(
+            self.send_client(
                 waiter.conn,
                 ClientReply::WaitResult {
                     request_id: waiter.request_id,
@@ -852,7 +921,13 @@ impl Coordinator {
         self.waiter_count -= dropped;
     }
 
-    fn list(&mut self, conn: ConnectionId, request_id: RequestId, state: Option<JobState>, limit: Option<u32>) {
+    fn list(
+        &mut self,
+        conn: ConnectionId,
+        request_id: RequestId,
+        state: Option<JobState>,
+        limit: Option<u32>,
+    ) {
         let limit = limit.unwrap_or(LIST_LIMIT_DEFAULT);
         if limit > LIST_LIMIT_MAX {
             return self.client_error(
@@ -869,7 +944,7 @@ impl Coordinator {
             .take(limit as usize)
             .map(Job::view)
             .collect();
-        self.to_client(conn, ClientReply::JobList { request_id, jobs });
+        self.send_client(conn, ClientReply::JobList { request_id, jobs });
     }
 
     // -----------------------------------------------------------------------------------------
@@ -877,7 +952,7 @@ impl Coordinator {
     // -----------------------------------------------------------------------------------------
 
     fn reject_unregistered(&mut self, conn: ConnectionId) {
-        self.to_worker(
+        self.send_worker(
             conn,
             CoordinatorToWorker::Error {
                 code: ErrorCode::NotRegistered,
@@ -887,12 +962,21 @@ impl Coordinator {
         self.outputs.push_back(Output::Close { conn });
     }
 
-    fn refuse_registration(&mut self, conn: ConnectionId, worker: WorkerId, reason: RegisterRejection, message: String) {
+    fn refuse_registration(
+        &mut self,
+        conn: ConnectionId,
+        worker: WorkerId,
+        reason: RegisterRejection,
+        message: String,
+    ) {
         self.event(Event::WorkerRejected {
             worker,
             reason: message.clone(),
         });
-        self.to_worker(conn, CoordinatorToWorker::RegisterRejected { reason, message });
+        self.send_worker(
+            conn,
+            CoordinatorToWorker::RegisterRejected { reason, message },
+        );
         self.outputs.push_back(Output::Close { conn });
     }
 
@@ -905,7 +989,12 @@ impl Coordinator {
         running: Vec<RunningAttempt>,
     ) {
         if let Err(error) = WorkerId::parse(worker_id.as_str()) {
-            return self.refuse_registration(conn, worker_id, RegisterRejection::InvalidRegistration, error.to_string());
+            return self.refuse_registration(
+                conn,
+                worker_id,
+                RegisterRejection::InvalidRegistration,
+                error.to_string(),
+            );
         }
         if !(1..=WORKER_CAPACITY_MAX).contains(&capacity) {
             return self.refuse_registration(
@@ -918,10 +1007,18 @@ impl Coordinator {
         if let Some(bound) = self.registry.worker_on(conn) {
             if *bound != worker_id {
                 let message = format!("this connection is already registered as {bound}");
-                return self.refuse_registration(conn, worker_id, RegisterRejection::InvalidRegistration, message);
+                return self.refuse_registration(
+                    conn,
+                    worker_id,
+                    RegisterRejection::InvalidRegistration,
+                    message,
+                );
             }
         }
-        let existing = self.registry.get(&worker_id).map(|w| (w.alive, w.incarnation, w.conn));
+        let existing = self
+            .registry
+            .get(&worker_id)
+            .map(|w| (w.alive, w.incarnation, w.conn));
         match existing {
             Some((true, known, old_conn)) if known == incarnation => {
                 // The same process on a new connection (the old one is half-open or just closing).
@@ -946,14 +1043,25 @@ impl Coordinator {
                 let message = format!(
                     "worker id {worker_id} is held by a live process (incarnation {known}); pick another id or stop that process"
                 );
-                return self.refuse_registration(conn, worker_id, RegisterRejection::DuplicateWorkerId, message);
+                return self.refuse_registration(
+                    conn,
+                    worker_id,
+                    RegisterRejection::DuplicateWorkerId,
+                    message,
+                );
             }
             _ => {
                 if self.registry.get(&worker_id).is_none() && self.registry.len() >= WORKERS_MAX {
                     self.registry.evict_lost(WORKERS_MAX - 1);
                     if self.registry.len() >= WORKERS_MAX {
-                        let message = format!("the registry already tracks {WORKERS_MAX} live workers");
-                        return self.refuse_registration(conn, worker_id, RegisterRejection::TooManyWorkers, message);
+                        let message =
+                            format!("the registry already tracks {WORKERS_MAX} live workers");
+                        return self.refuse_registration(
+                            conn,
+                            worker_id,
+                            RegisterRejection::TooManyWorkers,
+                            message,
+                        );
                     }
                 }
                 self.registry.insert(WorkerEntry {
@@ -978,7 +1086,7 @@ impl Coordinator {
                 self.abandon_other_incarnations(&worker_id, incarnation);
             }
         }
-        self.to_worker(
+        self.send_worker(
             conn,
             CoordinatorToWorker::Registered {
                 heartbeat_interval_millis: as_millis_u64(self.config.heartbeat_interval),
@@ -993,7 +1101,12 @@ impl Coordinator {
     /// A registering worker says it is running `attempt`. Re-adopt it if it is a recovered
     /// attempt of this very process; keep counting the slot of an attempt it already holds;
     /// otherwise it is stale: tell the worker to stop it, and count its slot until it does.
-    fn reconcile_reported(&mut self, conn: ConnectionId, worker_id: &WorkerId, attempt: RunningAttempt) {
+    fn reconcile_reported(
+        &mut self,
+        conn: ConnectionId,
+        worker_id: &WorkerId,
+        attempt: RunningAttempt,
+    ) {
         if self.try_readopt(worker_id, attempt.job_id, attempt.lease_id) {
             return;
         }
@@ -1005,7 +1118,7 @@ impl Coordinator {
         }
         let job_id = attempt.job_id;
         entry.leases.insert(attempt.lease_id, job_id);
-        self.to_worker(
+        self.send_worker(
             conn,
             CoordinatorToWorker::TaskCancel {
                 job_id,
@@ -1027,7 +1140,11 @@ impl Coordinator {
         let Some(entry) = self.registry.get_mut(worker_id) else {
             return false;
         };
-        if lease.id != lease_id || lease.worker != *worker_id || lease.incarnation != entry.incarnation || !entry.alive {
+        if lease.id != lease_id
+            || lease.worker != *worker_id
+            || lease.incarnation != entry.incarnation
+            || !entry.alive
+        {
             return false;
         }
         self.awaiting_readoption.remove(&lease_id);
@@ -1047,9 +1164,12 @@ impl Coordinator {
             .awaiting_readoption
             .iter()
             .filter(|(_, job_id)| {
-                self.table.get(job_id).and_then(|job| job.lease.as_ref()).is_some_and(|lease| {
-                    lease.worker == *worker_id && lease.incarnation != incarnation
-                })
+                self.table
+                    .get(job_id)
+                    .and_then(|job| job.lease.as_ref())
+                    .is_some_and(|lease| {
+                        lease.worker == *worker_id && lease.incarnation != incarnation
+                    })
             })
             .map(|(&lease_id, &job_id)| (lease_id, job_id))
             .collect();
@@ -1096,12 +1216,15 @@ impl Coordinator {
         if !entry.alive || entry.incarnation != incarnation {
             return;
         }
-        let deadline = entry.last_heartbeat.saturating_add(self.config.heartbeat_timeout);
+        let deadline = entry
+            .last_heartbeat
+            .saturating_add(self.config.heartbeat_timeout);
         if deadline <= self.now {
             let silent_millis = as_millis_u64(self.now.saturating_since(entry.last_heartbeat));
             self.lose_worker(worker, LossReason::HeartbeatTimeout { silent_millis });
         } else {
-            self.timers.arm(deadline, Timer::HeartbeatCheck(worker.clone(), incarnation));
+            self.timers
+                .arm(deadline, Timer::HeartbeatCheck(worker.clone(), incarnation));
         }
     }
 
@@ -1127,7 +1250,13 @@ impl Coordinator {
     }
 
     /// Proposes `AttemptFailed` for a current, not-yet-settling lease.
-    fn fail_attempt(&mut self, job_id: JobId, lease_id: LeaseId, cause: String, pending: Option<Pending>) -> bool {
+    fn fail_attempt(
+        &mut self,
+        job_id: JobId,
+        lease_id: LeaseId,
+        cause: String,
+        pending: Option<Pending>,
+    ) -> bool {
         if self.settling.contains(&lease_id) || !self.table.is_current_lease(job_id, lease_id) {
             return false;
         }
@@ -1182,7 +1311,13 @@ impl Coordinator {
         }
     }
 
-    fn receive_result(&mut self, conn: ConnectionId, job_id: JobId, lease_id: LeaseId, outcome: AttemptOutcome) {
+    fn receive_result(
+        &mut self,
+        conn: ConnectionId,
+        job_id: JobId,
+        lease_id: LeaseId,
+        outcome: AttemptOutcome,
+    ) {
         let Some(worker) = self.registry.worker_on(conn).cloned() else {
             return self.reject_unregistered(conn);
         };
@@ -1206,14 +1341,16 @@ impl Coordinator {
             };
             if held && matches!(outcome, AttemptOutcome::Cancelled {}) {
                 // The expected end of a revoked attempt: its slot is free again, nothing to report.
-                return self.to_worker(conn, answer);
+                return self.send_worker(conn, answer);
             }
             // Leases never become current again once they stop being current, so this verdict is
             // final; apply would reach the same one.
             let reason = match self.table.get(&job_id) {
                 None => "unknown job".to_owned(),
                 Some(job) if job.state.is_terminal() => format!("job is already {}", job.state),
-                Some(_) if self.settling.contains(&lease_id) => "attempt is already being settled".to_owned(),
+                Some(_) if self.settling.contains(&lease_id) => {
+                    "attempt is already being settled".to_owned()
+                }
                 Some(_) => "lease is not the job's current lease".to_owned(),
             };
             self.event(Event::StaleResultRejected {
@@ -1222,9 +1359,11 @@ impl Coordinator {
                 worker,
                 reason,
             });
-            return self.to_worker(conn, answer);
+            return self.send_worker(conn, answer);
         }
-        let pending = Some(Pending::Result { worker: worker.clone() });
+        let pending = Some(Pending::Result {
+            worker: worker.clone(),
+        });
         match outcome {
             AttemptOutcome::Succeeded { output } => {
                 self.settling.insert(lease_id);
@@ -1347,7 +1486,11 @@ impl Coordinator {
                     self.reject_submission(conn, request_id, active_jobs, max_active_jobs);
                 }
             }
-            Applied::Assigned { job_id, lease, attempt } => self.on_assigned(job_id, lease, attempt),
+            Applied::Assigned {
+                job_id,
+                lease,
+                attempt,
+            } => self.on_assigned(job_id, lease, attempt),
             Applied::AssignSkipped { lease, .. } => {
                 if let Some(entry) = self.registry.get_mut(&lease.worker) {
                     entry.leases.remove(&lease.id);
@@ -1355,7 +1498,11 @@ impl Coordinator {
             }
             Applied::Completed { job_id, lease } => {
                 self.disarm_lease_deadline(lease.id);
-                let attempts = self.table.get(&job_id).map(|job| job.attempt).unwrap_or_default();
+                let attempts = self
+                    .table
+                    .get(&job_id)
+                    .map(|job| job.attempt)
+                    .unwrap_or_default();
                 self.event(Event::JobCompleted {
                     job_id,
                     worker: lease.worker.clone(),
@@ -1384,9 +1531,17 @@ impl Coordinator {
                 self.timers.arm(at, Timer::RetryDue(job_id));
                 self.settle_effects(pending, job_id, &lease);
             }
-            Applied::FailedPermanently { job_id, lease, error } => {
+            Applied::FailedPermanently {
+                job_id,
+                lease,
+                error,
+            } => {
                 self.disarm_lease_deadline(lease.id);
-                let attempts = self.table.get(&job_id).map(|job| job.attempt).unwrap_or_default();
+                let attempts = self
+                    .table
+                    .get(&job_id)
+                    .map(|job| job.attempt)
+                    .unwrap_or_default();
                 self.event(Event::JobFailed {
                     job_id,
                     attempts,
@@ -1438,7 +1593,8 @@ impl Coordinator {
             }
             Applied::RequeueSkipped { .. } => {}
             Applied::UnknownJob { job_id } => match pending {
-                Some(Pending::Submit { conn, request_id }) | Some(Pending::Cancel { conn, request_id }) => {
+                Some(Pending::Submit { conn, request_id })
+                | Some(Pending::Cancel { conn, request_id }) => {
                     self.job_not_found(conn, request_id, job_id)
                 }
                 _ => {}
@@ -1450,11 +1606,16 @@ impl Coordinator {
         let conn = self
             .registry
             .get(&lease.worker)
-            .filter(|w| w.alive && w.incarnation == lease.incarnation && w.leases.contains_key(&lease.id))
+            .filter(|w| {
+                w.alive && w.incarnation == lease.incarnation && w.leases.contains_key(&lease.id)
+            })
             .and_then(|w| w.conn);
         let Some(conn) = conn else {
             // The worker was lost while the assignment was being made durable.
-            let cause = format!("worker {} lost before the assignment reached it", lease.worker);
+            let cause = format!(
+                "worker {} lost before the assignment reached it",
+                lease.worker
+            );
             self.fail_attempt(job_id, lease.id, cause, None);
             return;
         };
@@ -1478,7 +1639,7 @@ impl Coordinator {
             max_attempts,
             lease_id: lease.id,
         });
-        self.to_worker(conn, message);
+        self.send_worker(conn, message);
     }
 
     /// Effects of a failed attempt settling: acknowledge the worker's report, or tell the worker
@@ -1486,7 +1647,9 @@ impl Coordinator {
     fn settle_effects(&mut self, pending: Option<Pending>, job_id: JobId, lease: &Lease) {
         match pending {
             Some(Pending::Revoke { reason }) => self.send_cancel(lease, job_id, reason),
-            pending @ Some(Pending::Result { .. }) => self.ack_result(pending, job_id, lease.id, true),
+            pending @ Some(Pending::Result { .. }) => {
+                self.ack_result(pending, job_id, lease.id, true)
+            }
             _ => {}
         }
     }
@@ -1495,10 +1658,12 @@ impl Coordinator {
         let conn = self
             .registry
             .get(&lease.worker)
-            .filter(|w| w.alive && w.incarnation == lease.incarnation && w.leases.contains_key(&lease.id))
+            .filter(|w| {
+                w.alive && w.incarnation == lease.incarnation && w.leases.contains_key(&lease.id)
+            })
             .and_then(|w| w.conn);
         if let Some(conn) = conn {
-            self.to_worker(
+            self.send_worker(
                 conn,
                 CoordinatorToWorker::TaskCancel {
                     job_id,
@@ -1511,13 +1676,23 @@ impl Coordinator {
 
     /// Acknowledges a worker's result on the worker's current connection (it may have
     /// reconnected while the result was being made durable).
-    fn ack_result(&mut self, pending: Option<Pending>, job_id: JobId, lease_id: LeaseId, accepted: bool) {
+    fn ack_result(
+        &mut self,
+        pending: Option<Pending>,
+        job_id: JobId,
+        lease_id: LeaseId,
+        accepted: bool,
+    ) {
         let Some(Pending::Result { worker }) = pending else {
             return;
         };
-        let conn = self.registry.get(&worker).filter(|w| w.alive).and_then(|w| w.conn);
+        let conn = self
+            .registry
+            .get(&worker)
+            .filter(|w| w.alive)
+            .and_then(|w| w.conn);
         if let Some(conn) = conn {
-            self.to_worker(
+            self.send_worker(
                 conn,
                 CoordinatorToWorker::ResultAck {
                     job_id,
@@ -1530,7 +1705,7 @@ impl Coordinator {
 
     fn answer_submit(&mut self, pending: Option<Pending>, job_id: JobId, existing: bool) {
         if let Some(Pending::Submit { conn, request_id }) = pending {
-            self.to_client(
+            self.send_client(
                 conn,
                 ClientReply::SubmitAccepted {
                     request_id,
@@ -1545,7 +1720,7 @@ impl Coordinator {
         if let Some(Pending::Cancel { conn, request_id }) = pending {
             if let Some(job) = self.table.get(&job_id) {
                 let job = job.view();
-                self.to_client(
+                self.send_client(
                     conn,
                     ClientReply::CancelResult {
                         request_id,

@@ -1,1 +1,1810 @@
+//! State-machine tests for the coordinator, driven by hand with explicit time.
+//!
+//! They cover seed A's behaviour list at the state-machine level: failure detection by silence
+//! and by disconnect, retry exhaustion, the three kinds of stale result, restart recovery (the
+//! final-attempt rule, stale deadlines, re-registration and re-adoption), deadline expiry on a
+//! healthy worker, cancellation in every state, admission accounting, idempotency, and a
+//! many-clients-many-workers run with exactly one assignment per attempt.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
+
+use super::*;
+use crate::ids::Attempt;
+use crate::tasks::TaskOutput;
+
+const WORKER_CONN_BASE: u64 = 100;
+const CLIENT_CONN: ConnectionId = ConnectionId(1);
+
+fn config() -> CoordinatorConfig {
+    CoordinatorConfig {
+        task_timeout: Duration::from_millis(10_000),
+        heartbeat_interval: Duration::from_millis(100),
+        heartbeat_timeout: Duration::from_millis(300),
+        retry_base: Duration::from_millis(50),
+        retry_max: Duration::from_millis(400),
+        max_active_jobs: 1_000,
+        ..CoordinatorConfig::default()
+    }
+}
+
+/// A disk that keeps exactly what the coordinator asked to persist.
+#[derive(Clone, Debug, Default)]
+struct Disk {
+    jobs: BTreeMap<JobId, Job>,
+    applied: LogIndex,
+    log: BTreeMap<LogIndex, LogEntry>,
+}
+
+impl Disk {
+    fn write(&mut self, records: &[Record]) {
+        for record in records {
+            match record {
+                Record::Log(entry) => {
+                    self.log.insert(entry.index, entry.clone());
+                }
+                Record::Job(job) => {
+                    self.jobs.insert(job.id, job.clone());
+                }
+                Record::Applied(index) => self.applied = *index,
+                Record::DiscardLogThrough(index) => self.log.retain(|i, _| i > index),
+            }
+        }
+    }
+
+    fn durable_state(&self) -> DurableState {
+        DurableState {
+            jobs: self.jobs.values().cloned().collect(),
+            applied: self.applied,
+            log: self.log.values().cloned().collect(),
+        }
+    }
+}
+
+/// Drives one coordinator: persists batches (immediately, unless told to hold them), collects
+/// every other output, and advances time.
+struct Harness {
+    c: Coordinator,
+    now: Instant,
+    disk: Disk,
+    hold_writes: bool,
+    held: Vec<PersistBatch>,
+    sent: Vec<Output>,
+    next_request: u64,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        Harness::with(config())
+    }
+
+    fn with(config: CoordinatorConfig) -> Harness {
+        let c = Coordinator::new(config, 42).expect("valid config");
+        let mut h = Harness {
+            c,
+            now: Instant::ZERO,
+            disk: Disk::default(),
+            hold_writes: false,
+            held: Vec::new(),
+            sent: Vec::new(),
+            next_request: 0,
+        };
+        h.pump();
+        h
+    }
+
+    /// Drains outputs, making batches durable as they appear, until nothing is left.
+    fn pump(&mut self) {
+        while let Some(output) = self.c.poll_output() {
+            match output {
+                Output::Persist(batch) if self.hold_writes => self.held.push(batch),
+                Output::Persist(batch) => {
+                    self.disk.write(&batch.records);
+                    self.c.handle_persisted(self.now, batch.id);
+                }
+                other => self.sent.push(other),
+            }
+            self.check();
+        }
+    }
+
+    /// Lets only the oldest held batch reach the disk; later ones stay held.
+    fn release_one(&mut self) {
+        assert!(!self.held.is_empty(), "no batch is held");
+        let batch = self.held.remove(0);
+        self.disk.write(&batch.records);
+        self.c.handle_persisted(self.now, batch.id);
+        self.pump();
+    }
+
+    /// Lets held batches reach the disk.
+    fn release_writes(&mut self) {
+        self.hold_writes = false;
+        for batch in std::mem::take(&mut self.held) {
+            self.disk.write(&batch.records);
+            self.c.handle_persisted(self.now, batch.id);
+        }
+        self.pump();
+    }
+
+    fn check(&self) {
+        if let Err(violation) = self.c.table().check_invariants() {
+            panic!("job table invariant broken: {violation}");
+        }
+        for worker in self.c.workers() {
+            assert!(
+                worker.leases.len() <= worker.capacity as usize,
+                "worker {} holds {} attempts with capacity {}",
+                worker.id,
+                worker.leases.len(),
+                worker.capacity
+            );
+        }
+    }
+
+    /// Advances time to `now + millis`, firing every timer on the way in order.
+    fn advance(&mut self, millis: u64) {
+        let target = self.now.saturating_add(Duration::from_millis(millis));
+        while let Some(at) = self.c.poll_timeout() {
+            if at > target {
+                break;
+            }
+            self.now = self.now.max(at);
+            self.c.handle_timeout(self.now);
+            self.pump();
+        }
+        self.now = target;
+    }
+
+    /// Advances time while every live worker in `beating` heartbeats on schedule.
+    fn advance_with_heartbeats(&mut self, millis: u64, beating: &[&str]) {
+        let step = 50;
+        let mut left = millis;
+        while left > 0 {
+            let chunk = left.min(step);
+            self.advance(chunk);
+            left -= chunk;
+            for name in beating {
+                self.worker_says(name, WorkerToCoordinator::Heartbeat {});
+            }
+        }
+    }
+
+    fn take(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.sent)
+    }
+
+    fn events(&mut self) -> Vec<Event> {
+        let (events, rest): (Vec<_>, Vec<_>) = self
+            .take()
+            .into_iter()
+            .partition(|o| matches!(o, Output::Event(_)));
+        self.sent = rest;
+        events
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Event(e) => Some(e),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn conn_of(name: &str) -> ConnectionId {
+        let n: u64 = name
+            .trim_start_matches('w')
+            .parse()
+            .expect("workers are named wN");
+        ConnectionId(WORKER_CONN_BASE + n)
+    }
+
+    fn register(&mut self, name: &str, capacity: u32) {
+        self.register_as(name, capacity, Incarnation(1), Self::conn_of(name), vec![]);
+    }
+
+    fn register_as(
+        &mut self,
+        name: &str,
+        capacity: u32,
+        incarnation: Incarnation,
+        conn: ConnectionId,
+        running: Vec<RunningAttempt>,
+    ) {
+        self.c.handle_worker_message(
+            self.now,
+            conn,
+            WorkerToCoordinator::Register {
+                worker_id: WorkerId(name.into()),
+                incarnation,
+                capacity,
+                running,
+            },
+        );
+        self.pump();
+    }
+
+    fn worker_says(&mut self, name: &str, message: WorkerToCoordinator) {
+        self.c
+            .handle_worker_message(self.now, Self::conn_of(name), message);
+        self.pump();
+    }
+
+    fn client_says(&mut self, message: ClientRequest) {
+        self.c.handle_client_message(self.now, CLIENT_CONN, message);
+        self.pump();
+    }
+
+    fn request_id(&mut self) -> RequestId {
+        self.next_request += 1;
+        RequestId(self.next_request)
+    }
+
+    fn submit_request(
+        &mut self,
+        task: serde_json::Value,
+        max_attempts: Option<u32>,
+        key: Option<&str>,
+    ) -> ClientReply {
+        let request_id = self.request_id();
+        self.client_says(ClientRequest::Submit {
+            request_id,
+            task,
+            max_attempts,
+            idempotency_key: key.map(str::to_owned),
+        });
+        self.reply_to(request_id)
+    }
+
+    fn submit(&mut self, task: serde_json::Value, max_attempts: u32) -> JobId {
+        match self.submit_request(task, Some(max_attempts), None) {
+            ClientReply::SubmitAccepted { job_id, .. } => job_id,
+            other => panic!("expected acceptance, got {other:?}"),
+        }
+    }
+
+    /// Removes and returns the reply to `request_id`.
+    fn reply_to(&mut self, request_id: RequestId) -> ClientReply {
+        self.try_reply_to(request_id)
+            .unwrap_or_else(|| panic!("no reply to {request_id}; outputs: {:?}", self.sent))
+    }
+
+    fn try_reply_to(&mut self, request_id: RequestId) -> Option<ClientReply> {
+        let position = self.sent.iter().position(|o| {
+            matches!(o, Output::ToClient { message, .. } if message.request_id() == Some(request_id))
+        })?;
+        match self.sent.remove(position) {
+            Output::ToClient { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+
+    /// Removes and returns every message sent to `name`'s connection.
+    fn sent_to_worker(&mut self, name: &str) -> Vec<CoordinatorToWorker> {
+        let conn = Self::conn_of(name);
+        let mut out = Vec::new();
+        self.sent.retain(|o| match o {
+            Output::ToWorker { conn: c, message } if *c == conn => {
+                out.push(message.clone());
+                false
+            }
+            _ => true,
+        });
+        out
+    }
+
+    /// The assignments sent to `name`, as (job, lease, attempt).
+    fn assignments(&mut self, name: &str) -> Vec<(JobId, LeaseId, Attempt)> {
+        self.sent_to_worker(name)
+            .into_iter()
+            .filter_map(|m| match m {
+                CoordinatorToWorker::TaskAssign {
+                    job_id,
+                    lease_id,
+                    attempt,
+                    ..
+                } => Some((job_id, lease_id, attempt)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn finish(&mut self, name: &str, job_id: JobId, lease_id: LeaseId, outcome: AttemptOutcome) {
+        self.worker_says(
+            name,
+            WorkerToCoordinator::TaskResult {
+                job_id,
+                lease_id,
+                outcome,
+            },
+        );
+    }
+
+    fn succeed(&mut self, name: &str, job_id: JobId, lease_id: LeaseId) {
+        let output = TaskOutput::Sha256 { hex: "ok".into() };
+        self.finish(name, job_id, lease_id, AttemptOutcome::Succeeded { output });
+    }
+
+    fn state(&self, job_id: JobId) -> JobState {
+        self.c.job(&job_id).expect("job exists").state
+    }
+
+    fn job(&self, job_id: JobId) -> &Job {
+        self.c.job(&job_id).expect("job exists")
+    }
+
+    fn closed(&mut self, conn: ConnectionId) -> bool {
+        self.sent.contains(&Output::Close { conn })
+    }
+
+    /// Crashes the coordinator (losing held, unwritten batches) and restarts it on its disk.
+    fn restart(&mut self, config: CoordinatorConfig) {
+        self.held.clear();
+        self.hold_writes = false;
+        self.sent.clear();
+        self.now = self.now.saturating_add(Duration::from_millis(1_000));
+        self.c =
+            Coordinator::recover(config, 7, self.now, self.disk.durable_state()).expect("recovery");
+        self.pump();
+    }
+}
+
+fn sha(text: &str) -> serde_json::Value {
+    json!({"kind": "sha256", "text": text})
+}
+
+fn ack(accepted: bool, job_id: JobId, lease_id: LeaseId) -> CoordinatorToWorker {
+    CoordinatorToWorker::ResultAck {
+        job_id,
+        lease_id,
+        accepted,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Basic execution
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_job_runs_and_completes_and_wait_is_answered_only_then() {
+    let mut h = Harness::new();
+    h.register("w1", 2);
+    assert!(h
+        .sent_to_worker("w1")
+        .contains(&CoordinatorToWorker::Registered {
+            heartbeat_interval_millis: 100,
+            heartbeat_timeout_millis: 300,
+        }));
+    let job = h.submit(sha("abc"), 3);
+    let wait = h.request_id();
+    h.client_says(ClientRequest::Wait {
+        request_id: wait,
+        job_id: job,
+        timeout_millis: None,
+    });
+    assert_eq!(h.try_reply_to(wait), None, "the job is not terminal yet");
+    let [(job_id, lease, attempt)] = h.assignments("w1")[..] else {
+        panic!("expected one assignment")
+    };
+    assert_eq!((job_id, attempt), (job, Attempt(1)));
+    assert_eq!(h.state(job), JobState::Running);
+    h.succeed("w1", job, lease);
+    assert_eq!(h.sent_to_worker("w1"), vec![ack(true, job, lease)]);
+    match h.reply_to(wait) {
+        ClientReply::WaitResult {
+            job: view,
+            timed_out,
+            ..
+        } => {
+            assert!(!timed_out);
+            assert_eq!(view.state, JobState::Completed);
+            assert_eq!(view.result, Some(TaskOutput::Sha256 { hex: "ok".into() }));
+            assert_eq!(view.worker, Some(WorkerId("w1".into())));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(h.c.table().active_jobs(), 0);
+}
+
+#[test]
+fn a_wait_times_out_with_the_current_state() {
+    let mut h = Harness::new();
+    let job = h.submit(sha("abc"), 3);
+    let wait = h.request_id();
+    h.client_says(ClientRequest::Wait {
+        request_id: wait,
+        job_id: job,
+        timeout_millis: Some(250),
+    });
+    h.advance(249);
+    assert_eq!(h.try_reply_to(wait), None);
+    h.advance(1);
+    match h.reply_to(wait) {
+        ClientReply::WaitResult {
+            job: view,
+            timed_out,
+            ..
+        } => {
+            assert!(timed_out);
+            assert_eq!(view.state, JobState::Queued);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn invalid_submissions_get_typed_errors_and_change_nothing() {
+    let mut h = Harness::new();
+    let cases = [
+        (
+            json!({"kind": "sleep", "milliseconds": -5}),
+            None,
+            ErrorCode::InvalidTask,
+        ),
+        (json!({"kind": "nope"}), None, ErrorCode::InvalidTask),
+        (
+            json!({"kind": "prime-count", "limit": 2_000_000_000u64}),
+            None,
+            ErrorCode::InvalidTask,
+        ),
+        (sha("x"), Some(0), ErrorCode::InvalidRequest),
+        (sha("x"), Some(ATTEMPTS_MAX + 1), ErrorCode::InvalidRequest),
+    ];
+    for (task, max_attempts, expected) in cases {
+        match h.submit_request(task, max_attempts, None) {
+            ClientReply::Error { code, .. } => assert_eq!(code, expected),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    match h.submit_request(sha("x"), None, Some("")) {
+        ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(h.c.table().is_empty());
+    assert!(h.disk.log.is_empty(), "nothing was written");
+}
+
+#[test]
+fn unknown_jobs_are_reported_as_not_found() {
+    let mut h = Harness::new();
+    let ghost = JobId(uuid::Uuid::from_u128(9));
+    for make in [
+        (|request_id, job_id| ClientRequest::Status { request_id, job_id })
+            as fn(RequestId, JobId) -> ClientRequest,
+        |request_id, job_id| ClientRequest::Cancel { request_id, job_id },
+        |request_id, job_id| ClientRequest::Wait {
+            request_id,
+            job_id,
+            timeout_millis: None,
+        },
+    ] {
+        let request_id = h.request_id();
+        h.client_says(make(request_id, ghost));
+        match h.reply_to(request_id) {
+            ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::JobNotFound),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durability before visibility
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn nothing_is_revealed_before_its_records_are_durable() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    h.take();
+    h.hold_writes = true;
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::Submit {
+        request_id,
+        task: sha("abc"),
+        max_attempts: None,
+        idempotency_key: None,
+    });
+    assert_eq!(
+        h.try_reply_to(request_id),
+        None,
+        "no acknowledgement before the submit is durable"
+    );
+    assert!(h.c.table().is_empty(), "not applied before it is durable");
+    h.release_one();
+    assert!(matches!(
+        h.reply_to(request_id),
+        ClientReply::SubmitAccepted { .. }
+    ));
+    let job = h.c.table().jobs().next().expect("job").id;
+    // The assignment it triggered is proposed but held back until its own write is durable.
+    assert!(
+        h.assignments("w1").is_empty(),
+        "no TASK_ASSIGN before the assignment is durable"
+    );
+    assert_eq!(h.state(job), JobState::Queued);
+    h.release_one();
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!("one assignment once durable")
+    };
+    // A result is acknowledged only once its completion is durable, and a waiter learns of it
+    // no earlier.
+    let wait = h.request_id();
+    h.client_says(ClientRequest::Wait {
+        request_id: wait,
+        job_id: job,
+        timeout_millis: None,
+    });
+    h.succeed("w1", job, lease);
+    assert!(
+        h.sent_to_worker("w1").is_empty(),
+        "no RESULT_ACK before the completion is durable"
+    );
+    assert_eq!(h.try_reply_to(wait), None);
+    assert_eq!(
+        h.state(job),
+        JobState::Running,
+        "the applied table only holds durable state"
+    );
+    h.release_writes();
+    assert_eq!(h.sent_to_worker("w1"), vec![ack(true, job, lease)]);
+    assert!(matches!(
+        h.reply_to(wait),
+        ClientReply::WaitResult {
+            timed_out: false,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_crash_before_the_write_loses_only_unacknowledged_work() {
+    let mut h = Harness::new();
+    let kept = h.submit(sha("kept"), 3);
+    h.hold_writes = true;
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::Submit {
+        request_id,
+        task: sha("lost"),
+        max_attempts: None,
+        idempotency_key: None,
+    });
+    assert_eq!(h.try_reply_to(request_id), None);
+    h.restart(config());
+    assert_eq!(
+        h.c.table().len(),
+        1,
+        "the unacknowledged submission is gone, the acknowledged one is not"
+    );
+    assert_eq!(h.state(kept), JobState::Queued);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker failure
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn heartbeat_silence_loses_the_worker_and_the_job_completes_elsewhere_on_attempt_2() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 3);
+    let [(_, lease1, _)] = h.assignments("w1")[..] else {
+        panic!("assigned to w1")
+    };
+    h.register("w2", 1);
+    // w2 keeps beating, w1 goes silent (a SIGSTOPped process: its socket stays open).
+    h.advance_with_heartbeats(299, &["w2"]);
+    assert_eq!(
+        h.state(job),
+        JobState::Running,
+        "not declared dead before the timeout"
+    );
+    h.advance_with_heartbeats(1, &["w2"]);
+    let events = h.events();
+    assert!(events.contains(&Event::WorkerLost {
+        worker: WorkerId("w1".into()),
+        reason: LossReason::HeartbeatTimeout { silent_millis: 300 },
+    }));
+    assert!(
+        h.closed(Harness::conn_of("w1")),
+        "the silent worker's connection is closed"
+    );
+    assert_eq!(h.state(job), JobState::RetryWait);
+    assert!(h
+        .job(job)
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("worker w1 lost")));
+    h.advance_with_heartbeats(400, &["w2"]);
+    let [(_, lease2, attempt)] = h.assignments("w2")[..] else {
+        panic!("reassigned to w2")
+    };
+    assert_eq!(attempt, Attempt(2));
+    assert_ne!(lease1, lease2);
+    h.succeed("w2", job, lease2);
+    assert_eq!(h.state(job), JobState::Completed);
+    assert_eq!(h.job(job).attempt, Attempt(2));
+    assert_eq!(h.job(job).last_worker, Some(WorkerId("w2".into())));
+}
+
+#[test]
+fn an_abrupt_disconnect_is_detected_at_once() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(sha("x"), 3);
+    assert_eq!(h.assignments("w1").len(), 1);
+    h.take();
+    h.c.handle_closed(h.now, Harness::conn_of("w1"));
+    h.pump();
+    assert!(h.events().contains(&Event::WorkerLost {
+        worker: WorkerId("w1".into()),
+        reason: LossReason::ConnectionClosed,
+    }));
+    assert_eq!(
+        h.state(job),
+        JobState::RetryWait,
+        "no heartbeat timeout needed"
+    );
+    assert_eq!(h.now, Instant::ZERO);
+}
+
+#[test]
+fn heartbeats_keep_a_busy_worker_alive_past_many_timeouts() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 5_000}), 3);
+    h.advance_with_heartbeats(3_000, &["w1"]);
+    assert_eq!(h.state(job), JobState::Running);
+    assert!(h.c.workers().all(|w| w.alive));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn failures_are_retried_with_bounded_jittered_backoff_until_attempts_run_out() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "fail", "fail_until_attempt": 10}), 3);
+    for attempt in 1..=3u32 {
+        let [(_, lease, got)] = h.assignments("w1")[..] else {
+            panic!("attempt {attempt} assigned")
+        };
+        assert_eq!(got, Attempt(attempt));
+        h.take();
+        h.finish(
+            "w1",
+            job,
+            lease,
+            AttemptOutcome::Failed {
+                error: format!("boom {attempt}"),
+            },
+        );
+        assert_eq!(h.sent_to_worker("w1"), vec![ack(true, job, lease)]);
+        if attempt < 3 {
+            assert_eq!(h.state(job), JobState::RetryWait);
+            let delay = h.job(job).retry_delay_millis;
+            let ceiling = (50u64 << (attempt - 1)).min(400);
+            assert!(
+                delay <= ceiling,
+                "attempt {attempt}: delay {delay} > {ceiling}"
+            );
+            h.advance_with_heartbeats(delay, &["w1"]);
+            assert_eq!(
+                h.state(job),
+                JobState::Running,
+                "requeued and reassigned after the backoff"
+            );
+        }
+    }
+    assert_eq!(h.state(job), JobState::Failed);
+    assert_eq!(
+        h.job(job).attempt,
+        Attempt(3),
+        "never more than max_attempts"
+    );
+    assert!(h
+        .job(job)
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("boom 3")));
+    assert_eq!(h.c.table().active_jobs(), 0);
+}
+
+#[test]
+fn backoff_uses_the_seeded_rng_and_is_reproducible() {
+    let delays = || {
+        let mut h = Harness::new();
+        h.register("w1", 1);
+        let job = h.submit(json!({"kind": "fail", "fail_until_attempt": 3}), 3);
+        let [(_, lease, _)] = h.assignments("w1")[..] else {
+            panic!()
+        };
+        h.finish(
+            "w1",
+            job,
+            lease,
+            AttemptOutcome::Failed { error: "x".into() },
+        );
+        h.job(job).retry_delay_millis
+    };
+    assert_eq!(delays(), delays());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stale results
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_result_from_a_worker_declared_dead_is_rejected() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(sha("x"), 3);
+    let [(_, stale, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.register("w2", 1);
+    h.advance_with_heartbeats(300, &["w2"]);
+    assert_eq!(h.state(job), JobState::RetryWait, "w1 declared dead");
+    h.advance_with_heartbeats(400, &["w2"]);
+    let [(_, current, _)] = h.assignments("w2")[..] else {
+        panic!()
+    };
+    // w1 wakes up, reconnects as the same process and reports its old result.
+    h.take();
+    h.register_as("w1", 1, Incarnation(1), ConnectionId(999), vec![]);
+    h.c.handle_worker_message(
+        h.now,
+        ConnectionId(999),
+        WorkerToCoordinator::TaskResult {
+            job_id: job,
+            lease_id: stale,
+            outcome: AttemptOutcome::Succeeded {
+                output: TaskOutput::Sha256 {
+                    hex: "stale".into(),
+                },
+            },
+        },
+    );
+    h.pump();
+    assert!(h.sent.contains(&Output::ToWorker {
+        conn: ConnectionId(999),
+        message: ack(false, job, stale),
+    }));
+    assert!(h
+        .events()
+        .iter()
+        .any(|e| matches!(e, Event::StaleResultRejected { lease_id, .. } if *lease_id == stale)));
+    assert_eq!(
+        h.state(job),
+        JobState::Running,
+        "the current attempt is untouched"
+    );
+    assert_eq!(h.job(job).lease.as_ref().map(|l| l.id), Some(current));
+    h.succeed("w2", job, current);
+    assert_eq!(
+        h.job(job).result,
+        Some(TaskOutput::Sha256 { hex: "ok".into() })
+    );
+}
+
+#[test]
+fn deadline_expiry_on_a_healthy_worker_revokes_the_lease_and_rejects_the_late_result() {
+    let mut h = Harness::with(CoordinatorConfig {
+        task_timeout: Duration::from_millis(1_000),
+        ..config()
+    });
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.advance_with_heartbeats(999, &["w1"]);
+    assert_eq!(h.state(job), JobState::Running);
+    h.advance_with_heartbeats(1, &["w1"]);
+    assert_eq!(
+        h.state(job),
+        JobState::RetryWait,
+        "expired although the worker is healthy"
+    );
+    assert!(h
+        .sent_to_worker("w1")
+        .contains(&CoordinatorToWorker::TaskCancel {
+            job_id: job,
+            lease_id: lease,
+            reason: CancelReason::DeadlineExpired,
+        }));
+    assert!(h
+        .events()
+        .iter()
+        .any(|e| matches!(e, Event::LeaseExpired { .. })));
+    // The worker ignores the cancel and reports success late: rejected, and its slot is freed.
+    h.succeed("w1", job, lease);
+    assert_eq!(h.sent_to_worker("w1"), vec![ack(false, job, lease)]);
+    assert_ne!(h.state(job), JobState::Completed);
+    h.advance_with_heartbeats(400, &["w1"]);
+    let [(_, next, attempt)] = h.assignments("w1")[..] else {
+        panic!("retried on the freed slot")
+    };
+    assert_eq!(attempt, Attempt(2));
+    assert_ne!(next, lease);
+}
+
+#[test]
+fn a_revoked_attempt_keeps_its_slot_until_the_worker_reports_it_stopped() {
+    let mut h = Harness::with(CoordinatorConfig {
+        task_timeout: Duration::from_millis(1_000),
+        ..config()
+    });
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.advance_with_heartbeats(1_000 + 400, &["w1"]);
+    assert_eq!(
+        h.state(job),
+        JobState::Queued,
+        "requeued, but w1's only slot is still busy"
+    );
+    assert!(h.assignments("w1").is_empty());
+    h.finish("w1", job, lease, AttemptOutcome::Cancelled {});
+    assert_eq!(
+        h.assignments("w1").len(),
+        1,
+        "assigned as soon as the slot is free"
+    );
+}
+
+#[test]
+fn a_result_after_cancellation_is_rejected_and_the_job_stays_cancelled() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(sha("x"), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    let cancel = h.request_id();
+    h.client_says(ClientRequest::Cancel {
+        request_id: cancel,
+        job_id: job,
+    });
+    assert!(matches!(
+        h.reply_to(cancel),
+        ClientReply::CancelResult {
+            cancelled: true,
+            ..
+        }
+    ));
+    assert!(h
+        .sent_to_worker("w1")
+        .contains(&CoordinatorToWorker::TaskCancel {
+            job_id: job,
+            lease_id: lease,
+            reason: CancelReason::JobCancelled,
+        }));
+    h.succeed("w1", job, lease);
+    assert_eq!(h.sent_to_worker("w1"), vec![ack(false, job, lease)]);
+    assert_eq!(h.state(job), JobState::Cancelled);
+    assert_eq!(h.job(job).result, None);
+}
+
+#[test]
+fn the_lease_check_lives_in_apply() {
+    // Even a command that bypassed the leader's pre-checks cannot complete a job with a stale lease.
+    let mut table = JobTable::new();
+    let job_id = JobId(uuid::Uuid::from_u128(1));
+    let lease = |n| Lease {
+        id: LeaseId(uuid::Uuid::from_u128(n)),
+        worker: WorkerId("w".into()),
+        incarnation: Incarnation(1),
+    };
+    let commands = [
+        Command::Submit {
+            job_id,
+            task: TaskSpec::Sha256 { text: "x".into() },
+            max_attempts: 3,
+            idempotency_key: None,
+            max_active_jobs: 10,
+        },
+        Command::Assign {
+            job_id,
+            lease: lease(10),
+        },
+        Command::AttemptFailed {
+            job_id,
+            lease_id: lease(10).id,
+            cause: "lost".into(),
+            retry_delay_millis: 0,
+        },
+        Command::Requeue { job_id },
+        Command::Assign {
+            job_id,
+            lease: lease(11),
+        },
+    ];
+    for (i, command) in commands.iter().enumerate() {
+        table.apply(LogIndex(i as u64 + 1), command);
+    }
+    let stale = Command::Complete {
+        job_id,
+        lease_id: lease(10).id,
+        output: TaskOutput::Sha256 {
+            hex: "stale".into(),
+        },
+    };
+    assert_eq!(
+        table.apply(LogIndex(6), &stale),
+        Applied::Stale {
+            job_id,
+            lease_id: lease(10).id,
+            reason: crate::command::StaleReason::LeaseNotCurrent,
+        }
+    );
+    assert_eq!(table.get(&job_id).map(|j| j.state), Some(JobState::Running));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation
+// ---------------------------------------------------------------------------------------------
+
+fn cancel(h: &mut Harness, job_id: JobId) -> ClientReply {
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::Cancel { request_id, job_id });
+    h.reply_to(request_id)
+}
+
+#[test]
+fn cancel_works_in_every_non_terminal_state_and_reports_terminal_ones() {
+    let mut h = Harness::new();
+    // QUEUED (no workers yet).
+    let queued = h.submit(sha("q"), 3);
+    assert!(matches!(
+        cancel(&mut h, queued),
+        ClientReply::CancelResult {
+            cancelled: true,
+            ..
+        }
+    ));
+    assert_eq!(h.state(queued), JobState::Cancelled);
+    // RETRY_WAIT.
+    h.register("w1", 1);
+    let waiting = h.submit(json!({"kind": "fail", "fail_until_attempt": 2}), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.finish(
+        "w1",
+        waiting,
+        lease,
+        AttemptOutcome::Failed { error: "x".into() },
+    );
+    assert_eq!(h.state(waiting), JobState::RetryWait);
+    assert!(matches!(
+        cancel(&mut h, waiting),
+        ClientReply::CancelResult {
+            cancelled: true,
+            ..
+        }
+    ));
+    h.advance_with_heartbeats(1_000, &["w1"]);
+    assert_eq!(
+        h.state(waiting),
+        JobState::Cancelled,
+        "the backoff timer does not resurrect it"
+    );
+    // RUNNING.
+    let running = h.submit(sha("r"), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    assert!(matches!(
+        cancel(&mut h, running),
+        ClientReply::CancelResult {
+            cancelled: true,
+            ..
+        }
+    ));
+    assert!(h.sent_to_worker("w1").iter().any(
+        |m| matches!(m, CoordinatorToWorker::TaskCancel { lease_id, .. } if *lease_id == lease)
+    ));
+    // Terminal: cancelling again changes nothing and says so.
+    match cancel(&mut h, running) {
+        ClientReply::CancelResult { cancelled, job, .. } => {
+            assert!(!cancelled);
+            assert_eq!(job.state, JobState::Cancelled);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(h.c.table().active_jobs(), 0);
+}
+
+#[test]
+fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    h.take();
+    h.hold_writes = true;
+    let submit = h.request_id();
+    h.client_says(ClientRequest::Submit {
+        request_id: submit,
+        task: sha("x"),
+        max_attempts: None,
+        idempotency_key: None,
+    });
+    h.release_one();
+    let ClientReply::SubmitAccepted { job_id, .. } = h.reply_to(submit) else {
+        panic!()
+    };
+    // The assignment is proposed; the cancel arrives before it is durable.
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::Cancel { request_id, job_id });
+    h.release_writes();
+    assert!(matches!(
+        h.reply_to(request_id),
+        ClientReply::CancelResult {
+            cancelled: true,
+            ..
+        }
+    ));
+    assert_eq!(h.state(job_id), JobState::Cancelled);
+    let to_w1 = h.sent_to_worker("w1");
+    let assign = to_w1
+        .iter()
+        .position(|m| matches!(m, CoordinatorToWorker::TaskAssign { .. }));
+    let cancel = to_w1
+        .iter()
+        .position(|m| matches!(m, CoordinatorToWorker::TaskCancel { .. }));
+    assert!(
+        assign.is_some(),
+        "the assignment was ordered first in the log, so it went out"
+    );
+    assert!(cancel > assign, "and its cancel follows it");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admission control and idempotency
+// ---------------------------------------------------------------------------------------------
+
+fn limited(limit: u64) -> CoordinatorConfig {
+    CoordinatorConfig {
+        max_active_jobs: limit,
+        ..config()
+    }
+}
+
+fn expect_rejected(reply: ClientReply, active: u64, limit: u64) {
+    match reply {
+        ClientReply::SubmitRejected {
+            retryable,
+            active_jobs,
+            max_active_jobs,
+            ..
+        } => {
+            assert!(retryable);
+            assert_eq!((active_jobs, max_active_jobs), (active, limit));
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[test]
+fn admission_accepts_to_the_limit_then_rejects_and_terminal_transitions_free_one_slot_each() {
+    let mut h = Harness::with(limited(3));
+    let a = h.submit(sha("a"), 3);
+    let b = h.submit(json!({"kind": "fail", "fail_until_attempt": 9}), 2);
+    let c = h.submit(sha("c"), 3);
+    expect_rejected(h.submit_request(sha("d"), None, None), 3, 3);
+    assert_eq!(h.c.table().len(), 3, "a rejection creates nothing");
+    // Cancellation frees one slot.
+    cancel(&mut h, c);
+    assert_eq!(h.c.table().active_jobs(), 2);
+    let d = h.submit(sha("d"), 3);
+    expect_rejected(h.submit_request(sha("e"), None, None), 3, 3);
+    // A retry does not re-enter admission: b fails once, waits, and still counts once.
+    h.register("w1", 3);
+    let assigned = h.assignments("w1");
+    let lease_of = |job: JobId| {
+        assigned
+            .iter()
+            .find(|(j, _, _)| *j == job)
+            .map(|(_, l, _)| *l)
+            .expect("assigned")
+    };
+    h.finish(
+        "w1",
+        b,
+        lease_of(b),
+        AttemptOutcome::Failed { error: "x".into() },
+    );
+    assert_eq!(h.state(b), JobState::RetryWait);
+    assert_eq!(h.c.table().active_jobs(), 3);
+    // Completion frees one slot.
+    h.succeed("w1", a, lease_of(a));
+    assert_eq!(h.c.table().active_jobs(), 2);
+    // Permanent failure frees one slot.
+    h.advance_with_heartbeats(400, &["w1"]);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.finish("w1", b, lease, AttemptOutcome::Failed { error: "y".into() });
+    assert_eq!(h.state(b), JobState::Failed);
+    assert_eq!(h.c.table().active_jobs(), 1);
+    assert_eq!(h.state(d), JobState::Running);
+}
+
+#[test]
+fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
+    let mut h = Harness::with(limited(5));
+    h.hold_writes = true;
+    let requests: Vec<RequestId> = (0..8)
+        .map(|i| {
+            let request_id = h.request_id();
+            h.c.handle_client_message(
+                h.now,
+                ConnectionId(10 + i),
+                ClientRequest::Submit {
+                    request_id,
+                    task: sha(&format!("{i}")),
+                    max_attempts: None,
+                    idempotency_key: None,
+                },
+            );
+            request_id
+        })
+        .collect();
+    h.pump();
+    h.release_writes();
+    let replies: Vec<ClientReply> = requests.iter().map(|r| h.reply_to(*r)).collect();
+    let accepted = replies
+        .iter()
+        .filter(|r| matches!(r, ClientReply::SubmitAccepted { .. }))
+        .count();
+    let rejected = replies
+        .iter()
+        .filter(|r| matches!(r, ClientReply::SubmitRejected { .. }))
+        .count();
+    assert_eq!((accepted, rejected), (5, 3));
+    assert_eq!(h.c.table().active_jobs(), 5);
+}
+
+#[test]
+fn after_recovery_a_count_above_a_lowered_limit_runs_down_and_only_new_work_is_refused() {
+    let mut h = Harness::with(limited(5));
+    let jobs: Vec<JobId> = (0..5).map(|i| h.submit(sha(&format!("{i}")), 3)).collect();
+    h.restart(limited(2));
+    assert_eq!(
+        h.c.table().active_jobs(),
+        5,
+        "recovered count above the new limit"
+    );
+    expect_rejected(h.submit_request(sha("new"), None, None), 5, 2);
+    h.register("w1", 5);
+    let assigned = h.assignments("w1");
+    assert_eq!(assigned.len(), 5, "recovered jobs all run");
+    for (job, lease, _) in &assigned {
+        h.succeed("w1", *job, *lease);
+        if *job == jobs[3] {
+            assert_eq!(h.c.table().active_jobs(), 1);
+        }
+    }
+    assert_eq!(h.c.table().active_jobs(), 0);
+    h.submit(sha("new"), 3);
+}
+
+#[test]
+fn idempotency_keys_replay_conflict_and_bypass_admission() {
+    let mut h = Harness::with(limited(1));
+    let first = match h.submit_request(sha("abc"), None, Some("order-42")) {
+        ClientReply::SubmitAccepted {
+            job_id, existing, ..
+        } => {
+            assert!(!existing);
+            job_id
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    // At the limit, a known key still answers with its job and adds nothing.
+    match h.submit_request(sha("abc"), None, Some("order-42")) {
+        ClientReply::SubmitAccepted {
+            job_id, existing, ..
+        } => {
+            assert_eq!(job_id, first);
+            assert!(existing);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // A different spec under the same key is a conflict, and changes nothing.
+    match h.submit_request(sha("different"), None, Some("order-42")) {
+        ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::IdempotencyConflict),
+        other => panic!("unexpected {other:?}"),
+    }
+    match h.submit_request(sha("abc"), Some(7), Some("order-42")) {
+        ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::IdempotencyConflict),
+        other => panic!("unexpected {other:?}"),
+    }
+    // A new key at the limit is admission-controlled as usual.
+    expect_rejected(h.submit_request(sha("abc"), None, Some("order-43")), 1, 1);
+    assert_eq!(h.c.table().len(), 1);
+    // The key stays bound after the job is terminal, and after a restart.
+    cancel(&mut h, first);
+    h.restart(limited(1));
+    match h.submit_request(sha("abc"), None, Some("order-42")) {
+        ClientReply::SubmitAccepted {
+            job_id, existing, ..
+        } => {
+            assert_eq!(job_id, first);
+            assert!(existing);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(
+        h.state(first),
+        JobState::Cancelled,
+        "a burned key never re-runs its job"
+    );
+}
+
+#[test]
+fn duplicate_keys_in_one_batch_create_one_job() {
+    let mut h = Harness::new();
+    h.hold_writes = true;
+    let a = h.request_id();
+    let b = h.request_id();
+    for request_id in [a, b] {
+        h.client_says(ClientRequest::Submit {
+            request_id,
+            task: sha("x"),
+            max_attempts: None,
+            idempotency_key: Some("k".into()),
+        });
+    }
+    h.release_writes();
+    let (
+        ClientReply::SubmitAccepted {
+            job_id: first,
+            existing: false,
+            ..
+        },
+        ClientReply::SubmitAccepted {
+            job_id: second,
+            existing: true,
+            ..
+        },
+    ) = (h.reply_to(a), h.reply_to(b))
+    else {
+        panic!("one creation and one replay")
+    };
+    assert_eq!(first, second);
+    assert_eq!(h.c.table().len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Restart recovery
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn recovery_requeues_an_interrupted_attempt_and_counts_it() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 3);
+    assert_eq!(h.assignments("w1").len(), 1);
+    h.restart(config());
+    assert_eq!(
+        h.state(job),
+        JobState::Running,
+        "kept running during the re-adoption window"
+    );
+    assert_eq!(h.c.awaiting_readoption(), 1);
+    h.advance(299);
+    assert_eq!(h.state(job), JobState::Running);
+    h.advance(1);
+    assert_eq!(
+        h.state(job),
+        JobState::Queued,
+        "nobody reported it: requeued"
+    );
+    assert_eq!(
+        h.job(job).attempt,
+        Attempt(1),
+        "the interrupted attempt still counts"
+    );
+    h.register("w2", 1);
+    let [(_, _, attempt)] = h.assignments("w2")[..] else {
+        panic!()
+    };
+    assert_eq!(attempt, Attempt(2));
+}
+
+#[test]
+fn recovery_applies_the_final_attempt_rule() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 1);
+    assert_eq!(h.assignments("w1").len(), 1);
+    h.restart(config());
+    h.advance(300);
+    assert_eq!(
+        h.state(job),
+        JobState::Failed,
+        "its only attempt was interrupted"
+    );
+    assert!(h
+        .job(job)
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("restart")));
+    assert_eq!(h.c.table().active_jobs(), 0);
+}
+
+#[test]
+fn a_worker_that_reconnects_with_its_lease_is_readopted_and_its_result_counts() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.restart(config());
+    // The worker process survived and re-registers, reporting the attempt it is running.
+    h.register_as(
+        "w1",
+        1,
+        Incarnation(1),
+        Harness::conn_of("w1"),
+        vec![RunningAttempt {
+            job_id: job,
+            lease_id: lease,
+        }],
+    );
+    assert!(h
+        .events()
+        .iter()
+        .any(|e| matches!(e, Event::AttemptReadopted { lease_id, .. } if *lease_id == lease)));
+    assert_eq!(h.c.awaiting_readoption(), 0);
+    h.advance_with_heartbeats(1_000, &["w1"]);
+    assert_eq!(
+        h.state(job),
+        JobState::Running,
+        "the window's end does not touch a re-adopted attempt"
+    );
+    h.succeed("w1", job, lease);
+    assert_eq!(h.state(job), JobState::Completed);
+    assert_eq!(h.job(job).attempt, Attempt(1), "no retry was needed");
+}
+
+#[test]
+fn a_result_resent_after_restart_is_accepted_within_the_window() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(sha("x"), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.restart(config());
+    // The task finished while the coordinator was down; the worker resends its result.
+    h.register("w1", 1);
+    h.succeed("w1", job, lease);
+    assert_eq!(h.state(job), JobState::Completed);
+    assert_eq!(h.sent_to_worker("w1").last(), Some(&ack(true, job, lease)));
+}
+
+#[test]
+fn a_restarted_worker_process_cannot_readopt_and_its_old_attempts_are_requeued_at_once() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.restart(config());
+    // Same id, new incarnation: a new process that cannot be running the old attempt.
+    h.register_as("w1", 1, Incarnation(2), Harness::conn_of("w1"), vec![]);
+    assert_eq!(
+        h.job(job).attempt,
+        Attempt(2),
+        "requeued at once and reassigned"
+    );
+    assert_eq!(h.state(job), JobState::Running);
+    assert_ne!(h.job(job).lease.as_ref().map(|l| l.id), Some(lease));
+}
+
+#[test]
+fn a_stale_deadline_is_neither_trusted_nor_ignored_after_restart() {
+    // Deadlines are instants on a dead process's clock; recovery re-arms them from takeover.
+    let mut h = Harness::with(CoordinatorConfig {
+        task_timeout: Duration::from_millis(2_000),
+        ..config()
+    });
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 60_000}), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.advance_with_heartbeats(1_900, &["w1"]); // 100 ms before the old deadline
+    let cfg = CoordinatorConfig {
+        task_timeout: Duration::from_millis(2_000),
+        ..config()
+    };
+    h.restart(cfg);
+    h.register_as(
+        "w1",
+        1,
+        Incarnation(1),
+        Harness::conn_of("w1"),
+        vec![RunningAttempt {
+            job_id: job,
+            lease_id: lease,
+        }],
+    );
+    h.advance_with_heartbeats(1_950, &["w1"]);
+    assert_eq!(
+        h.state(job),
+        JobState::Running,
+        "the full timeout restarts from recovery"
+    );
+    h.advance_with_heartbeats(100, &["w1"]);
+    assert!(
+        !h.c.table().is_current_lease(job, lease),
+        "but it is enforced"
+    );
+    assert!(h
+        .job(job)
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("deadline")));
+    assert!(h.sent_to_worker("w1").iter().any(|m| matches!(
+        m,
+        CoordinatorToWorker::TaskCancel {
+            reason: CancelReason::DeadlineExpired,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn retry_backoff_restarts_from_recovery() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "fail", "fail_until_attempt": 2}), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.finish(
+        "w1",
+        job,
+        lease,
+        AttemptOutcome::Failed { error: "x".into() },
+    );
+    let delay = h.job(job).retry_delay_millis;
+    h.restart(config());
+    assert_eq!(h.state(job), JobState::RetryWait);
+    if delay > 0 {
+        h.advance(delay - 1);
+        assert_eq!(h.state(job), JobState::RetryWait);
+    }
+    h.advance(1);
+    assert_eq!(h.state(job), JobState::Queued);
+}
+
+#[test]
+fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
+    let mut h = Harness::new();
+    let job = h.submit(sha("x"), 3);
+    // Keep only the log: pretend the materialized rows never made it.
+    let mut disk = h.disk.clone();
+    disk.jobs.clear();
+    disk.applied = LogIndex(0);
+    disk.log.insert(
+        LogIndex(1),
+        LogEntry {
+            index: LogIndex(1),
+            term: Term(1),
+            command: Command::Submit {
+                job_id: job,
+                task: TaskSpec::Sha256 { text: "x".into() },
+                max_attempts: 3,
+                idempotency_key: None,
+                max_active_jobs: 1_000,
+            },
+        },
+    );
+    let recovered =
+        Coordinator::recover(config(), 1, Instant::ZERO, disk.durable_state()).expect("recovery");
+    assert_eq!(recovered.job(&job).map(|j| j.state), Some(JobState::Queued));
+}
+
+#[test]
+fn recovery_refuses_a_log_with_a_gap() {
+    let entry = |i| LogEntry {
+        index: LogIndex(i),
+        term: Term(1),
+        command: Command::Cancel {
+            job_id: JobId(uuid::Uuid::nil()),
+        },
+    };
+    let durable = DurableState {
+        jobs: vec![],
+        applied: LogIndex(0),
+        log: vec![entry(1), entry(3)],
+    };
+    assert_eq!(
+        Coordinator::recover(config(), 1, Instant::ZERO, durable).err(),
+        Some(RecoveryError::LogGap {
+            expected: LogIndex(2),
+            found: LogIndex(3),
+        })
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_second_live_process_with_the_same_id_is_rejected_but_a_reconnect_is_not() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    h.take();
+    // A different process claims w1 while the first is alive.
+    h.register_as("w1", 1, Incarnation(2), ConnectionId(500), vec![]);
+    assert!(h.sent.contains(&Output::ToWorker {
+        conn: ConnectionId(500),
+        message: CoordinatorToWorker::RegisterRejected {
+            reason: RegisterRejection::DuplicateWorkerId,
+            message: "worker id w1 is held by a live process (incarnation 0000000000000001); pick another id or stop that process".into(),
+        },
+    }));
+    assert!(h.closed(ConnectionId(500)));
+    h.take();
+    // The same process on a new connection takes over; the old connection is closed.
+    h.register_as("w1", 1, Incarnation(1), ConnectionId(501), vec![]);
+    assert!(h.closed(Harness::conn_of("w1")));
+    assert!(h.events().iter().any(|e| matches!(
+        e,
+        Event::WorkerRegistered {
+            reconnect: true,
+            ..
+        }
+    )));
+    // Closing the superseded connection does not lose the worker.
+    h.c.handle_closed(h.now, Harness::conn_of("w1"));
+    h.pump();
+    assert!(h.c.workers().all(|w| w.alive));
+    // Once the first process is lost, a new process may take the id.
+    h.c.handle_closed(h.now, ConnectionId(501));
+    h.pump();
+    h.register_as("w1", 1, Incarnation(2), ConnectionId(502), vec![]);
+    assert!(h
+        .c
+        .workers()
+        .any(|w| w.alive && w.incarnation == Incarnation(2)));
+}
+
+#[test]
+fn bad_registrations_and_unregistered_traffic_are_refused() {
+    let mut h = Harness::new();
+    h.register_as("w1", 0, Incarnation(1), ConnectionId(600), vec![]);
+    assert!(h.sent.iter().any(|o| matches!(
+        o,
+        Output::ToWorker {
+            message: CoordinatorToWorker::RegisterRejected {
+                reason: RegisterRejection::InvalidRegistration,
+                ..
+            },
+            ..
+        }
+    )));
+    h.take();
+    h.c.handle_worker_message(h.now, ConnectionId(601), WorkerToCoordinator::Heartbeat {});
+    h.pump();
+    assert!(h.sent.iter().any(|o| matches!(
+        o,
+        Output::ToWorker {
+            message: CoordinatorToWorker::Error {
+                code: ErrorCode::NotRegistered,
+                ..
+            },
+            ..
+        }
+    )));
+    assert!(h.closed(ConnectionId(601)));
+    assert_eq!(h.c.workers().count(), 0);
+}
+
+#[test]
+fn a_malformed_frame_gets_a_typed_error_and_the_worker_is_dropped() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job = h.submit(sha("x"), 3);
+    h.take();
+    let error = FrameError::UnknownType {
+        type_name: "BOGUS".into(),
+    };
+    h.c.handle_malformed(h.now, Harness::conn_of("w1"), Link::Worker, &error);
+    h.pump();
+    assert!(h.sent_to_worker("w1").iter().any(|m| matches!(
+        m,
+        CoordinatorToWorker::Error {
+            code: ErrorCode::UnknownType,
+            ..
+        }
+    )));
+    assert!(h.closed(Harness::conn_of("w1")));
+    assert_eq!(h.state(job), JobState::RetryWait);
+    // The coordinator keeps serving clients.
+    h.c.handle_malformed(
+        h.now,
+        ConnectionId(77),
+        Link::Client,
+        &FrameError::EmptyFrame,
+    );
+    h.pump();
+    let status = h.request_id();
+    h.client_says(ClientRequest::Status {
+        request_id: status,
+        job_id: job,
+    });
+    assert!(matches!(h.reply_to(status), ClientReply::Job { .. }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scheduling
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn fifo_onto_the_least_loaded_worker_within_capacity() {
+    let mut h = Harness::new();
+    let jobs: Vec<JobId> = (0..5).map(|i| h.submit(sha(&format!("{i}")), 3)).collect();
+    h.register("w1", 2);
+    let first: Vec<JobId> = h.assignments("w1").iter().map(|(j, _, _)| *j).collect();
+    assert_eq!(first, jobs[..2], "oldest first, up to capacity");
+    h.register("w2", 4);
+    let second: Vec<JobId> = h.assignments("w2").iter().map(|(j, _, _)| *j).collect();
+    assert_eq!(second, jobs[2..], "the rest to the idle worker");
+    let extra = h.submit(sha("extra"), 3);
+    // w1 has 2 of 2, w2 has 3 of 4: only w2 has room.
+    assert_eq!(h.assignments("w2").first().map(|(j, _, _)| *j), Some(extra));
+    assert!(h.assignments("w1").is_empty());
+}
+
+#[test]
+fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per_attempt() {
+    let mut h = Harness::new();
+    for w in 1..=5 {
+        h.register(&format!("w{w}"), 2);
+    }
+    let mut jobs = BTreeSet::new();
+    for i in 0..60u64 {
+        let request_id = h.request_id();
+        h.c.handle_client_message(
+            h.now,
+            ConnectionId(10 + i % 4),
+            ClientRequest::Submit {
+                request_id,
+                task: sha(&format!("job {i}")),
+                max_attempts: None,
+                idempotency_key: None,
+            },
+        );
+        h.pump();
+        match h.reply_to(request_id) {
+            ClientReply::SubmitAccepted { job_id, .. } => {
+                jobs.insert(job_id);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let mut assignments: BTreeMap<(JobId, Attempt), Vec<(String, LeaseId)>> = BTreeMap::new();
+    let mut rounds = 0;
+    while h.c.table().active_jobs() > 0 {
+        rounds += 1;
+        assert!(rounds < 100, "the run makes progress");
+        for w in 1..=5 {
+            let name = format!("w{w}");
+            for (job, lease, attempt) in h.assignments(&name) {
+                assignments
+                    .entry((job, attempt))
+                    .or_default()
+                    .push((name.clone(), lease));
+                h.succeed(&name, job, lease);
+            }
+        }
+    }
+    assert_eq!(assignments.len(), 60);
+    for ((job, attempt), holders) in &assignments {
+        assert_eq!(
+            holders.len(),
+            1,
+            "job {job} attempt {attempt} assigned {} times",
+            holders.len()
+        );
+        assert_eq!(*attempt, Attempt(1));
+    }
+    assert!(jobs.iter().all(|job| h.state(*job) == JobState::Completed));
+    let per_worker: BTreeSet<&String> = assignments.values().flatten().map(|(w, _)| w).collect();
+    assert_eq!(per_worker.len(), 5, "work spread across every worker");
+}
+
+#[test]
+fn list_and_workers_report_the_table_and_registry() {
+    let mut h = Harness::new();
+    let a = h.submit(sha("a"), 3);
+    let b = h.submit(sha("b"), 3);
+    cancel(&mut h, a);
+    h.register("w1", 3);
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::List {
+        request_id,
+        state: None,
+        limit: None,
+    });
+    match h.reply_to(request_id) {
+        ClientReply::JobList { jobs, .. } => {
+            assert_eq!(
+                jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+                vec![b, a],
+                "newest first"
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::List {
+        request_id,
+        state: Some(JobState::Cancelled),
+        limit: Some(10),
+    });
+    match h.reply_to(request_id) {
+        ClientReply::JobList { jobs, .. } => {
+            assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![a])
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::Workers { request_id });
+    match h.reply_to(request_id) {
+        ClientReply::WorkerList { workers, .. } => {
+            assert_eq!(workers.len(), 1);
+            assert_eq!(
+                (workers[0].capacity, workers[0].running, workers[0].alive),
+                (3, 1, true)
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn the_coordinator_log_tells_the_failure_recovery_story() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    h.register("w2", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 3);
+    h.take();
+    h.c.handle_closed(h.now, Harness::conn_of("w1"));
+    h.pump();
+    h.advance_with_heartbeats(400, &["w2"]);
+    let lease = h
+        .job(job)
+        .lease
+        .as_ref()
+        .map(|l| l.id)
+        .expect("running again");
+    h.succeed("w2", job, lease);
+    let story: Vec<String> = h.events().iter().map(ToString::to_string).collect();
+    let kinds = [
+        "Worker connection lost: workerId=w1",
+        "Retry scheduled:",
+        "Job requeued:",
+        "Job assigned:",
+        "Job completed:",
+    ];
+    let mut at = 0;
+    for kind in kinds {
+        let found = story[at..].iter().position(|line| line.starts_with(kind));
+        let Some(offset) = found else {
+            panic!("missing {kind:?} after line {at} in {story:#?}")
+        };
+        at += offset + 1;
+    }
+}

@@ -68,8 +68,12 @@ pub struct RunningAttempt {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AttemptOutcome {
-    Succeeded { output: TaskOutput },
-    Failed { error: String },
+    Succeeded {
+        output: TaskOutput,
+    },
+    Failed {
+        error: String,
+    },
     /// The worker stopped the task because the coordinator sent `TASK_CANCEL`.
     Cancelled {},
 }
@@ -110,8 +114,13 @@ pub enum CoordinatorToWorker {
         accepted: bool,
     },
     /// This coordinator is not the leader; reconnect to the one named, if known.
-    NotLeader { leader: Option<LeaderHint> },
-    Error { code: ErrorCode, message: String },
+    NotLeader {
+        leader: Option<LeaderHint>,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 wire_message!(CoordinatorToWorker {
