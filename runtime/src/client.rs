@@ -1,0 +1,271 @@
+//! The async Rust client library: submit, status, wait, cancel, list and workers against a
+//! coordinator group.
+//!
+//! A `HerderClient` is a cheap, cloneable handle to one background task that drives core's
+//! `Client` machine over one connection. Many calls may be outstanding at once (they are
+//! pipelined on the connection); failover, redirects and the resend rules are core's.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), herder_runtime::client::CallError> {
+//! use herder_runtime::client::{HerderClient, SubmitOptions};
+//! use herder_core::client::ClientConfig;
+//! use herder_core::tasks::TaskSpec;
+//!
+//! let client = HerderClient::new(ClientConfig::new(vec!["127.0.0.1:7071".into()]));
+//! let job = client.submit(&TaskSpec::Sha256 { text: "abc".into() }, SubmitOptions::default()).await?;
+//! let (view, _timed_out) = client.wait(job.job_id, None).await?;
+//! println!("{:?}", view.result);
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+
+use herder_core::client::{Client, ClientConfig, ClientError, ClientOutput, ConnectAttempt, OpId, Operation};
+use herder_core::ids::JobId;
+use herder_core::job::JobState;
+use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
+use herder_core::protocol::{ClientReply, JobView, WorkerView};
+use herder_core::tasks::TaskSpec;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::clock::{os_seed, sleep_until, Clock};
+use crate::net::{spawn_connect, Inbound, Outbound};
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("the coordinator answered with an unexpected message: {0}")]
+    UnexpectedReply(String),
+    #[error("the client has shut down")]
+    Closed,
+}
+
+/// Options of one submission.
+#[derive(Clone, Debug, Default)]
+pub struct SubmitOptions {
+    pub max_attempts: Option<u32>,
+    pub idempotency_key: Option<String>,
+}
+
+/// A durable submission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Submitted {
+    pub job_id: JobId,
+    /// True when the idempotency key named a job that already existed.
+    pub existing: bool,
+}
+
+struct Call {
+    op: Operation,
+    reply: oneshot::Sender<Result<ClientReply, ClientError>>,
+}
+
+enum Input {
+    Call(Call),
+    Connected(ConnectAttempt, Result<Outbound, String>),
+    Conn(ConnectAttempt, Inbound<ClientReply>),
+}
+
+/// A handle to a client connection. Clone it freely; the connection closes when the last clone
+/// is dropped.
+#[derive(Clone)]
+pub struct HerderClient {
+    calls: mpsc::UnboundedSender<Call>,
+}
+
+impl HerderClient {
+    /// Starts the client's driver task (on the current tokio runtime). Connects lazily.
+    pub fn new(config: ClientConfig) -> HerderClient {
+        HerderClient::with_frame_limit(config, FRAME_BYTES_MAX_DEFAULT)
+    }
+
+    pub fn with_frame_limit(config: ClientConfig, max_frame_bytes: usize) -> HerderClient {
+        let (calls_tx, calls_rx) = mpsc::unbounded_channel();
+        let (input_tx, input_rx) = mpsc::channel(1024);
+        let driver = Driver {
+            client: Client::new(config, os_seed()),
+            clock: Clock::new(),
+            max_frame_bytes,
+            inputs: input_tx,
+            expected: None,
+            current: None,
+            waiting: HashMap::new(),
+        };
+        tokio::spawn(driver.run(calls_rx, input_rx));
+        HerderClient { calls: calls_tx }
+    }
+
+    /// Runs one operation and returns the coordinator's (successful) reply.
+    pub async fn call(&self, op: Operation) -> Result<ClientReply, CallError> {
+        let (reply, rx) = oneshot::channel();
+        self.calls.send(Call { op, reply }).map_err(|_| CallError::Closed)?;
+        Ok(rx.await.map_err(|_| CallError::Closed)??)
+    }
+
+    pub async fn submit(&self, task: &TaskSpec, options: SubmitOptions) -> Result<Submitted, CallError> {
+        let op = Operation::Submit {
+            task: task.to_json(),
+            max_attempts: options.max_attempts,
+            idempotency_key: options.idempotency_key,
+        };
+        match self.call(op).await? {
+            ClientReply::SubmitAccepted { job_id, existing, .. } => Ok(Submitted { job_id, existing }),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn status(&self, job_id: JobId) -> Result<JobView, CallError> {
+        match self.call(Operation::Status { job_id }).await? {
+            ClientReply::Job { job, .. } => Ok(job),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Waits until the job is terminal or `timeout_millis` passes; returns the job and whether
+    /// the wait timed out.
+    pub async fn wait(&self, job_id: JobId, timeout_millis: Option<u64>) -> Result<(JobView, bool), CallError> {
+        match self.call(Operation::Wait { job_id, timeout_millis }).await? {
+            ClientReply::WaitResult { job, timed_out, .. } => Ok((job, timed_out)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Cancels the job; returns it and whether this call cancelled it (false: already terminal).
+    pub async fn cancel(&self, job_id: JobId) -> Result<(JobView, bool), CallError> {
+        match self.call(Operation::Cancel { job_id }).await? {
+            ClientReply::CancelResult { job, cancelled, .. } => Ok((job, cancelled)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn list(&self, state: Option<JobState>, limit: Option<u32>) -> Result<Vec<JobView>, CallError> {
+        match self.call(Operation::List { state, limit }).await? {
+            ClientReply::JobList { jobs, .. } => Ok(jobs),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn workers(&self) -> Result<Vec<WorkerView>, CallError> {
+        match self.call(Operation::Workers).await? {
+            ClientReply::WorkerList { workers, .. } => Ok(workers),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+fn unexpected(reply: &ClientReply) -> CallError {
+    use herder_core::protocol::codec::WireMessage;
+    CallError::UnexpectedReply(reply.type_name().to_owned())
+}
+
+struct Driver {
+    client: Client,
+    clock: Clock,
+    max_frame_bytes: usize,
+    inputs: mpsc::Sender<Input>,
+    expected: Option<ConnectAttempt>,
+    current: Option<(ConnectAttempt, Outbound)>,
+    waiting: HashMap<OpId, oneshot::Sender<Result<ClientReply, ClientError>>>,
+}
+
+impl Driver {
+    async fn run(mut self, mut calls: mpsc::UnboundedReceiver<Call>, mut inputs: mpsc::Receiver<Input>) {
+        let mut open = true;
+        loop {
+            if !open && self.waiting.is_empty() {
+                break;
+            }
+            let timer = self.client.poll_timeout().map(|at| self.clock.deadline(at));
+            tokio::select! {
+                call = calls.recv(), if open => match call {
+                    Some(call) => self.handle(Input::Call(call)),
+                    None => open = false,
+                },
+                input = inputs.recv() => match input {
+                    Some(input) => self.handle(input),
+                    None => break,
+                },
+                _ = sleep_until(timer) => self.client.handle_timeout(self.clock.now()),
+            }
+            self.drain();
+        }
+        if let Some((_, outbound)) = self.current.take() {
+            outbound.close();
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
+        let now = self.clock.now();
+        match input {
+            Input::Call(call) => {
+                let op = self.client.start(now, call.op);
+                self.waiting.insert(op, call.reply);
+            }
+            Input::Connected(attempt, Ok(outbound)) => {
+                if self.expected != Some(attempt) {
+                    outbound.close();
+                    return;
+                }
+                self.current = Some((attempt, outbound));
+                self.client.handle_connected(now, attempt);
+            }
+            Input::Connected(attempt, Err(reason)) => self.client.handle_connect_failed(now, attempt, &reason),
+            Input::Conn(attempt, Inbound::Message(reply)) => self.client.handle_message(now, attempt, reply),
+            Input::Conn(attempt, Inbound::Malformed(error)) => {
+                self.drop_connection(attempt);
+                self.client.handle_disconnected(now, attempt, &format!("malformed frame: {error}"));
+            }
+            Input::Conn(attempt, Inbound::Closed(reason)) => {
+                self.drop_connection(attempt);
+                self.client.handle_disconnected(now, attempt, &reason);
+            }
+        }
+    }
+
+    fn drop_connection(&mut self, attempt: ConnectAttempt) {
+        if self.current.as_ref().is_some_and(|(a, _)| *a == attempt) {
+            if let Some((_, outbound)) = self.current.take() {
+                outbound.close();
+            }
+        }
+    }
+
+    fn drain(&mut self) {
+        while let Some(output) = self.client.poll_output() {
+            match output {
+                ClientOutput::Connect { attempt, address } => {
+                    self.expected = Some(attempt);
+                    spawn_connect(
+                        address,
+                        self.max_frame_bytes,
+                        self.inputs.clone(),
+                        move |inbound| Input::Conn(attempt, inbound),
+                        move |result| Input::Connected(attempt, result),
+                    );
+                }
+                ClientOutput::Send(request) => {
+                    if let Some((attempt, outbound)) = &self.current {
+                        if let Err(error) = outbound.send(&request) {
+                            let attempt = *attempt;
+                            self.drop_connection(attempt);
+                            self.client.handle_disconnected(self.clock.now(), attempt, &error.to_string());
+                        }
+                    }
+                }
+                ClientOutput::Close => {
+                    self.expected = None;
+                    if let Some((_, outbound)) = self.current.take() {
+                        outbound.close();
+                    }
+                }
+                ClientOutput::Done { op, result } => {
+                    if let Some(reply) = self.waiting.remove(&op) {
+                        let _ = reply.send(result);
+                    }
+                }
+            }
+        }
+    }
+}

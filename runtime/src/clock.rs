@@ -1,0 +1,53 @@
+//! The real clock, mapped onto core's `Instant` (microseconds since this process's epoch).
+
+use std::time::Duration;
+
+use herder_core::time::Instant;
+
+/// A monotonic clock anchored when the process (or test) created it.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    epoch: tokio::time::Instant,
+}
+
+impl Clock {
+    pub fn new() -> Clock {
+        Clock {
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+
+    pub fn now(&self) -> Instant {
+        Instant::from_micros(u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX))
+    }
+
+    /// The tokio instant at which core's `at` falls due.
+    pub fn deadline(&self, at: Instant) -> tokio::time::Instant {
+        self.epoch + Duration::from_micros(at.as_micros())
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::new()
+    }
+}
+
+/// A seed for a state machine's RNG from the OS (the runtime may use OS randomness; core may not).
+/// Every process start draws a new one, so ids never repeat across restarts.
+pub fn os_seed() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+/// Sleeps until `deadline`, or forever when there is none (a machine with no timer armed).
+pub async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

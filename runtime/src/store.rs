@@ -1,0 +1,351 @@
+//! The coordinator's SQLite store: the command log, the materialized job rows and the applied
+//! index, with group commit.
+//!
+//! - WAL journal, `synchronous=FULL`: a committed transaction survives power loss.
+//! - One transaction per group of batches; a batch is reported durable only after its commit.
+//! - Schema version in `PRAGMA user_version`. A database written by a newer Herder, one that fails
+//!   SQLite's integrity check, or a file that is not a database is refused with a clear message;
+//!   nothing is ever silently reset.
+
+use std::path::{Path, PathBuf};
+
+use herder_core::command::LogEntry;
+use herder_core::coordinator::{DurableState, Record};
+use herder_core::ids::LogIndex;
+use herder_core::job::Job;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+
+/// The schema this build writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// File name of the database inside the data directory.
+pub const DATABASE_FILE: &str = "herder.sqlite3";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create data directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("data directory {path} is not writable: {source}")]
+    NotWritable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "database {path} is not a readable Herder database ({detail}); refusing to start. \
+         Restore it from a backup or point --data-dir at an empty directory"
+    )]
+    Corrupt { path: PathBuf, detail: String },
+    #[error(
+        "database {path} was written by a newer Herder (schema version {found}, this build knows {SCHEMA_VERSION}); \
+         refusing to start. Upgrade herder"
+    )]
+    NewerSchema { path: PathBuf, found: i64 },
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot encode a record: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// An open store. Not `Sync`: it lives on the store thread.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `data_dir`, checking version and integrity.
+    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
+            path: data_dir.to_owned(),
+            source,
+        })?;
+        check_writable(data_dir)?;
+        let path = data_dir.join(DATABASE_FILE);
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|source| StoreError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        let corrupt = |detail: String| StoreError::Corrupt {
+            path: path.clone(),
+            detail,
+        };
+        // The first statement that reads the file tells us whether it is a database at all.
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|e| corrupt(e.to_string()))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema { path, found: version });
+        }
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |row| row.get(0))
+            .map_err(|e| corrupt(e.to_string()))?;
+        if check != "ok" {
+            return Err(corrupt(format!("integrity check: {check}")));
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| corrupt(e.to_string()))?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        if version == 0 {
+            conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                 CREATE TABLE IF NOT EXISTS log (idx INTEGER PRIMARY KEY, term INTEGER NOT NULL, entry TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, row TEXT NOT NULL);
+                 INSERT OR IGNORE INTO meta (key, value) VALUES ('applied_index', 0);
+                 PRAGMA user_version = 1;
+                 COMMIT;",
+            )?;
+        }
+        let store = Store { conn, path };
+        store.check_tables()?;
+        Ok(store)
+    }
+
+    fn check_tables(&self) -> Result<(), StoreError> {
+        for table in ["meta", "log", "jobs"] {
+            let found: Option<String> = self
+                .conn
+                .query_row(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                    [table],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            if found.is_none() {
+                return Err(StoreError::Corrupt {
+                    path: self.path.clone(),
+                    detail: format!("table {table} is missing"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Everything the coordinator needs to recover.
+    pub fn load(&self) -> Result<DurableState, StoreError> {
+        let corrupt = |detail: String| StoreError::Corrupt {
+            path: self.path.clone(),
+            detail,
+        };
+        let applied: i64 = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'applied_index'", [], |row| row.get(0))
+            .optional()?
+            .ok_or_else(|| corrupt("applied index is missing".into()))?;
+        let applied = u64::try_from(applied).map_err(|_| corrupt(format!("negative applied index {applied}")))?;
+        let mut jobs = Vec::new();
+        let mut statement = self.conn.prepare("SELECT id, row FROM jobs")?;
+        let rows = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+        for row in rows {
+            let (id, text) = row?;
+            let job: Job = serde_json::from_str(&text).map_err(|e| corrupt(format!("job row {id}: {e}")))?;
+            jobs.push(job);
+        }
+        let mut log = Vec::new();
+        let mut statement = self.conn.prepare("SELECT idx, entry FROM log ORDER BY idx")?;
+        let rows = statement.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))?;
+        for row in rows {
+            let (idx, text) = row?;
+            let entry: LogEntry = serde_json::from_str(&text).map_err(|e| corrupt(format!("log entry {idx}: {e}")))?;
+            log.push(entry);
+        }
+        Ok(DurableState {
+            jobs,
+            applied: LogIndex(applied),
+            log,
+        })
+    }
+
+    /// Writes every record of every batch in one transaction (group commit). Returns only after
+    /// the commit, i.e. once the records are durable.
+    pub fn write<'a>(&mut self, records: impl IntoIterator<Item = &'a Record>) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut put_log = tx.prepare_cached("INSERT OR REPLACE INTO log (idx, term, entry) VALUES (?1, ?2, ?3)")?;
+            let mut put_job = tx.prepare_cached("INSERT OR REPLACE INTO jobs (id, state, row) VALUES (?1, ?2, ?3)")?;
+            let mut set_applied = tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'applied_index'")?;
+            let mut discard = tx.prepare_cached("DELETE FROM log WHERE idx <= ?1")?;
+            for record in records {
+                match record {
+                    Record::Log(entry) => {
+                        let text = serde_json::to_string(entry)?;
+                        put_log.execute(params![to_sql(entry.index.0), to_sql(entry.term.0), text])?;
+                    }
+                    Record::Job(job) => {
+                        let text = serde_json::to_string(job)?;
+                        put_job.execute(params![job.id.to_string(), job.state.as_str(), text])?;
+                    }
+                    Record::Applied(index) => {
+                        set_applied.execute(params![to_sql(index.0)])?;
+                    }
+                    Record::DiscardLogThrough(index) => {
+                        discard.execute(params![to_sql(index.0)])?;
+                    }
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// SQLite integers are signed; indexes beyond `i64::MAX` cannot occur in practice (that is
+/// 9 * 10^18 commands) and are clamped rather than wrapped.
+fn to_sql(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Fails early, with the directory named, when the data directory cannot be written.
+fn check_writable(data_dir: &Path) -> Result<(), StoreError> {
+    let probe = data_dir.join(".herder-write-probe");
+    std::fs::write(&probe, b"probe")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|source| StoreError::NotWritable {
+            path: data_dir.to_owned(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herder_core::command::Command;
+    use herder_core::ids::{Attempt, JobId, Term};
+    use herder_core::job::JobState;
+    use herder_core::tasks::TaskSpec;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("herder-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn job(n: u128) -> Job {
+        Job {
+            id: job_id(n),
+            task: TaskSpec::Sha256 { text: "abc".into() },
+            max_attempts: 3,
+            idempotency_key: Some(format!("key-{n}")),
+            state: JobState::Queued,
+            attempt: Attempt(0),
+            lease: None,
+            last_worker: None,
+            result: None,
+            error: None,
+            retry_delay_millis: 0,
+            submitted_at: LogIndex(n as u64),
+            queue_seq: n as u64,
+        }
+    }
+
+    /// A job id built through serde, so the test needs no direct uuid dependency.
+    fn job_id(n: u128) -> JobId {
+        serde_json::from_value(serde_json::json!(format!("00000000-0000-4000-8000-{n:012x}"))).expect("uuid")
+    }
+
+    fn entry(i: u64) -> LogEntry {
+        LogEntry {
+            index: LogIndex(i),
+            term: Term(1),
+            command: Command::Requeue { job_id: job_id(i as u128) },
+        }
+    }
+
+    #[test]
+    fn batches_round_trip_and_discarded_entries_are_gone() {
+        let dir = temp_dir("roundtrip");
+        let mut store = Store::open(&dir).expect("open");
+        let records = vec![
+            Record::Log(entry(1)),
+            Record::Log(entry(2)),
+            Record::Log(entry(3)),
+            Record::Job(job(1)),
+            Record::Job(job(2)),
+            Record::Applied(LogIndex(2)),
+            Record::DiscardLogThrough(LogIndex(2)),
+        ];
+        store.write(&records).expect("write");
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        let state = store.load().expect("load");
+        assert_eq!(state.applied, LogIndex(2));
+        assert_eq!(state.log, vec![entry(3)]);
+        let mut ids: Vec<_> = state.jobs.iter().map(|j| j.id).collect();
+        ids.sort();
+        assert_eq!(ids, vec![job(1).id, job(2).id]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = temp_dir("newer");
+        Store::open(&dir).expect("create");
+        let conn = Connection::open(dir.join(DATABASE_FILE)).expect("raw open");
+        conn.pragma_update(None, "user_version", 99).expect("bump");
+        drop(conn);
+        match Store::open(&dir) {
+            Err(StoreError::NewerSchema { found: 99, .. }) => {}
+            other => panic!("expected a newer-schema refusal, got {:?}", other.err()),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_refused_and_left_alone() {
+        let dir = temp_dir("garbage");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let garbage = vec![0x5Au8; 8192];
+        std::fs::write(dir.join(DATABASE_FILE), &garbage).expect("write garbage");
+        match Store::open(&dir) {
+            Err(StoreError::Corrupt { .. }) => {}
+            other => panic!("expected a corruption refusal, got {:?}", other.err()),
+        }
+        assert_eq!(std::fs::read(dir.join(DATABASE_FILE)).expect("still there"), garbage, "never reset");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_row_that_does_not_parse_is_reported_as_corruption() {
+        let dir = temp_dir("badrow");
+        let mut store = Store::open(&dir).expect("open");
+        store.write(&[Record::Job(job(1))]).expect("write");
+        store
+            .conn
+            .execute("UPDATE jobs SET row = '{not json'", [])
+            .expect("tamper");
+        match store.load() {
+            Err(StoreError::Corrupt { detail, .. }) => assert!(detail.contains("job row")),
+            other => panic!("expected corruption, got {:?}", other.err()),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unwritable_data_dir_is_refused_with_its_name() {
+        let file = temp_dir("notadir");
+        std::fs::write(&file, b"a file, not a directory").expect("file");
+        match Store::open(&file) {
+            Err(StoreError::CreateDir { path, .. }) | Err(StoreError::NotWritable { path, .. }) => {
+                assert_eq!(path, file)
+            }
+            other => panic!("expected a refusal, got {:?}", other.err()),
+        }
+        let _ = std::fs::remove_file(&file);
+    }
+}
