@@ -1,1 +1,72 @@
-fn main() {}
+//! The `herder` command. Parsing and printing live here; everything else is the runtime's.
+
+mod bench;
+mod cli;
+mod dev;
+mod output;
+mod verbs;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Command, LogFormat};
+
+/// Exit codes (SPEC section 3).
+pub mod exit {
+    pub const OK: u8 = 0;
+    /// The job ended FAILED or CANCELLED (`wait`, `submit --wait`).
+    pub const JOB_UNSUCCESSFUL: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const REJECTED: u8 = 3;
+    pub const UNREACHABLE: u8 = 4;
+    pub const SERVER: u8 = 5;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let server = matches!(cli.command, Command::Coordinator(_) | Command::Worker(_) | Command::Dev(_));
+    init_logging(cli.log_format, server);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("herder: cannot start the async runtime: {error}");
+            return ExitCode::from(exit::SERVER);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Coordinator(args) => verbs::coordinator(args).await,
+            Command::Worker(args) => verbs::worker(args).await,
+            Command::Submit(args) => verbs::submit(args).await,
+            Command::Status(args) => verbs::status(args).await,
+            Command::Wait(args) => verbs::wait(args).await,
+            Command::Cancel(args) => verbs::cancel(args).await,
+            Command::List(args) => verbs::list(args).await,
+            Command::Workers(args) => verbs::workers(args).await,
+            Command::Cluster(args) => verbs::cluster(args).await,
+            Command::Bench(args) => bench::run(args).await,
+            Command::Dev(args) => dev::run(args).await,
+        }
+    });
+    // Do not wait for lingering connection tasks.
+    runtime.shutdown_background();
+    ExitCode::from(code)
+}
+
+/// Logs go to stderr. Servers log at info; client verbs only warn, so their stdout stays clean.
+fn init_logging(format: LogFormat, server: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if server { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(ansi);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

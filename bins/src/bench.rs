@@ -1,0 +1,232 @@
+//! `herder bench`: seed A's load generator. N jobs over C independent connections; waits for
+//! every accepted job to be terminal; reports throughput and latency percentiles. It never
+//! retries a rejection, so accepted/rejected counts show raw admission shedding.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use herder_core::client::{ClientConfig, ClientError};
+use herder_core::job::JobState;
+use herder_core::tasks::TaskSpec;
+use herder_runtime::client::{CallError, HerderClient, SubmitOptions};
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::cli::BenchArgs;
+use crate::exit;
+use crate::output::{report_error, usage_error};
+
+/// What happened to one job.
+enum Outcome {
+    Terminal { ack: Duration, end_to_end: Duration, state: JobState },
+    Rejected { ack: Duration },
+    Error(CallError),
+}
+
+#[derive(Default)]
+struct Progress {
+    done: AtomicU64,
+}
+
+pub async fn run(args: BenchArgs) -> u8 {
+    let as_json = args.client.json;
+    if args.jobs == 0 || args.concurrency == 0 || args.pipeline == 0 {
+        return usage_error("--jobs, --concurrency and --pipeline must be at least 1", as_json);
+    }
+    let payload = match args.task.as_str() {
+        "sleep" => json!({"kind": "sleep", "milliseconds": args.milliseconds}),
+        "word-count" => json!({"kind": "word-count", "text": args.text}),
+        "sha256" => json!({"kind": "sha256", "text": args.text}),
+        "prime-count" => json!({"kind": "prime-count", "limit": args.limit}),
+        "fail" => json!({"kind": "fail", "fail_until_attempt": args.fail_until_attempt}),
+        other => {
+            return usage_error(
+                &format!("unknown task {other:?}; use sleep, word-count, sha256, prime-count or fail"),
+                as_json,
+            )
+        }
+    };
+    let task = match TaskSpec::from_json(&payload) {
+        Ok(task) => task,
+        Err(error) => return usage_error(&error.to_string(), as_json),
+    };
+
+    let progress = Arc::new(Progress::default());
+    let ticker = std::io::stderr().is_terminal().then(|| spawn_progress_bar(progress.clone(), args.jobs));
+    let started = Instant::now();
+    let mut connections = JoinSet::new();
+    for c in 0..u64::from(args.concurrency) {
+        let share = args.jobs / u64::from(args.concurrency) + u64::from(c < args.jobs % u64::from(args.concurrency));
+        let client = HerderClient::new(ClientConfig::new(args.client.coordinator.clone()));
+        let task = task.clone();
+        let progress = progress.clone();
+        let pipeline = args.pipeline as usize;
+        let max_attempts = args.max_attempts;
+        connections.spawn(async move { run_connection(client, task, share, pipeline, max_attempts, progress).await });
+    }
+    let mut outcomes = Vec::new();
+    while let Some(joined) = connections.join_next().await {
+        if let Ok(mut part) = joined {
+            outcomes.append(&mut part);
+        }
+    }
+    let elapsed = started.elapsed();
+    if let Some(ticker) = ticker {
+        ticker.abort();
+        eprintln!();
+    }
+    summarize(&args, &outcomes, elapsed)
+}
+
+async fn run_connection(
+    client: HerderClient,
+    task: TaskSpec,
+    jobs: u64,
+    pipeline: usize,
+    max_attempts: Option<u32>,
+    progress: Arc<Progress>,
+) -> Vec<Outcome> {
+    let in_flight = Arc::new(Semaphore::new(pipeline));
+    let mut jobs_set = JoinSet::new();
+    for _ in 0..jobs {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let client = client.clone();
+        let task = task.clone();
+        let progress = progress.clone();
+        jobs_set.spawn(async move {
+            let t0 = Instant::now();
+            let options = SubmitOptions {
+                max_attempts,
+                idempotency_key: None,
+            };
+            let submitted = client.submit(&task, options).await;
+            let ack = t0.elapsed();
+            drop(permit);
+            let outcome = match submitted {
+                Ok(job) => match client.wait(job.job_id, None).await {
+                    Ok((view, _)) => Outcome::Terminal {
+                        ack,
+                        end_to_end: t0.elapsed(),
+                        state: view.state,
+                    },
+                    Err(error) => Outcome::Error(error),
+                },
+                Err(CallError::Client(ClientError::Rejected { .. })) => Outcome::Rejected { ack },
+                Err(error) => Outcome::Error(error),
+            };
+            progress.done.fetch_add(1, Ordering::Relaxed);
+            outcome
+        });
+    }
+    let mut outcomes = Vec::with_capacity(jobs as usize);
+    while let Some(joined) = jobs_set.join_next().await {
+        if let Ok(outcome) = joined {
+            outcomes.push(outcome);
+        }
+    }
+    outcomes
+}
+
+fn spawn_progress_bar(progress: Arc<Progress>, total: u64) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let width = 40u64;
+        loop {
+            let done = progress.done.load(Ordering::Relaxed).min(total);
+            let filled = (done * width / total.max(1)) as usize;
+            eprint!("\r[{}{}] {done}/{total} jobs settled", "#".repeat(filled), " ".repeat(width as usize - filled));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+/// Nearest-rank percentile in milliseconds.
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    let index = rank.min(sorted.len()) - 1;
+    sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
+    let mut acks = Vec::new();
+    let mut end_to_end = Vec::new();
+    let (mut completed, mut failed, mut cancelled, mut rejected) = (0u64, 0u64, 0u64, 0u64);
+    let mut errors = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            Outcome::Terminal { ack, end_to_end: e2e, state } => {
+                acks.push(*ack);
+                end_to_end.push(*e2e);
+                match state {
+                    JobState::Completed => completed += 1,
+                    JobState::Failed => failed += 1,
+                    _ => cancelled += 1,
+                }
+            }
+            Outcome::Rejected { ack } => {
+                acks.push(*ack);
+                rejected += 1;
+            }
+            Outcome::Error(error) => errors.push(error),
+        }
+    }
+    if !errors.is_empty() && errors.len() == outcomes.len() {
+        return report_error(errors[0], args.client.json);
+    }
+    acks.sort();
+    end_to_end.sort();
+    let accepted = completed + failed + cancelled;
+    let seconds = elapsed.as_secs_f64();
+    let throughput = if seconds > 0.0 { accepted as f64 / seconds } else { 0.0 };
+    let stats = |v: &[Duration]| json!({ "p50": percentile(v, 50.0), "p95": percentile(v, 95.0), "p99": percentile(v, 99.0) });
+    if args.client.json {
+        println!(
+            "{}",
+            json!({
+                "jobs": args.jobs,
+                "concurrency": args.concurrency,
+                "pipeline": args.pipeline,
+                "task": args.task,
+                "accepted": accepted,
+                "rejected": rejected,
+                "errors": errors.len(),
+                "completed": completed,
+                "failed": failed,
+                "cancelled": cancelled,
+                "elapsed_seconds": seconds,
+                "throughput_jobs_per_second": throughput,
+                "submit_ack_millis": stats(&acks),
+                "end_to_end_millis": stats(&end_to_end),
+            })
+        );
+    } else {
+        println!("Jobs:            {} over {} connections (pipeline {})", args.jobs, args.concurrency, args.pipeline);
+        println!("Accepted:        {accepted}   rejected: {rejected}   errors: {}", errors.len());
+        println!("Terminal:        {completed} completed, {failed} failed, {cancelled} cancelled");
+        println!("Elapsed:         {seconds:.3} s");
+        println!("Throughput:      {throughput:.1} jobs/s (accepted jobs to terminal)");
+        println!(
+            "Submit ack:      p50 {:.2} ms   p95 {:.2} ms   p99 {:.2} ms",
+            percentile(&acks, 50.0),
+            percentile(&acks, 95.0),
+            percentile(&acks, 99.0)
+        );
+        println!(
+            "End to end:      p50 {:.2} ms   p95 {:.2} ms   p99 {:.2} ms",
+            percentile(&end_to_end, 50.0),
+            percentile(&end_to_end, 95.0),
+            percentile(&end_to_end, 99.0)
+        );
+        if let Some(first) = errors.first() {
+            eprintln!("herder: {} calls failed; first: {first}", errors.len());
+        }
+    }
+    exit::OK
+}

@@ -1,0 +1,282 @@
+//! The command line (SPEC section 3): every verb and flag, parsed by clap.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "herder",
+    version,
+    about = "A fault-tolerant distributed task processor",
+    long_about = "Herder schedules jobs from clients onto workers through a coordinator that detects \
+                  dead workers, revokes stale attempts with leases, retries lost work with backoff and \
+                  keeps every transition durable in SQLite.\n\nStart with `herder dev --demo`."
+)]
+pub struct Cli {
+    /// Log line format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a coordinator.
+    Coordinator(CoordinatorArgs),
+    /// Run a worker.
+    Worker(WorkerArgs),
+    /// Submit a job.
+    Submit(SubmitArgs),
+    /// Show one job.
+    Status(JobArgs),
+    /// Wait until a job is terminal.
+    Wait(WaitArgs),
+    /// Cancel a job.
+    Cancel(JobArgs),
+    /// List jobs, newest first.
+    List(ListArgs),
+    /// List workers.
+    Workers(ClientArgs),
+    /// Show the coordinator group.
+    Cluster(ClientArgs),
+    /// Load generator: submit N jobs over C connections and wait for all of them.
+    Bench(BenchArgs),
+    /// Embedded default: one coordinator and N workers in one process, SQLite in a local folder.
+    Dev(DevArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CoordinatorArgs {
+    /// This coordinator's id in its group.
+    #[arg(long, default_value = "coordinator-1")]
+    pub id: String,
+    /// Where the SQLite database lives.
+    #[arg(long, default_value = "./herder-data")]
+    pub data_dir: PathBuf,
+    /// Address to bind for workers (host part optional).
+    #[arg(long, default_value = "7070")]
+    pub worker_port: String,
+    /// Address to bind for clients (host part optional).
+    #[arg(long, default_value = "7071")]
+    pub client_port: String,
+    /// Port for coordinator-to-coordinator traffic (replication is not available yet).
+    #[arg(long)]
+    pub peer_port: Option<String>,
+    /// Other members of a replicated group (not available yet: run a group of one).
+    #[arg(long)]
+    pub peers: Option<String>,
+    #[command(flatten)]
+    pub tuning: CoordinatorTuning,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CoordinatorTuning {
+    /// Deadline of one attempt.
+    #[arg(long, default_value_t = 600_000)]
+    pub task_timeout_millis: u64,
+    /// How often workers heartbeat.
+    #[arg(long, default_value_t = 2_000)]
+    pub heartbeat_interval_millis: u64,
+    /// Silence after which a worker is declared lost.
+    #[arg(long, default_value_t = 6_000)]
+    pub heartbeat_timeout_millis: u64,
+    /// Attempts a job gets unless its submission says otherwise.
+    #[arg(long, default_value_t = 3)]
+    pub max_attempts: u32,
+    /// Retry backoff base (full jitter, doubling per attempt).
+    #[arg(long, default_value_t = 1_000)]
+    pub retry_base_millis: u64,
+    /// Retry backoff cap.
+    #[arg(long, default_value_t = 60_000)]
+    pub retry_max_millis: u64,
+    /// Admission limit on non-terminal jobs.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_active_jobs: u64,
+    /// Largest frame accepted or sent.
+    #[arg(long, default_value_t = 1_048_576)]
+    pub max_frame_bytes: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// This worker's name (letters, digits, '.', '_', '-').
+    #[arg(long)]
+    pub id: String,
+    /// Coordinator worker-port addresses, comma-separated.
+    #[arg(long, default_value = "127.0.0.1:7070", value_delimiter = ',')]
+    pub coordinator: Vec<String>,
+    /// Task slots.
+    #[arg(long, default_value_t = 4)]
+    pub capacity: u32,
+    /// Largest frame accepted or sent.
+    #[arg(long, default_value_t = 1_048_576)]
+    pub max_frame_bytes: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// Coordinator client-port addresses, comma-separated; redirects and failover are automatic.
+    #[arg(long, global = true, default_value = "127.0.0.1:7071", value_delimiter = ',')]
+    pub coordinator: Vec<String>,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SubmitArgs {
+    #[command(subcommand)]
+    pub task: TaskCommand,
+    /// Attempts before the job fails for good.
+    #[arg(long, global = true)]
+    pub max_attempts: Option<u32>,
+    /// Makes resubmission (and resending after a connection failure) safe: the same key always
+    /// names the same job.
+    #[arg(long, global = true)]
+    pub idempotency_key: Option<String>,
+    /// Retries of a retryable admission rejection (0 = one shot).
+    #[arg(long, global = true, default_value_t = 0)]
+    pub submit_retries: u32,
+    #[arg(long, global = true, default_value_t = 200)]
+    pub submit_retry_base_millis: u64,
+    #[arg(long, global = true, default_value_t = 5_000)]
+    pub submit_retry_max_millis: u64,
+    /// Wait until the job is terminal and print it.
+    #[arg(long, global = true)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Built-in task types. Numbers are taken as signed so a negative value gets a clear error.
+#[derive(Subcommand, Debug, Clone)]
+pub enum TaskCommand {
+    /// Sleep, then succeed.
+    Sleep {
+        #[arg(long, allow_negative_numbers = true)]
+        milliseconds: i64,
+    },
+    /// Count whitespace-separated words.
+    WordCount {
+        #[arg(long)]
+        text: String,
+    },
+    /// SHA-256 of the text, in hex.
+    Sha256 {
+        #[arg(long)]
+        text: String,
+    },
+    /// Count primes up to the limit.
+    PrimeCount {
+        #[arg(long, allow_negative_numbers = true)]
+        limit: i64,
+    },
+    /// Fail every attempt before the given one (for watching retries).
+    Fail {
+        #[arg(long, allow_negative_numbers = true)]
+        fail_until_attempt: i64,
+    },
+}
+
+impl TaskCommand {
+    /// The wire payload; the coordinator (and `TaskSpec::from_json` here) validates it.
+    pub fn payload(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            TaskCommand::Sleep { milliseconds } => json!({"kind": "sleep", "milliseconds": milliseconds}),
+            TaskCommand::WordCount { text } => json!({"kind": "word-count", "text": text}),
+            TaskCommand::Sha256 { text } => json!({"kind": "sha256", "text": text}),
+            TaskCommand::PrimeCount { limit } => json!({"kind": "prime-count", "limit": limit}),
+            TaskCommand::Fail { fail_until_attempt } => {
+                json!({"kind": "fail", "fail_until_attempt": fail_until_attempt})
+            }
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct JobArgs {
+    /// The job's id (as printed by `submit`).
+    pub job_id: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct WaitArgs {
+    pub job_id: String,
+    /// Give up after this long (the job keeps running).
+    #[arg(long)]
+    pub timeout_millis: Option<u64>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Only jobs in this state (queued, running, retry-wait, completed, failed, cancelled).
+    #[arg(long)]
+    pub state: Option<String>,
+    #[arg(long)]
+    pub limit: Option<u32>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Jobs to submit.
+    #[arg(long)]
+    pub jobs: u64,
+    /// Independent client connections.
+    #[arg(long)]
+    pub concurrency: u32,
+    /// Submissions in flight per connection (1 = one blocking client per connection).
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: u32,
+    /// Task type for every job.
+    #[arg(long, default_value = "sha256")]
+    pub task: String,
+    #[arg(long, default_value = "herder")]
+    pub text: String,
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true)]
+    pub milliseconds: i64,
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
+    pub limit: i64,
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub fail_until_attempt: i64,
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DevArgs {
+    /// Workers to run in the process.
+    #[arg(long, default_value_t = 3)]
+    pub workers: u32,
+    /// Task slots per worker.
+    #[arg(long, default_value_t = 4)]
+    pub capacity: u32,
+    /// Where the SQLite database lives.
+    #[arg(long, default_value = "./herder-data")]
+    pub data_dir: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub worker_port: String,
+    #[arg(long, default_value = "127.0.0.1:7071")]
+    pub client_port: String,
+    /// Submit a demonstration set of jobs, print what happened, and exit.
+    #[arg(long)]
+    pub demo: bool,
+    #[command(flatten)]
+    pub tuning: CoordinatorTuning,
+}

@@ -1,0 +1,346 @@
+//! One function per verb. Each returns the process exit code.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use herder_core::client::ClientConfig;
+use herder_core::coordinator::CoordinatorConfig;
+use herder_core::ids::{JobId, NodeId, WorkerId};
+use herder_core::job::JobState;
+use herder_core::protocol::JobView;
+use herder_core::tasks::TaskSpec;
+use herder_core::worker::WorkerConfig;
+use herder_runtime::client::{HerderClient, SubmitOptions};
+use herder_runtime::{coordinator, worker};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::cli::{
+    ClientArgs, CoordinatorArgs, CoordinatorTuning, JobArgs, ListArgs, SubmitArgs, WaitArgs, WorkerArgs,
+};
+use crate::exit;
+use crate::output::{job_for_people, job_json, jobs_for_people, report_error, usage_error, workers_for_people};
+
+/// `7070` means every interface on port 7070; `host:port` is taken as given.
+pub fn parse_listen_addr(raw: &str, default_host: &str) -> Result<SocketAddr, String> {
+    let text = if raw.chars().all(|c| c.is_ascii_digit()) {
+        format!("{default_host}:{raw}")
+    } else {
+        raw.to_owned()
+    };
+    text.parse()
+        .map_err(|_| format!("{raw:?} is not a port or an IP:port address"))
+}
+
+pub fn coordinator_config(id: &str, tuning: &CoordinatorTuning) -> CoordinatorConfig {
+    CoordinatorConfig {
+        node_id: NodeId(id.to_owned()),
+        task_timeout: Duration::from_millis(tuning.task_timeout_millis),
+        heartbeat_interval: Duration::from_millis(tuning.heartbeat_interval_millis),
+        heartbeat_timeout: Duration::from_millis(tuning.heartbeat_timeout_millis),
+        default_max_attempts: tuning.max_attempts,
+        retry_base: Duration::from_millis(tuning.retry_base_millis),
+        retry_max: Duration::from_millis(tuning.retry_max_millis),
+        max_active_jobs: tuning.max_active_jobs,
+        readoption_window: None,
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Sends `true` on `stop` when the process is told to terminate.
+pub fn stop_on_signal(stop: watch::Sender<bool>) {
+    tokio::spawn(async move {
+        terminated().await;
+        let _ = stop.send(true);
+    });
+}
+
+pub async fn coordinator(args: CoordinatorArgs) -> u8 {
+    if args.peers.is_some() || args.peer_port.is_some() {
+        return usage_error(
+            "replicated coordinators (--peers, --peer-port) are not available in this version; \
+             run a group of one by leaving both out",
+            false,
+        );
+    }
+    let config = coordinator_config(&args.id, &args.tuning);
+    if let Err(error) = config.validate() {
+        return usage_error(&error.to_string(), false);
+    }
+    let (worker_addr, client_addr) = match (
+        parse_listen_addr(&args.worker_port, "0.0.0.0"),
+        parse_listen_addr(&args.client_port, "0.0.0.0"),
+    ) {
+        (Ok(w), Ok(c)) => (w, c),
+        (Err(e), _) | (_, Err(e)) => return usage_error(&e, false),
+    };
+    let options = coordinator::CoordinatorOptions {
+        config,
+        data_dir: args.data_dir,
+        worker_addr,
+        client_addr,
+        max_frame_bytes: args.tuning.max_frame_bytes,
+        seed: None,
+    };
+    let handle = match coordinator::start(options).await {
+        Ok(handle) => handle,
+        Err(error) => {
+            eprintln!("herder: {error}");
+            return exit::SERVER;
+        }
+    };
+    stop_on_signal(handle.shutdown_sender());
+    match handle.wait().await {
+        Ok(()) => exit::OK,
+        Err(error) => {
+            eprintln!("herder: {error}");
+            exit::SERVER
+        }
+    }
+}
+
+pub async fn worker(args: WorkerArgs) -> u8 {
+    let id = match WorkerId::parse(&args.id) {
+        Ok(id) => id,
+        Err(error) => return usage_error(&error.to_string(), false),
+    };
+    let config = WorkerConfig::new(id, args.capacity, args.coordinator);
+    let options = worker::WorkerOptions {
+        config,
+        max_frame_bytes: args.max_frame_bytes,
+        seed: None,
+    };
+    let handle = match worker::start(options) {
+        Ok(handle) => handle,
+        Err(error) => return usage_error(&error.to_string(), false),
+    };
+    stop_on_signal(handle.shutdown_sender());
+    handle.wait().await;
+    exit::OK
+}
+
+pub fn client_for(args: &ClientArgs) -> HerderClient {
+    HerderClient::new(ClientConfig::new(args.coordinator.clone()))
+}
+
+fn parse_job_id(raw: &str, as_json: bool) -> Result<JobId, u8> {
+    JobId::from_str(raw.trim()).map_err(|_| usage_error(&format!("{raw:?} is not a job id (expected a UUID as printed by `submit`)"), as_json))
+}
+
+/// Exit code for a terminal job: 0 if it completed, 1 if it failed or was cancelled.
+fn job_exit(job: &JobView) -> u8 {
+    match job.state {
+        JobState::Failed | JobState::Cancelled => exit::JOB_UNSUCCESSFUL,
+        _ => exit::OK,
+    }
+}
+
+pub async fn submit(args: SubmitArgs) -> u8 {
+    let as_json = args.client.json;
+    let payload = args.task.payload();
+    // Validate here with the coordinator's own rules, so bad input never leaves the machine.
+    let task = match TaskSpec::from_json(&payload) {
+        Ok(task) => task,
+        Err(error) => return usage_error(&error.to_string(), as_json),
+    };
+    let mut config = ClientConfig::new(args.client.coordinator.clone());
+    config.submit_retries = args.submit_retries;
+    config.submit_retry_base = Duration::from_millis(args.submit_retry_base_millis.max(1));
+    config.submit_retry_max = Duration::from_millis(args.submit_retry_max_millis.max(args.submit_retry_base_millis).max(1));
+    let client = HerderClient::new(config);
+    let options = SubmitOptions {
+        max_attempts: args.max_attempts,
+        idempotency_key: args.idempotency_key.clone(),
+    };
+    let submitted = match client.submit(&task, options).await {
+        Ok(submitted) => submitted,
+        Err(error) => return report_error(&error, as_json),
+    };
+    if !args.wait {
+        if as_json {
+            println!("{}", json!({ "job_id": submitted.job_id, "existing": submitted.existing }));
+        } else if submitted.existing {
+            println!("{} (existing job for idempotency key)", submitted.job_id);
+        } else {
+            println!("{}", submitted.job_id);
+        }
+        return exit::OK;
+    }
+    match client.wait(submitted.job_id, None).await {
+        Ok((job, _)) => {
+            if as_json {
+                println!("{}", json!({ "job_id": submitted.job_id, "existing": submitted.existing, "job": job_json(&job) }));
+            } else {
+                print!("{}", job_for_people(&job));
+            }
+            job_exit(&job)
+        }
+        Err(error) => report_error(&error, as_json),
+    }
+}
+
+pub async fn status(args: JobArgs) -> u8 {
+    let as_json = args.client.json;
+    let job_id = match parse_job_id(&args.job_id, as_json) {
+        Ok(id) => id,
+        Err(code) => return code,
+    };
+    match client_for(&args.client).status(job_id).await {
+        Ok(job) => {
+            if as_json {
+                println!("{}", job_json(&job));
+            } else {
+                print!("{}", job_for_people(&job));
+            }
+            exit::OK
+        }
+        Err(error) => report_error(&error, as_json),
+    }
+}
+
+pub async fn wait(args: WaitArgs) -> u8 {
+    let as_json = args.client.json;
+    let job_id = match parse_job_id(&args.job_id, as_json) {
+        Ok(id) => id,
+        Err(code) => return code,
+    };
+    match client_for(&args.client).wait(job_id, args.timeout_millis).await {
+        Ok((job, timed_out)) => {
+            if as_json {
+                let mut value = job_json(&job);
+                if let Some(object) = value.as_object_mut() {
+                    object.insert("timed_out".into(), json!(timed_out));
+                }
+                println!("{value}");
+            } else {
+                print!("{}", job_for_people(&job));
+                if timed_out {
+                    eprintln!("herder: timed out waiting; the job is still {}", job.state);
+                }
+            }
+            if timed_out {
+                exit::SERVER
+            } else {
+                job_exit(&job)
+            }
+        }
+        Err(error) => report_error(&error, as_json),
+    }
+}
+
+pub async fn cancel(args: JobArgs) -> u8 {
+    let as_json = args.client.json;
+    let job_id = match parse_job_id(&args.job_id, as_json) {
+        Ok(id) => id,
+        Err(code) => return code,
+    };
+    match client_for(&args.client).cancel(job_id).await {
+        Ok((job, cancelled)) => {
+            if as_json {
+                println!("{}", json!({ "cancelled": cancelled, "job": job_json(&job) }));
+            } else if cancelled {
+                println!("Cancelled job {}", job.id);
+            } else {
+                println!("Job {} was already {}; nothing to cancel", job.id, job.state);
+            }
+            exit::OK
+        }
+        Err(error) => report_error(&error, as_json),
+    }
+}
+
+pub async fn list(args: ListArgs) -> u8 {
+    let as_json = args.client.json;
+    let state = match args.state.as_deref().map(|s| JobState::parse(s).ok_or(s)) {
+        None => None,
+        Some(Ok(state)) => Some(state),
+        Some(Err(raw)) => {
+            return usage_error(
+                &format!("unknown state {raw:?}; use queued, running, retry-wait, completed, failed or cancelled"),
+                as_json,
+            )
+        }
+    };
+    match client_for(&args.client).list(state, args.limit).await {
+        Ok(jobs) => {
+            if as_json {
+                println!("{}", json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() }));
+            } else {
+                print!("{}", jobs_for_people(&jobs));
+            }
+            exit::OK
+        }
+        Err(error) => report_error(&error, as_json),
+    }
+}
+
+pub async fn workers(args: ClientArgs) -> u8 {
+    match client_for(&args).workers().await {
+        Ok(workers) => {
+            if args.json {
+                println!("{}", json!({ "workers": workers }));
+            } else {
+                print!("{}", workers_for_people(&workers));
+            }
+            exit::OK
+        }
+        Err(error) => report_error(&error, args.json),
+    }
+}
+
+/// A group of one for now: reports which configured addresses answer.
+pub async fn cluster(args: ClientArgs) -> u8 {
+    let mut members = Vec::new();
+    for address in &args.coordinator {
+        let client = HerderClient::new(ClientConfig::new(vec![address.clone()]));
+        let reachable = client.workers().await.is_ok();
+        members.push(json!({
+            "address": address,
+            "reachable": reachable,
+            "role": if reachable { "leader" } else { "unknown" },
+        }));
+    }
+    let any = members.iter().any(|m| m["reachable"] == json!(true));
+    if args.json {
+        println!("{}", json!({ "replication": "group of one", "members": members }));
+    } else {
+        println!("{:<24} {:<10} ROLE", "ADDRESS", "REACHABLE");
+        for m in &members {
+            println!(
+                "{:<24} {:<10} {}",
+                m["address"].as_str().unwrap_or("?"),
+                if m["reachable"] == json!(true) { "yes" } else { "no" },
+                m["role"].as_str().unwrap_or("?")
+            );
+        }
+        println!("(replicated coordinator groups are not available in this version: each coordinator is a group of one)");
+    }
+    if any {
+        exit::OK
+    } else {
+        exit::UNREACHABLE
+    }
+}
