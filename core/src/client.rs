@@ -212,8 +212,11 @@ enum Link {
         attempt: ConnectAttempt,
         give_up_at: Instant,
     },
+    /// Connected. `draining`: a redirect arrived, so nothing new is sent here; once every request
+    /// already sent is answered, the client moves to the leader.
     Ready {
         attempt: ConnectAttempt,
+        draining: bool,
     },
 }
 
@@ -317,7 +320,7 @@ impl Client {
     fn current_attempt(&self) -> Option<ConnectAttempt> {
         match &self.link {
             Link::Idle => None,
-            Link::Connecting { attempt, .. } | Link::Ready { attempt } => Some(*attempt),
+            Link::Connecting { attempt, .. } | Link::Ready { attempt, .. } => Some(*attempt),
         }
     }
 
@@ -328,7 +331,17 @@ impl Client {
             .iter()
             .any(|(_, op)| op.sent.is_none() && op.retry_at.is_none());
         match self.link {
-            Link::Ready { .. } => {
+            // Every request sent here has been answered: move to the leader.
+            Link::Ready { draining: true, .. } if self.ops.values().all(|op| op.sent.is_none()) => {
+                self.outputs.push_back(ClientOutput::Close);
+                self.link = Link::Idle;
+                if ready {
+                    self.connect(now);
+                }
+            }
+            Link::Ready {
+                draining: false, ..
+            } => {
                 let to_send: Vec<OpId> = self
                     .ops
                     .iter()
@@ -372,7 +385,10 @@ impl Client {
         if !matches!(self.link, Link::Connecting { attempt: a, .. } if a == attempt) {
             return;
         }
-        self.link = Link::Ready { attempt };
+        self.link = Link::Ready {
+            attempt,
+            draining: false,
+        };
         self.failures = 0;
         self.pump(now);
     }
@@ -500,20 +516,24 @@ impl Client {
                     self.finish(id, Err(ClientError::TooManyRedirects(redirects)));
                     return;
                 }
-                // Nothing on this connection was processed; move everything to the leader.
-                self.redirect = leader.map(|hint| hint.address);
-                for op in self.ops.values_mut() {
-                    op.sent = None;
+                // This request was not processed, so it is safe to send again, to the leader.
+                // Others sent on this connection may have been processed (leadership can move
+                // mid-connection), so they are not resent: their answers are awaited here first.
+                pending.sent = None;
+                if let Some(hint) = leader {
+                    self.redirect = Some(hint.address);
                 }
-                self.outputs.push_back(ClientOutput::Close);
-                self.link = Link::Idle;
-                self.pump(now);
+                if let Link::Ready { draining, .. } = &mut self.link {
+                    *draining = true;
+                }
             }
             ClientReply::Error { code, message, .. } => {
                 self.finish(id, Err(ClientError::Server { code, message }));
             }
             reply => self.finish(id, Ok(reply)),
         }
+        // An answer may complete a redirect's drain.
+        self.pump(now);
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
@@ -737,6 +757,51 @@ mod tests {
         let outputs = drain(&mut c);
         assert!(outputs.contains(&ClientOutput::Close));
         assert_eq!(connect_of(&outputs).1, "leader:7071");
+    }
+
+    #[test]
+    fn a_redirect_waits_for_other_answers_and_never_resends_an_unkeyed_submission() {
+        let mut c = client(&["a", "b"], 0);
+        let submit_op = c.start(Instant::ZERO, submit(None));
+        let read_op = c.start(Instant::ZERO, Operation::Workers);
+        let (attempt, outputs) = connected(&mut c, Instant::ZERO);
+        assert_eq!(sent(&outputs).len(), 2);
+        // The read is redirected; the submission (maybe processed by the old leader) is not.
+        c.handle_message(
+            Instant::ZERO,
+            attempt,
+            ClientReply::NotLeader {
+                request_id: RequestId(read_op.0),
+                leader: Some(LeaderHint {
+                    node_id: NodeId("c2".into()),
+                    address: "leader:7071".into(),
+                }),
+            },
+        );
+        let outputs = drain(&mut c);
+        assert!(
+            outputs.is_empty(),
+            "waits for the submission's answer first: {outputs:?}"
+        );
+        let accepted = ClientReply::SubmitAccepted {
+            request_id: RequestId(submit_op.0),
+            job_id: JobId(Uuid::from_u128(3)),
+            existing: false,
+        };
+        c.handle_message(Instant::ZERO, attempt, accepted.clone());
+        let outputs = drain(&mut c);
+        assert!(done(&outputs).contains(&(submit_op, Ok(accepted))));
+        assert!(outputs.contains(&ClientOutput::Close));
+        let (next, address) = connect_of(&outputs);
+        assert_eq!(address, "leader:7071");
+        c.handle_connected(Instant::ZERO, next);
+        let resent = sent(&drain(&mut c));
+        assert_eq!(
+            resent,
+            vec![ClientRequest::Workers {
+                request_id: RequestId(read_op.0)
+            }]
+        );
     }
 
     #[test]

@@ -470,8 +470,8 @@ impl JobTable {
         transition(job, JobState::Running);
         job.attempt = Attempt(job.attempt.0 + 1);
         job.lease = Some(lease.clone());
+        // The previous attempt's error stays visible while the retry runs.
         job.last_worker = Some(lease.worker.clone());
-        job.error = None;
         Applied::Assigned {
             job_id,
             lease: lease.clone(),

@@ -98,9 +98,31 @@ impl fmt::Display for WorkerId {
 
 /// One run of a worker process. A restarted worker keeps its id but draws a new incarnation, so the
 /// coordinator can tell a reconnect (same incarnation) from a new process (different one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
+///
+/// On the wire it is 16 lowercase hex digits in a string: a random 64-bit number does not survive
+/// JSON parsers that read numbers as doubles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Incarnation(pub u64);
+
+impl Serialize for Incarnation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format!("{:016x}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Incarnation {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text.len() != 16 {
+            return Err(serde::de::Error::custom(
+                "incarnation must be 16 hex digits",
+            ));
+        }
+        u64::from_str_radix(&text, 16)
+            .map(Incarnation)
+            .map_err(|_| serde::de::Error::custom("incarnation must be 16 hex digits"))
+    }
+}
 
 impl fmt::Display for Incarnation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -192,6 +214,19 @@ mod tests {
         let b = JobId::random(&mut ChaCha8Rng::seed_from_u64(7));
         assert_eq!(a, b);
         assert_eq!(a.0.get_version_num(), 4);
+    }
+
+    #[test]
+    fn incarnations_travel_as_hex_strings() {
+        let incarnation = Incarnation(u64::MAX - 1);
+        let text = serde_json::to_string(&incarnation).expect("serialize");
+        assert_eq!(text, "\"fffffffffffffffe\"");
+        assert_eq!(
+            serde_json::from_str::<Incarnation>(&text).ok(),
+            Some(incarnation)
+        );
+        assert!(serde_json::from_str::<Incarnation>("12").is_err());
+        assert!(serde_json::from_str::<Incarnation>("\"xyz\"").is_err());
     }
 
     #[test]

@@ -4,6 +4,10 @@
 pub const FRAME_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
 /// No configuration may raise the frame limit beyond this, so a typo cannot ask for gigabytes.
 pub const FRAME_BYTES_MAX_CEILING: usize = 64 * 1024 * 1024;
+/// Smallest frame limit a configuration may set (room for every fixed-size message).
+pub const FRAME_BYTES_MIN: usize = 4 * 1024;
+/// Room reserved for a `TASK_ASSIGN`'s fields around its task payload.
+pub const ASSIGN_ENVELOPE_BYTES: usize = 1024;
 /// Bytes of the length prefix in front of every frame.
 pub const FRAME_HEADER_BYTES: usize = 4;
 
@@ -34,6 +38,10 @@ pub const CONFIG_MILLIS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
 pub const TASK_TEXT_BYTES_MAX: usize = 256 * 1024;
 /// Longest a `sleep` task may ask to sleep (one day).
 pub const SLEEP_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Largest text a worker hashes or counts in place rather than on a separate thread.
+pub const INLINE_TEXT_BYTES_MAX: usize = 16 * 1024;
+/// Largest `prime-count` limit a worker sieves in place (well under a millisecond).
+pub const INLINE_PRIME_LIMIT_MAX: u64 = 200_000;
 /// Largest `prime-count --limit` (about a second of sieving on one core).
 pub const PRIME_COUNT_LIMIT_MAX: u64 = 1_000_000_000;
 

@@ -18,7 +18,10 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::ids::Attempt;
-use crate::limits::{ATTEMPTS_MAX, PRIME_COUNT_LIMIT_MAX, SLEEP_MILLIS_MAX, TASK_TEXT_BYTES_MAX};
+use crate::limits::{
+    ATTEMPTS_MAX, INLINE_PRIME_LIMIT_MAX, INLINE_TEXT_BYTES_MAX, PRIME_COUNT_LIMIT_MAX,
+    SLEEP_MILLIS_MAX, TASK_TEXT_BYTES_MAX,
+};
 
 /// Every task kind, by its wire name, in the order they are listed in error messages.
 pub const TASK_KINDS: [&str; 5] = ["sleep", "word-count", "sha256", "prime-count", "fail"];
@@ -74,13 +77,17 @@ pub enum TaskPlan {
         /// The outcome to report once the wait is over.
         then: Result<TaskOutput, TaskFailure>,
     },
-    /// Call [`execute`] right away; it finishes without waiting.
+    /// Call [`execute`]; it finishes without waiting, but may take up to about a second of CPU,
+    /// so a runtime should run it off its event loop.
     Compute,
+    /// Call [`execute`] in place: it costs microseconds (small text, small limit, `fail`), less
+    /// than handing it to another thread would.
+    Inline,
 }
 
 /// The result of a task that succeeded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum TaskOutput {
     /// A `sleep` task waited this long.
     Slept {
@@ -560,6 +567,13 @@ impl TaskSpec {
                 duration: Duration::from_millis(*milliseconds),
                 then: execute(self, attempt),
             },
+            TaskSpec::WordCount { text } | TaskSpec::Sha256 { text }
+                if text.len() <= INLINE_TEXT_BYTES_MAX =>
+            {
+                TaskPlan::Inline
+            }
+            TaskSpec::PrimeCount { limit } if *limit <= INLINE_PRIME_LIMIT_MAX => TaskPlan::Inline,
+            TaskSpec::Fail { .. } => TaskPlan::Inline,
             _ => TaskPlan::Compute,
         }
     }
@@ -994,7 +1008,7 @@ mod tests {
             execute(&once, Attempt(1)),
             Ok(TaskOutput::Succeeded { attempt: 1 })
         );
-        assert_eq!(spec.plan(Attempt(1)), TaskPlan::Compute);
+        assert_eq!(spec.plan(Attempt(1)), TaskPlan::Inline);
     }
 
     proptest! {
@@ -1035,6 +1049,18 @@ mod tests {
         );
         assert_eq!(
             TaskSpec::WordCount { text: "x".into() }.plan(Attempt(1)),
+            TaskPlan::Inline
+        );
+        let big_text = "x".repeat(INLINE_TEXT_BYTES_MAX + 1);
+        assert_eq!(
+            TaskSpec::Sha256 { text: big_text }.plan(Attempt(1)),
+            TaskPlan::Compute
+        );
+        assert_eq!(
+            TaskSpec::PrimeCount {
+                limit: INLINE_PRIME_LIMIT_MAX + 1
+            }
+            .plan(Attempt(1)),
             TaskPlan::Compute
         );
     }

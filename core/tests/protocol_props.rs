@@ -84,6 +84,7 @@ fn error_code() -> impl Strategy<Value = ErrorCode> {
         ErrorCode::IdempotencyConflict,
         ErrorCode::NotRegistered,
         ErrorCode::TooManyWaiters,
+        ErrorCode::ReplyTooLarge,
     ])
 }
 
@@ -630,7 +631,7 @@ const PEER_TAGS: [&str; 1] = ["HELLO"];
 // ---------------------------------------------------------------------------------------------
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(160))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn worker_messages_round_trip_through_any_split(
@@ -777,22 +778,53 @@ fn register_wire_form_and_running_defaults_to_empty() {
         json!({
             "type": "REGISTER",
             "worker_id": "worker-1",
-            "incarnation": 7,
+            "incarnation": "0000000000000007",
             "capacity": 4,
             "running": [{"job_id": JOB, "lease_id": LEASE}],
         }),
     );
     // An older worker may leave `running` out.
-    let text = br#"{"type":"REGISTER","worker_id":"w","incarnation":1,"capacity":2}"#;
+    let text =
+        br#"{"type":"REGISTER","worker_id":"w","incarnation":"00000000000000ff","capacity":2}"#;
     assert_eq!(
         decode_message::<WorkerToCoordinator>(text),
         Ok(WorkerToCoordinator::Register {
             worker_id: WorkerId("w".into()),
-            incarnation: Incarnation(1),
+            incarnation: Incarnation(255),
             capacity: 2,
             running: vec![],
         })
     );
+}
+
+#[test]
+fn incarnations_travel_as_sixteen_hex_digits() {
+    // A random 64-bit number does not survive JSON parsers that read numbers as doubles.
+    assert_wire_form(
+        WorkerToCoordinator::Register {
+            worker_id: WorkerId("w".into()),
+            incarnation: Incarnation(u64::MAX),
+            capacity: 1,
+            running: vec![],
+        },
+        json!({
+            "type": "REGISTER",
+            "worker_id": "w",
+            "incarnation": "ffffffffffffffff",
+            "capacity": 1,
+            "running": [],
+        }),
+    );
+    let as_number = br#"{"type":"REGISTER","worker_id":"w","incarnation":7,"capacity":1}"#;
+    assert!(matches!(
+        decode_message::<WorkerToCoordinator>(as_number),
+        Err(FrameError::InvalidMessage { .. })
+    ));
+    let too_short = br#"{"type":"REGISTER","worker_id":"w","incarnation":"7","capacity":1}"#;
+    assert!(matches!(
+        decode_message::<WorkerToCoordinator>(too_short),
+        Err(FrameError::InvalidMessage { .. })
+    ));
 }
 
 #[test]
@@ -1063,7 +1095,7 @@ fn client_reply_wire_forms() {
             "request_id": 8,
             "workers": [{
                 "id": "worker-2",
-                "incarnation": 9,
+                "incarnation": "0000000000000009",
                 "alive": true,
                 "capacity": 4,
                 "running": 1,

@@ -89,7 +89,9 @@ fn output(choice: usize) -> TaskOutput {
 }
 
 fn pool_lease(i: usize) -> LeaseId {
-    LeaseId(uuid::Uuid::from_u128(0x1ea5e_0000 + i as u128 % LEASE_POOL))
+    LeaseId(uuid::Uuid::from_u128(
+        0x1ea5_e000_0000 + i as u128 % LEASE_POOL,
+    ))
 }
 
 /// A job id no submission ever uses.
@@ -617,9 +619,12 @@ fn replay(start: JobTable, log: &[Command]) -> (JobTable, Vec<Applied>) {
     (table, outcomes)
 }
 
-/// Runs `ops` against a table, checking everything after every step; returns the log, the
-/// outcomes and the snapshot after every step.
-fn run(ops: &[Op]) -> Result<(Vec<Command>, Vec<Applied>, Vec<Snapshot>), TestCaseError> {
+/// The command log a run produced, the outcome of each command, and the table's snapshot before
+/// the first command and after each one.
+type Run = (Vec<Command>, Vec<Applied>, Vec<Snapshot>);
+
+/// Runs `ops` against a table, checking everything after every step.
+fn run(ops: &[Op]) -> Result<Run, TestCaseError> {
     let mut table = JobTable::new();
     let mut concretizer = Concretizer::default();
     let mut log = Vec::new();
@@ -654,7 +659,7 @@ fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1000))]
+    #![proptest_config(ProptestConfig::with_cases(1500))]
 
     /// SPEC 4.2 to 4.6 after every apply, and recovery from the rows at every step.
     #[test]

@@ -51,7 +51,8 @@ use crate::ids::{
 };
 use crate::job::{Job, JobState, Lease};
 use crate::limits::{
-    ACTIVE_JOBS_CEILING, ATTEMPTS_MAX, CONFIG_MILLIS_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
+    ACTIVE_JOBS_CEILING, ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, CONFIG_MILLIS_MAX,
+    FRAME_BYTES_MAX_CEILING, FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, IDEMPOTENCY_KEY_BYTES_MAX,
     LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PERSIST_BATCH_RECORDS_MAX, WAITERS_MAX, WAIT_MILLIS_MAX,
     WORKERS_MAX, WORKER_CAPACITY_MAX,
 };
@@ -85,6 +86,9 @@ pub struct CoordinatorConfig {
     /// After recovery, how long a running attempt waits for its worker to come back and report
     /// it. `None` means one heartbeat timeout.
     pub readoption_window: Option<Duration>,
+    /// The frame limit of this coordinator's links: a task whose assignment could not be framed
+    /// is refused at submission instead of failing every worker it is sent to.
+    pub max_frame_bytes: usize,
 }
 
 impl Default for CoordinatorConfig {
@@ -99,6 +103,7 @@ impl Default for CoordinatorConfig {
             retry_max: Duration::from_millis(60_000),
             max_active_jobs: 10_000,
             readoption_window: None,
+            max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -116,6 +121,10 @@ pub enum ConfigError {
     MaxAttemptsOutOfRange(u32),
     #[error("max active jobs must be between 1 and {ACTIVE_JOBS_CEILING} (got {0})")]
     MaxActiveJobsOutOfRange(u64),
+    #[error(
+        "max frame bytes must be between {FRAME_BYTES_MIN} and {FRAME_BYTES_MAX_CEILING} (got {0})"
+    )]
+    MaxFrameBytesOutOfRange(usize),
 }
 
 impl CoordinatorConfig {
@@ -153,6 +162,9 @@ impl CoordinatorConfig {
         }
         if !(1..=ACTIVE_JOBS_CEILING).contains(&self.max_active_jobs) {
             return Err(ConfigError::MaxActiveJobsOutOfRange(self.max_active_jobs));
+        }
+        if !(FRAME_BYTES_MIN..=FRAME_BYTES_MAX_CEILING).contains(&self.max_frame_bytes) {
+            return Err(ConfigError::MaxFrameBytesOutOfRange(self.max_frame_bytes));
         }
         Ok(())
     }
@@ -276,6 +288,8 @@ pub struct Coordinator {
     awaiting_readoption: BTreeMap<LeaseId, JobId>,
     waiters: BTreeMap<JobId, Vec<Waiter>>,
     waiter_count: usize,
+    /// Numbers registrations, so a heartbeat check belongs to exactly one of them.
+    next_registration: u64,
     outputs: VecDeque<Output>,
     open_batch: Vec<Record>,
     /// Job rows changed by apply and not yet handed out for persistence.
@@ -306,6 +320,7 @@ impl Coordinator {
             awaiting_readoption: BTreeMap::new(),
             waiters: BTreeMap::new(),
             waiter_count: 0,
+            next_registration: 0,
             outputs: VecDeque::new(),
             open_batch: Vec::new(),
             dirty: BTreeSet::new(),
@@ -327,7 +342,17 @@ impl Coordinator {
         now: Instant,
         durable: DurableState,
     ) -> Result<Coordinator, RecoveryError> {
-        let mut coordinator = Coordinator::new(config, seed)?;
+        // A driver should hand every process start a fresh seed. Should it reuse one, mixing in
+        // how far the disk has come keeps ids from repeating: anything the previous process
+        // revealed was made durable first, so the disk has moved on since it drew its ids.
+        let last_on_disk = durable
+            .log
+            .iter()
+            .map(|e| e.index)
+            .max()
+            .unwrap_or_default()
+            .max(durable.applied);
+        let mut coordinator = Coordinator::new(config, mix_seed(seed, last_on_disk.0))?;
         coordinator.now = now;
         coordinator.table = JobTable::from_rows(durable.jobs, durable.applied)?;
         coordinator.log = CommandLog::new(Term(1), durable.applied);
@@ -402,6 +427,11 @@ impl Coordinator {
 
     pub fn workers(&self) -> impl Iterator<Item = &WorkerEntry> {
         self.registry.iter()
+    }
+
+    /// Timers armed (for tests and the simulator: it must track the work in flight, not grow).
+    pub fn armed_timers(&self) -> usize {
+        self.timers.len()
     }
 
     /// Attempts still waiting to be re-adopted after recovery.
@@ -565,8 +595,8 @@ impl Coordinator {
         self.advance_clock(now);
         while let Some(timer) = self.timers.pop_due(self.now) {
             match timer {
-                Timer::HeartbeatCheck(worker, incarnation) => {
-                    self.check_heartbeat(&worker, incarnation)
+                Timer::HeartbeatCheck(worker, registration) => {
+                    self.check_heartbeat(&worker, registration)
                 }
                 Timer::LeaseDeadline(job_id, lease_id) => self.expire_lease(job_id, lease_id),
                 Timer::RetryDue(job_id) => {
@@ -643,8 +673,23 @@ impl Coordinator {
                 timeout_millis,
             } => self.wait(conn, request_id, job_id, timeout_millis),
             ClientRequest::Cancel { request_id, job_id } => {
+                let terminal = self
+                    .table
+                    .get(&job_id)
+                    .filter(|job| job.state.is_terminal())
+                    .map(Job::view);
                 if self.table.get(&job_id).is_none() {
                     self.job_not_found(conn, request_id, job_id);
+                } else if let Some(job) = terminal {
+                    // Terminal is final: answer from the durable table without writing anything.
+                    self.send_client(
+                        conn,
+                        ClientReply::CancelResult {
+                            request_id,
+                            job,
+                            cancelled: false,
+                        },
+                    );
                 } else {
                     self.propose(
                         Command::Cancel { job_id },
@@ -695,6 +740,18 @@ impl Coordinator {
                 )
             }
         };
+        let encoded = serde_json::to_vec(&task).map_or(usize::MAX, |bytes| bytes.len());
+        if encoded.saturating_add(ASSIGN_ENVELOPE_BYTES) > self.config.max_frame_bytes {
+            return self.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidTask,
+                format!(
+                    "the task is {encoded} bytes as JSON; its assignment would not fit the frame limit of {} bytes",
+                    self.config.max_frame_bytes
+                ),
+            );
+        }
         let max_attempts = max_attempts.unwrap_or(self.config.default_max_attempts);
         if !(1..=ATTEMPTS_MAX).contains(&max_attempts) {
             return self.client_error(
@@ -740,7 +797,10 @@ impl Coordinator {
         if self.table.active_jobs() >= limit {
             return self.reject_submission(conn, request_id, self.table.active_jobs(), limit);
         }
-        let job_id = JobId::random(&mut self.rng);
+        let mut job_id = JobId::random(&mut self.rng);
+        while self.table.get(&job_id).is_some() {
+            job_id = JobId::random(&mut self.rng);
+        }
         self.propose(
             Command::Submit {
                 job_id,
@@ -805,6 +865,15 @@ impl Coordinator {
         job_id: JobId,
         timeout_millis: Option<u64>,
     ) {
+        let timeout_millis = timeout_millis.unwrap_or(WAIT_MILLIS_MAX);
+        if timeout_millis > WAIT_MILLIS_MAX {
+            return self.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidRequest,
+                format!("wait timeout must be at most {WAIT_MILLIS_MAX} ms (got {timeout_millis})"),
+            );
+        }
         let Some(job) = self.table.get(&job_id) else {
             return self.job_not_found(conn, request_id, job_id);
         };
@@ -817,15 +886,6 @@ impl Coordinator {
                     job,
                     timed_out: false,
                 },
-            );
-        }
-        let timeout_millis = timeout_millis.unwrap_or(WAIT_MILLIS_MAX);
-        if timeout_millis > WAIT_MILLIS_MAX {
-            return self.client_error(
-                conn,
-                request_id,
-                ErrorCode::InvalidRequest,
-                format!("wait timeout must be at most {WAIT_MILLIS_MAX} ms (got {timeout_millis})"),
             );
         }
         if self.waiter_count >= WAITERS_MAX {
@@ -1028,9 +1088,9 @@ impl Coordinator {
                         self.outputs.push_back(Output::Close { conn: old });
                     }
                 }
+                // Capacity is fixed for the life of a process; a reconnect cannot change it.
                 if let Some(entry) = self.registry.get_mut(&worker_id) {
                     entry.last_heartbeat = self.now;
-                    entry.capacity = capacity;
                 }
                 self.event(Event::WorkerRegistered {
                     worker: worker_id.clone(),
@@ -1064,9 +1124,12 @@ impl Coordinator {
                         );
                     }
                 }
+                self.next_registration += 1;
+                let registration = self.next_registration;
                 self.registry.insert(WorkerEntry {
                     id: worker_id.clone(),
                     incarnation,
+                    registration,
                     capacity,
                     conn: Some(conn),
                     alive: true,
@@ -1075,7 +1138,7 @@ impl Coordinator {
                 });
                 self.timers.arm(
                     self.now.saturating_add(self.config.heartbeat_timeout),
-                    Timer::HeartbeatCheck(worker_id.clone(), incarnation),
+                    Timer::HeartbeatCheck(worker_id.clone(), registration),
                 );
                 self.event(Event::WorkerRegistered {
                     worker: worker_id.clone(),
@@ -1110,6 +1173,9 @@ impl Coordinator {
         if self.try_readopt(worker_id, attempt.job_id, attempt.lease_id) {
             return;
         }
+        let still_current = self
+            .table
+            .is_current_lease(attempt.job_id, attempt.lease_id);
         let Some(entry) = self.registry.get_mut(worker_id) else {
             return;
         };
@@ -1118,6 +1184,11 @@ impl Coordinator {
         }
         let job_id = attempt.job_id;
         entry.leases.insert(attempt.lease_id, job_id);
+        if still_current {
+            // Its revocation is proposed but not yet durable; the cancel goes out when it applies
+            // (see `settle_effects`), never before.
+            return;
+        }
         self.send_worker(
             conn,
             CoordinatorToWorker::TaskCancel {
@@ -1209,11 +1280,12 @@ impl Coordinator {
         }
     }
 
-    fn check_heartbeat(&mut self, worker: &WorkerId, incarnation: Incarnation) {
+    fn check_heartbeat(&mut self, worker: &WorkerId, registration: u64) {
         let Some(entry) = self.registry.get(worker) else {
             return;
         };
-        if !entry.alive || entry.incarnation != incarnation {
+        // A check armed for an earlier registration dies here instead of re-arming forever.
+        if !entry.alive || entry.registration != registration {
             return;
         }
         let deadline = entry
@@ -1223,8 +1295,10 @@ impl Coordinator {
             let silent_millis = as_millis_u64(self.now.saturating_since(entry.last_heartbeat));
             self.lose_worker(worker, LossReason::HeartbeatTimeout { silent_millis });
         } else {
-            self.timers
-                .arm(deadline, Timer::HeartbeatCheck(worker.clone(), incarnation));
+            self.timers.arm(
+                deadline,
+                Timer::HeartbeatCheck(worker.clone(), registration),
+            );
         }
     }
 
@@ -1650,7 +1724,9 @@ impl Coordinator {
             pending @ Some(Pending::Result { .. }) => {
                 self.ack_result(pending, job_id, lease.id, true)
             }
-            _ => {}
+            // Revoked for another reason (its worker was lost); if that process has since come
+            // back and reported the attempt, tell it to stop.
+            _ => self.send_cancel(lease, job_id, CancelReason::LeaseNotCurrent),
         }
     }
 
@@ -1731,6 +1807,15 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// Derives a new seed from `seed` and `salt` (splitmix64 finalizer), so nearby inputs give
+/// unrelated streams.
+fn mix_seed(seed: u64, salt: u64) -> u64 {
+    let mut z = seed ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ use crate::time::Instant;
 pub struct WorkerEntry {
     pub id: WorkerId,
     pub incarnation: Incarnation,
+    /// Which registration of this worker id this is (a coordinator-wide counter).
+    pub registration: u64,
     pub capacity: u32,
     pub conn: Option<ConnectionId>,
     pub alive: bool,

@@ -1581,6 +1581,24 @@ fn a_second_live_process_with_the_same_id_is_rejected_but_a_reconnect_is_not() {
 }
 
 #[test]
+fn a_flapping_worker_does_not_pile_up_timers() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let baseline = h.c.armed_timers();
+    for _ in 0..50 {
+        // Lost by silence, then back as the same process before its old check would fire again.
+        h.advance(300);
+        h.register("w1", 1);
+        h.advance_with_heartbeats(100, &["w1"]);
+    }
+    assert!(
+        h.c.armed_timers() <= baseline + 1,
+        "{} timers armed after 50 flaps (baseline {baseline})",
+        h.c.armed_timers()
+    );
+}
+
+#[test]
 fn bad_registrations_and_unregistered_traffic_are_refused() {
     let mut h = Harness::new();
     h.register_as("w1", 0, Incarnation(1), ConnectionId(600), vec![]);

@@ -6,13 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, RequestId, WorkerId};
+use crate::ids::{ConnectionId, JobId, LeaseId, RequestId, WorkerId};
 use crate::time::Instant;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Timer {
-    /// Has this worker been silent for a whole heartbeat timeout?
-    HeartbeatCheck(WorkerId, Incarnation),
+    /// Has this worker (in this registration) been silent for a whole heartbeat timeout?
+    HeartbeatCheck(WorkerId, u64),
     /// The attempt's deadline.
     LeaseDeadline(JobId, LeaseId),
     /// The job's retry backoff is over.
@@ -44,6 +44,10 @@ impl TimerQueue {
 
     pub fn disarm(&mut self, key: TimerKey) {
         self.queue.remove(&key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.len()
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {

@@ -358,13 +358,16 @@ pub enum ErrorCode {
     MissingType,
     UnknownType,
     InvalidMessage,
-    // Request-level: the connection stays open.
+    // Request-level: the connection stays open (except `NOT_REGISTERED`).
     InvalidTask,
     InvalidRequest,
     JobNotFound,
     IdempotencyConflict,
+    /// The message is only valid on a registered worker connection; the connection is closed.
     NotRegistered,
     TooManyWaiters,
+    /// The answer would not fit in one frame; ask for less (e.g. a smaller list limit).
+    ReplyTooLarge,
 }
 
 impl ErrorCode {
@@ -379,6 +382,7 @@ impl ErrorCode {
                 | ErrorCode::MissingType
                 | ErrorCode::UnknownType
                 | ErrorCode::InvalidMessage
+                | ErrorCode::NotRegistered
         )
     }
 }
