@@ -21,8 +21,14 @@ use crate::output::{report_error, usage_error};
 
 /// What happened to one job.
 enum Outcome {
-    Terminal { ack: Duration, end_to_end: Duration, state: JobState },
-    Rejected { ack: Duration },
+    Terminal {
+        ack: Duration,
+        end_to_end: Duration,
+        state: JobState,
+    },
+    Rejected {
+        ack: Duration,
+    },
     Error(CallError),
 }
 
@@ -34,7 +40,10 @@ struct Progress {
 pub async fn run(args: BenchArgs) -> u8 {
     let as_json = args.client.json;
     if args.jobs == 0 || args.concurrency == 0 || args.pipeline == 0 {
-        return usage_error("--jobs, --concurrency and --pipeline must be at least 1", as_json);
+        return usage_error(
+            "--jobs, --concurrency and --pipeline must be at least 1",
+            as_json,
+        );
     }
     let payload = match args.task.as_str() {
         "sleep" => json!({"kind": "sleep", "milliseconds": args.milliseconds}),
@@ -44,7 +53,9 @@ pub async fn run(args: BenchArgs) -> u8 {
         "fail" => json!({"kind": "fail", "fail_until_attempt": args.fail_until_attempt}),
         other => {
             return usage_error(
-                &format!("unknown task {other:?}; use sleep, word-count, sha256, prime-count or fail"),
+                &format!(
+                    "unknown task {other:?}; use sleep, word-count, sha256, prime-count or fail"
+                ),
                 as_json,
             )
         }
@@ -55,17 +66,22 @@ pub async fn run(args: BenchArgs) -> u8 {
     };
 
     let progress = Arc::new(Progress::default());
-    let ticker = std::io::stderr().is_terminal().then(|| spawn_progress_bar(progress.clone(), args.jobs));
+    let ticker = std::io::stderr()
+        .is_terminal()
+        .then(|| spawn_progress_bar(progress.clone(), args.jobs));
     let started = Instant::now();
     let mut connections = JoinSet::new();
     for c in 0..u64::from(args.concurrency) {
-        let share = args.jobs / u64::from(args.concurrency) + u64::from(c < args.jobs % u64::from(args.concurrency));
+        let share = args.jobs / u64::from(args.concurrency)
+            + u64::from(c < args.jobs % u64::from(args.concurrency));
         let client = HerderClient::new(ClientConfig::new(args.client.coordinator.clone()));
         let task = task.clone();
         let progress = progress.clone();
         let pipeline = args.pipeline as usize;
         let max_attempts = args.max_attempts;
-        connections.spawn(async move { run_connection(client, task, share, pipeline, max_attempts, progress).await });
+        connections.spawn(async move {
+            run_connection(client, task, share, pipeline, max_attempts, progress).await
+        });
     }
     let mut outcomes = Vec::new();
     while let Some(joined) = connections.join_next().await {
@@ -138,7 +154,11 @@ fn spawn_progress_bar(progress: Arc<Progress>, total: u64) -> tokio::task::JoinH
         loop {
             let done = progress.done.load(Ordering::Relaxed).min(total);
             let filled = (done * width / total.max(1)) as usize;
-            eprint!("\r[{}{}] {done}/{total} jobs settled", "#".repeat(filled), " ".repeat(width as usize - filled));
+            eprint!(
+                "\r[{}{}] {done}/{total} jobs settled",
+                "#".repeat(filled),
+                " ".repeat(width as usize - filled)
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     })
@@ -161,7 +181,11 @@ fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
     let mut errors = Vec::new();
     for outcome in outcomes {
         match outcome {
-            Outcome::Terminal { ack, end_to_end: e2e, state } => {
+            Outcome::Terminal {
+                ack,
+                end_to_end: e2e,
+                state,
+            } => {
                 acks.push(*ack);
                 end_to_end.push(*e2e);
                 match state {
@@ -184,7 +208,11 @@ fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
     end_to_end.sort();
     let accepted = completed + failed + cancelled;
     let seconds = elapsed.as_secs_f64();
-    let throughput = if seconds > 0.0 { accepted as f64 / seconds } else { 0.0 };
+    let throughput = if seconds > 0.0 {
+        accepted as f64 / seconds
+    } else {
+        0.0
+    };
     let stats = |v: &[Duration]| json!({ "p50": percentile(v, 50.0), "p95": percentile(v, 95.0), "p99": percentile(v, 99.0) });
     if args.client.json {
         println!(
@@ -207,8 +235,14 @@ fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
             })
         );
     } else {
-        println!("Jobs:            {} over {} connections (pipeline {})", args.jobs, args.concurrency, args.pipeline);
-        println!("Accepted:        {accepted}   rejected: {rejected}   errors: {}", errors.len());
+        println!(
+            "Jobs:            {} over {} connections (pipeline {})",
+            args.jobs, args.concurrency, args.pipeline
+        );
+        println!(
+            "Accepted:        {accepted}   rejected: {rejected}   errors: {}",
+            errors.len()
+        );
         println!("Terminal:        {completed} completed, {failed} failed, {cancelled} cancelled");
         println!("Elapsed:         {seconds:.3} s");
         println!("Throughput:      {throughput:.1} jobs/s (accepted jobs to terminal)");

@@ -124,7 +124,12 @@ pub struct WorkerArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
     /// Coordinator client-port addresses, comma-separated; redirects and failover are automatic.
-    #[arg(long, global = true, default_value = "127.0.0.1:7071", value_delimiter = ',')]
+    #[arg(
+        long,
+        global = true,
+        default_value = "127.0.0.1:7071",
+        value_delimiter = ','
+    )]
     pub coordinator: Vec<String>,
     /// Print exactly one JSON object on stdout.
     #[arg(long, global = true)]
@@ -191,7 +196,9 @@ impl TaskCommand {
     pub fn payload(&self) -> serde_json::Value {
         use serde_json::json;
         match self {
-            TaskCommand::Sleep { milliseconds } => json!({"kind": "sleep", "milliseconds": milliseconds}),
+            TaskCommand::Sleep { milliseconds } => {
+                json!({"kind": "sleep", "milliseconds": milliseconds})
+            }
             TaskCommand::WordCount { text } => json!({"kind": "word-count", "text": text}),
             TaskCommand::Sha256 { text } => json!({"kind": "sha256", "text": text}),
             TaskCommand::PrimeCount { limit } => json!({"kind": "prime-count", "limit": limit}),

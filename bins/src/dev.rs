@@ -33,7 +33,6 @@ pub async fn run(args: DevArgs) -> u8 {
         data_dir: args.data_dir.clone(),
         worker_addr,
         client_addr,
-        max_frame_bytes: args.tuning.max_frame_bytes,
         seed: None,
     };
     let coordinator = match coordinator::start(options).await {
@@ -90,11 +89,17 @@ pub async fn run(args: DevArgs) -> u8 {
 async fn demo(client_addr: &str) -> u8 {
     let client = HerderClient::new(ClientConfig::new(vec![client_addr.to_owned()]));
     let tasks = [
-        TaskSpec::Sha256 { text: "hello, herder".into() },
-        TaskSpec::WordCount { text: "the quick brown fox jumps over the lazy dog".into() },
+        TaskSpec::Sha256 {
+            text: "hello, herder".into(),
+        },
+        TaskSpec::WordCount {
+            text: "the quick brown fox jumps over the lazy dog".into(),
+        },
         TaskSpec::PrimeCount { limit: 100_000 },
         TaskSpec::Sleep { milliseconds: 500 },
-        TaskSpec::Fail { fail_until_attempt: 2 },
+        TaskSpec::Fail {
+            fail_until_attempt: 2,
+        },
     ];
     let mut submitted = Vec::new();
     for task in &tasks {
@@ -112,7 +117,10 @@ async fn demo(client_addr: &str) -> u8 {
     println!();
     let mut all_completed = true;
     for job_id in submitted {
-        match client.wait(job_id, Some(Duration::from_secs(60).as_millis() as u64)).await {
+        match client
+            .wait(job_id, Some(Duration::from_secs(60).as_millis() as u64))
+            .await
+        {
             Ok((job, _)) => {
                 all_completed &= job.state == JobState::Completed;
                 println!("{}", job_for_people(&job));
@@ -124,7 +132,9 @@ async fn demo(client_addr: &str) -> u8 {
         }
     }
     if all_completed {
-        println!("All demo jobs COMPLETED. Run `herder dev` (without --demo) to keep a cluster running.");
+        println!(
+            "All demo jobs COMPLETED. Run `herder dev` (without --demo) to keep a cluster running."
+        );
         exit::OK
     } else {
         exit::JOB_UNSUCCESSFUL

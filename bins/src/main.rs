@@ -25,9 +25,15 @@ pub mod exit {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let server = matches!(cli.command, Command::Coordinator(_) | Command::Worker(_) | Command::Dev(_));
-    init_logging(cli.log_format, server);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let server = matches!(
+        cli.command,
+        Command::Coordinator(_) | Command::Worker(_) | Command::Dev(_)
+    );
+    let log_guard = init_logging(cli.log_format, server);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("herder: cannot start the async runtime: {error}");
@@ -51,22 +57,29 @@ fn main() -> ExitCode {
     });
     // Do not wait for lingering connection tasks.
     runtime.shutdown_background();
+    drop(log_guard);
     ExitCode::from(code)
 }
 
-/// Logs go to stderr. Servers log at info; client verbs only warn, so their stdout stays clean.
-fn init_logging(format: LogFormat, server: bool) {
+/// Logs go to stderr through a background writer thread, so a busy coordinator never waits on
+/// the terminal. Servers log at info; client verbs only warn, so their stdout stays clean.
+/// The returned guard flushes what is buffered when dropped.
+fn init_logging(format: LogFormat, server: bool) -> tracing_appender::non_blocking::WorkerGuard {
     use tracing_subscriber::EnvFilter;
     let default = if server { "info" } else { "warn" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_target(false)
         .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    guard
 }

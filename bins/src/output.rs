@@ -53,7 +53,10 @@ pub fn workers_for_people(workers: &[WorkerView]) -> String {
     if workers.is_empty() {
         return "No workers registered.\n".into();
     }
-    let mut out = format!("{:<20} {:<6} {:>8} {:>8} {:>16}\n", "WORKER", "ALIVE", "RUNNING", "CAPACITY", "LAST SEEN (ms)");
+    let mut out = format!(
+        "{:<20} {:<6} {:>8} {:>8} {:>16}\n",
+        "WORKER", "ALIVE", "RUNNING", "CAPACITY", "LAST SEEN (ms)"
+    );
     for w in workers {
         out += &format!(
             "{:<20} {:<6} {:>8} {:>8} {:>16}\n",
@@ -71,7 +74,10 @@ pub fn jobs_for_people(jobs: &[JobView]) -> String {
     if jobs.is_empty() {
         return "No jobs.\n".into();
     }
-    let mut out = format!("{:<36}  {:<10}  {:>7}  {:<12}  {}\n", "JOB", "STATE", "ATTEMPT", "WORKER", "TASK");
+    let mut out = format!(
+        "{:<36}  {:<10}  {:>7}  {:<12}  {}\n",
+        "JOB", "STATE", "ATTEMPT", "WORKER", "TASK"
+    );
     for job in jobs {
         out += &format!(
             "{:<36}  {:<10}  {:>7}  {:<12}  {}\n",
@@ -104,7 +110,10 @@ pub fn report_error(error: &CallError, as_json: bool) -> u8 {
         _ => None,
     };
     if as_json {
-        println!("{}", json!({ "error": { "kind": kind, "code": server_code, "message": error.to_string() } }));
+        println!(
+            "{}",
+            json!({ "error": { "kind": kind, "code": server_code, "message": error.to_string() } })
+        );
     } else {
         eprintln!("herder: {error}");
     }
@@ -114,7 +123,10 @@ pub fn report_error(error: &CallError, as_json: bool) -> u8 {
 /// A usage problem found before anything was sent.
 pub fn usage_error(message: &str, as_json: bool) -> u8 {
     if as_json {
-        println!("{}", json!({ "error": { "kind": "usage", "message": message } }));
+        println!(
+            "{}",
+            json!({ "error": { "kind": "usage", "message": message } })
+        );
     } else {
         eprintln!("herder: {message}");
     }

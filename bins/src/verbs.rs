@@ -17,10 +17,13 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::cli::{
-    ClientArgs, CoordinatorArgs, CoordinatorTuning, JobArgs, ListArgs, SubmitArgs, WaitArgs, WorkerArgs,
+    ClientArgs, CoordinatorArgs, CoordinatorTuning, JobArgs, ListArgs, SubmitArgs, WaitArgs,
+    WorkerArgs,
 };
 use crate::exit;
-use crate::output::{job_for_people, job_json, jobs_for_people, report_error, usage_error, workers_for_people};
+use crate::output::{
+    job_for_people, job_json, jobs_for_people, report_error, usage_error, workers_for_people,
+};
 
 /// `7070` means every interface on port 7070; `host:port` is taken as given.
 pub fn parse_listen_addr(raw: &str, default_host: &str) -> Result<SocketAddr, String> {
@@ -44,6 +47,7 @@ pub fn coordinator_config(id: &str, tuning: &CoordinatorTuning) -> CoordinatorCo
         retry_max: Duration::from_millis(tuning.retry_max_millis),
         max_active_jobs: tuning.max_active_jobs,
         readoption_window: None,
+        max_frame_bytes: tuning.max_frame_bytes,
     }
 }
 
@@ -102,7 +106,6 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         data_dir: args.data_dir,
         worker_addr,
         client_addr,
-        max_frame_bytes: args.tuning.max_frame_bytes,
         seed: None,
     };
     let handle = match coordinator::start(options).await {
@@ -147,7 +150,12 @@ pub fn client_for(args: &ClientArgs) -> HerderClient {
 }
 
 fn parse_job_id(raw: &str, as_json: bool) -> Result<JobId, u8> {
-    JobId::from_str(raw.trim()).map_err(|_| usage_error(&format!("{raw:?} is not a job id (expected a UUID as printed by `submit`)"), as_json))
+    JobId::from_str(raw.trim()).map_err(|_| {
+        usage_error(
+            &format!("{raw:?} is not a job id (expected a UUID as printed by `submit`)"),
+            as_json,
+        )
+    })
 }
 
 /// Exit code for a terminal job: 0 if it completed, 1 if it failed or was cancelled.
@@ -169,7 +177,11 @@ pub async fn submit(args: SubmitArgs) -> u8 {
     let mut config = ClientConfig::new(args.client.coordinator.clone());
     config.submit_retries = args.submit_retries;
     config.submit_retry_base = Duration::from_millis(args.submit_retry_base_millis.max(1));
-    config.submit_retry_max = Duration::from_millis(args.submit_retry_max_millis.max(args.submit_retry_base_millis).max(1));
+    config.submit_retry_max = Duration::from_millis(
+        args.submit_retry_max_millis
+            .max(args.submit_retry_base_millis)
+            .max(1),
+    );
     let client = HerderClient::new(config);
     let options = SubmitOptions {
         max_attempts: args.max_attempts,
@@ -181,7 +193,10 @@ pub async fn submit(args: SubmitArgs) -> u8 {
     };
     if !args.wait {
         if as_json {
-            println!("{}", json!({ "job_id": submitted.job_id, "existing": submitted.existing }));
+            println!(
+                "{}",
+                json!({ "job_id": submitted.job_id, "existing": submitted.existing })
+            );
         } else if submitted.existing {
             println!("{} (existing job for idempotency key)", submitted.job_id);
         } else {
@@ -192,7 +207,10 @@ pub async fn submit(args: SubmitArgs) -> u8 {
     match client.wait(submitted.job_id, None).await {
         Ok((job, _)) => {
             if as_json {
-                println!("{}", json!({ "job_id": submitted.job_id, "existing": submitted.existing, "job": job_json(&job) }));
+                println!(
+                    "{}",
+                    json!({ "job_id": submitted.job_id, "existing": submitted.existing, "job": job_json(&job) })
+                );
             } else {
                 print!("{}", job_for_people(&job));
             }
@@ -227,7 +245,10 @@ pub async fn wait(args: WaitArgs) -> u8 {
         Ok(id) => id,
         Err(code) => return code,
     };
-    match client_for(&args.client).wait(job_id, args.timeout_millis).await {
+    match client_for(&args.client)
+        .wait(job_id, args.timeout_millis)
+        .await
+    {
         Ok((job, timed_out)) => {
             if as_json {
                 let mut value = job_json(&job);
@@ -260,11 +281,17 @@ pub async fn cancel(args: JobArgs) -> u8 {
     match client_for(&args.client).cancel(job_id).await {
         Ok((job, cancelled)) => {
             if as_json {
-                println!("{}", json!({ "cancelled": cancelled, "job": job_json(&job) }));
+                println!(
+                    "{}",
+                    json!({ "cancelled": cancelled, "job": job_json(&job) })
+                );
             } else if cancelled {
                 println!("Cancelled job {}", job.id);
             } else {
-                println!("Job {} was already {}; nothing to cancel", job.id, job.state);
+                println!(
+                    "Job {} was already {}; nothing to cancel",
+                    job.id, job.state
+                );
             }
             exit::OK
         }
@@ -287,7 +314,10 @@ pub async fn list(args: ListArgs) -> u8 {
     match client_for(&args.client).list(state, args.limit).await {
         Ok(jobs) => {
             if as_json {
-                println!("{}", json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() }));
+                println!(
+                    "{}",
+                    json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() })
+                );
             } else {
                 print!("{}", jobs_for_people(&jobs));
             }
@@ -325,14 +355,21 @@ pub async fn cluster(args: ClientArgs) -> u8 {
     }
     let any = members.iter().any(|m| m["reachable"] == json!(true));
     if args.json {
-        println!("{}", json!({ "replication": "group of one", "members": members }));
+        println!(
+            "{}",
+            json!({ "replication": "group of one", "members": members })
+        );
     } else {
         println!("{:<24} {:<10} ROLE", "ADDRESS", "REACHABLE");
         for m in &members {
             println!(
                 "{:<24} {:<10} {}",
                 m["address"].as_str().unwrap_or("?"),
-                if m["reachable"] == json!(true) { "yes" } else { "no" },
+                if m["reachable"] == json!(true) {
+                    "yes"
+                } else {
+                    "no"
+                },
                 m["role"].as_str().unwrap_or("?")
             );
         }

@@ -20,7 +20,9 @@
 
 use std::collections::HashMap;
 
-use herder_core::client::{Client, ClientConfig, ClientError, ClientOutput, ConnectAttempt, OpId, Operation};
+use herder_core::client::{
+    Client, ClientConfig, ClientError, ClientOutput, ConnectAttempt, OpId, Operation,
+};
 use herder_core::ids::JobId;
 use herder_core::job::JobState;
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
@@ -100,18 +102,26 @@ impl HerderClient {
     /// Runs one operation and returns the coordinator's (successful) reply.
     pub async fn call(&self, op: Operation) -> Result<ClientReply, CallError> {
         let (reply, rx) = oneshot::channel();
-        self.calls.send(Call { op, reply }).map_err(|_| CallError::Closed)?;
+        self.calls
+            .send(Call { op, reply })
+            .map_err(|_| CallError::Closed)?;
         Ok(rx.await.map_err(|_| CallError::Closed)??)
     }
 
-    pub async fn submit(&self, task: &TaskSpec, options: SubmitOptions) -> Result<Submitted, CallError> {
+    pub async fn submit(
+        &self,
+        task: &TaskSpec,
+        options: SubmitOptions,
+    ) -> Result<Submitted, CallError> {
         let op = Operation::Submit {
             task: task.to_json(),
             max_attempts: options.max_attempts,
             idempotency_key: options.idempotency_key,
         };
         match self.call(op).await? {
-            ClientReply::SubmitAccepted { job_id, existing, .. } => Ok(Submitted { job_id, existing }),
+            ClientReply::SubmitAccepted {
+                job_id, existing, ..
+            } => Ok(Submitted { job_id, existing }),
             other => Err(unexpected(&other)),
         }
     }
@@ -125,8 +135,18 @@ impl HerderClient {
 
     /// Waits until the job is terminal or `timeout_millis` passes; returns the job and whether
     /// the wait timed out.
-    pub async fn wait(&self, job_id: JobId, timeout_millis: Option<u64>) -> Result<(JobView, bool), CallError> {
-        match self.call(Operation::Wait { job_id, timeout_millis }).await? {
+    pub async fn wait(
+        &self,
+        job_id: JobId,
+        timeout_millis: Option<u64>,
+    ) -> Result<(JobView, bool), CallError> {
+        match self
+            .call(Operation::Wait {
+                job_id,
+                timeout_millis,
+            })
+            .await?
+        {
             ClientReply::WaitResult { job, timed_out, .. } => Ok((job, timed_out)),
             other => Err(unexpected(&other)),
         }
@@ -140,7 +160,11 @@ impl HerderClient {
         }
     }
 
-    pub async fn list(&self, state: Option<JobState>, limit: Option<u32>) -> Result<Vec<JobView>, CallError> {
+    pub async fn list(
+        &self,
+        state: Option<JobState>,
+        limit: Option<u32>,
+    ) -> Result<Vec<JobView>, CallError> {
         match self.call(Operation::List { state, limit }).await? {
             ClientReply::JobList { jobs, .. } => Ok(jobs),
             other => Err(unexpected(&other)),
@@ -171,7 +195,11 @@ struct Driver {
 }
 
 impl Driver {
-    async fn run(mut self, mut calls: mpsc::UnboundedReceiver<Call>, mut inputs: mpsc::Receiver<Input>) {
+    async fn run(
+        mut self,
+        mut calls: mpsc::UnboundedReceiver<Call>,
+        mut inputs: mpsc::Receiver<Input>,
+    ) {
         let mut open = true;
         loop {
             if !open && self.waiting.is_empty() {
@@ -211,11 +239,16 @@ impl Driver {
                 self.current = Some((attempt, outbound));
                 self.client.handle_connected(now, attempt);
             }
-            Input::Connected(attempt, Err(reason)) => self.client.handle_connect_failed(now, attempt, &reason),
-            Input::Conn(attempt, Inbound::Message(reply)) => self.client.handle_message(now, attempt, reply),
+            Input::Connected(attempt, Err(reason)) => {
+                self.client.handle_connect_failed(now, attempt, &reason)
+            }
+            Input::Conn(attempt, Inbound::Message(reply)) => {
+                self.client.handle_message(now, attempt, reply)
+            }
             Input::Conn(attempt, Inbound::Malformed(error)) => {
                 self.drop_connection(attempt);
-                self.client.handle_disconnected(now, attempt, &format!("malformed frame: {error}"));
+                self.client
+                    .handle_disconnected(now, attempt, &format!("malformed frame: {error}"));
             }
             Input::Conn(attempt, Inbound::Closed(reason)) => {
                 self.drop_connection(attempt);
@@ -250,7 +283,11 @@ impl Driver {
                         if let Err(error) = outbound.send(&request) {
                             let attempt = *attempt;
                             self.drop_connection(attempt);
-                            self.client.handle_disconnected(self.clock.now(), attempt, &error.to_string());
+                            self.client.handle_disconnected(
+                                self.clock.now(),
+                                attempt,
+                                &error.to_string(),
+                            );
                         }
                     }
                 }

@@ -25,7 +25,9 @@ use herder_core::coordinator::{
 };
 use herder_core::ids::ConnectionId;
 use herder_core::protocol::codec::FrameError;
-use herder_core::protocol::{ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, WorkerToCoordinator};
+use herder_core::protocol::{
+    ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, WorkerToCoordinator,
+};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -45,7 +47,6 @@ pub struct CoordinatorOptions {
     pub data_dir: PathBuf,
     pub worker_addr: SocketAddr,
     pub client_addr: SocketAddr,
-    pub max_frame_bytes: usize,
     /// Seed for the coordinator's RNG; `None` draws one from the OS (the normal case).
     pub seed: Option<u64>,
 }
@@ -116,9 +117,9 @@ pub async fn start(options: CoordinatorOptions) -> Result<CoordinatorHandle, Coo
         data_dir,
         worker_addr,
         client_addr,
-        max_frame_bytes,
         seed,
     } = options;
+    let max_frame_bytes = config.max_frame_bytes;
     let clock = Clock::new();
     let store = Store::open(&data_dir)?;
     let durable = store.load()?;
@@ -129,16 +130,22 @@ pub async fn start(options: CoordinatorOptions) -> Result<CoordinatorHandle, Coo
         "Coordinator store opened"
     );
 
-    let worker_listener = TcpListener::bind(worker_addr).await.map_err(|source| CoordinatorError::Bind {
-        addr: worker_addr,
-        what: "workers",
-        source,
-    })?;
-    let client_listener = TcpListener::bind(client_addr).await.map_err(|source| CoordinatorError::Bind {
-        addr: client_addr,
-        what: "clients",
-        source,
-    })?;
+    let worker_listener =
+        TcpListener::bind(worker_addr)
+            .await
+            .map_err(|source| CoordinatorError::Bind {
+                addr: worker_addr,
+                what: "workers",
+                source,
+            })?;
+    let client_listener =
+        TcpListener::bind(client_addr)
+            .await
+            .map_err(|source| CoordinatorError::Bind {
+                addr: client_addr,
+                what: "clients",
+                source,
+            })?;
     let worker_addr = worker_listener.local_addr().unwrap_or(worker_addr);
     let client_addr = client_listener.local_addr().unwrap_or(client_addr);
     tracing::info!(%worker_addr, %client_addr, "Coordinator listening");
@@ -219,12 +226,16 @@ async fn accept_loop(
         };
         let conn = ConnectionId(next_conn.fetch_add(1, Ordering::Relaxed));
         let outbound = match link {
-            Link::Worker => spawn_connection(stream, max_frame_bytes, inputs.clone(), move |inbound| {
-                Input::Worker(conn, inbound)
-            }),
-            Link::Client => spawn_connection(stream, max_frame_bytes, inputs.clone(), move |inbound| {
-                Input::Client(conn, inbound)
-            }),
+            Link::Worker => {
+                spawn_connection(stream, max_frame_bytes, inputs.clone(), move |inbound| {
+                    Input::Worker(conn, inbound)
+                })
+            }
+            Link::Client => {
+                spawn_connection(stream, max_frame_bytes, inputs.clone(), move |inbound| {
+                    Input::Client(conn, inbound)
+                })
+            }
         };
         if inputs.send(Input::Opened(conn, outbound)).await.is_err() {
             return;
@@ -271,7 +282,10 @@ impl Driver {
     ) -> Result<(), CoordinatorError> {
         self.drain()?;
         loop {
-            let timer = self.coordinator.poll_timeout().map(|at| self.clock.deadline(at));
+            let timer = self
+                .coordinator
+                .poll_timeout()
+                .map(|at| self.clock.deadline(at));
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => {
@@ -308,10 +322,18 @@ impl Driver {
             Input::Opened(conn, outbound) => {
                 self.conns.insert(conn, outbound);
             }
-            Input::Worker(conn, Inbound::Message(message)) => self.coordinator.handle_worker_message(now, conn, message),
-            Input::Client(conn, Inbound::Message(message)) => self.coordinator.handle_client_message(now, conn, message),
-            Input::Worker(conn, Inbound::Malformed(error)) => self.malformed(conn, Link::Worker, &error),
-            Input::Client(conn, Inbound::Malformed(error)) => self.malformed(conn, Link::Client, &error),
+            Input::Worker(conn, Inbound::Message(message)) => {
+                self.coordinator.handle_worker_message(now, conn, message)
+            }
+            Input::Client(conn, Inbound::Message(message)) => {
+                self.coordinator.handle_client_message(now, conn, message)
+            }
+            Input::Worker(conn, Inbound::Malformed(error)) => {
+                self.malformed(conn, Link::Worker, &error)
+            }
+            Input::Client(conn, Inbound::Malformed(error)) => {
+                self.malformed(conn, Link::Client, &error)
+            }
             Input::Worker(conn, Inbound::Closed(_)) | Input::Client(conn, Inbound::Closed(_)) => {
                 self.conns.remove(&conn);
                 self.coordinator.handle_closed(now, conn);
@@ -320,7 +342,8 @@ impl Driver {
     }
 
     fn malformed(&mut self, conn: ConnectionId, link: Link, error: &FrameError) {
-        self.coordinator.handle_malformed(self.clock.now(), conn, link, error);
+        self.coordinator
+            .handle_malformed(self.clock.now(), conn, link, error);
     }
 
     /// Performs every pending output.
@@ -364,7 +387,7 @@ impl Driver {
                 // A reply too large for one frame (e.g. a huge LIST): answer with a typed error.
                 let fallback = ClientReply::Error {
                     request_id: message.request_id(),
-                    code: ErrorCode::InvalidRequest,
+                    code: ErrorCode::ReplyTooLarge,
                     message: format!("the reply does not fit in one frame ({error}); ask for less, e.g. a smaller --limit"),
                 };
                 if outbound.send(&fallback).is_err() {
@@ -388,7 +411,12 @@ impl Driver {
 /// Events become log lines; their `Display` already tells the story in seed A's words.
 fn log_event(event: &Event) {
     match event {
-        Event::StaleResultRejected { .. } | Event::WorkerLost { .. } | Event::WorkerRejected { .. } | Event::MalformedFrame { .. } | Event::JobFailed { .. } | Event::LeaseExpired { .. } => {
+        Event::StaleResultRejected { .. }
+        | Event::WorkerLost { .. }
+        | Event::WorkerRejected { .. }
+        | Event::MalformedFrame { .. }
+        | Event::JobFailed { .. }
+        | Event::LeaseExpired { .. } => {
             tracing::warn!("{event}")
         }
         Event::SubmitRejected { .. } | Event::JobSubmitted { .. } => tracing::debug!("{event}"),

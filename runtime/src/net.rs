@@ -8,7 +8,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use herder_core::protocol::codec::{encode_frame, EncodeError, FrameDecoder, FrameError, WireMessage};
+use herder_core::protocol::codec::{
+    encode_frame, EncodeError, FrameDecoder, FrameError, WireMessage,
+};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -56,7 +58,9 @@ impl Outbound {
             self.close();
             return Err(SendError::Stalled { queued });
         }
-        self.tx.send(WriteCommand::Frame(frame)).map_err(|_| SendError::Closed)
+        self.tx
+            .send(WriteCommand::Frame(frame))
+            .map_err(|_| SendError::Closed)
     }
 
     /// Flushes what is queued, then closes the connection.
@@ -94,7 +98,13 @@ where
     let queued = Arc::new(AtomicUsize::new(0));
     let (closed_tx, closed_rx) = watch::channel(false);
     tokio::spawn(write_loop(write_half, rx, queued.clone(), closed_tx));
-    tokio::spawn(read_loop(read_half, max_frame_bytes, report, wrap, closed_rx));
+    tokio::spawn(read_loop(
+        read_half,
+        max_frame_bytes,
+        report,
+        wrap,
+        closed_rx,
+    ));
     Outbound {
         tx,
         queued,
@@ -177,7 +187,9 @@ async fn read_loop<M, T, F>(
                             // Keep the socket until the owner closes it, so its error reply can
                             // still be written; then report the close.
                             let _ = closed.changed().await;
-                            let _ = report.send(wrap(Inbound::Closed("malformed frame".into()))).await;
+                            let _ = report
+                                .send(wrap(Inbound::Closed("malformed frame".into())))
+                                .await;
                             return;
                         }
                     }
@@ -192,8 +204,13 @@ async fn read_loop<M, T, F>(
 /// Connects to `address` in the background. On success the connection's reader reports through
 /// `report` (tagged by `wrap`); either way, `connected` builds the one input that says how the
 /// attempt went, which is sent on `report` too.
-pub fn spawn_connect<M, T, F, C>(address: String, max_frame_bytes: usize, report: mpsc::Sender<T>, wrap: F, connected: C)
-where
+pub fn spawn_connect<M, T, F, C>(
+    address: String,
+    max_frame_bytes: usize,
+    report: mpsc::Sender<T>,
+    wrap: F,
+    connected: C,
+) where
     M: WireMessage + Send + 'static,
     T: Send + 'static,
     F: Fn(Inbound<M>) -> T + Send + 'static,
@@ -201,7 +218,12 @@ where
 {
     tokio::spawn(async move {
         let result = match TcpStream::connect(&address).await {
-            Ok(stream) => Ok(spawn_connection(stream, max_frame_bytes, report.clone(), wrap)),
+            Ok(stream) => Ok(spawn_connection(
+                stream,
+                max_frame_bytes,
+                report.clone(),
+                wrap,
+            )),
             Err(error) => Err(format!("{address}: {error}")),
         };
         let _ = report.send(connected(result)).await;

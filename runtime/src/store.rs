@@ -71,7 +71,9 @@ impl Store {
         let path = data_dir.join(DATABASE_FILE);
         let conn = Connection::open_with_flags(
             &path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|source| StoreError::Open {
             path: path.clone(),
@@ -86,7 +88,10 @@ impl Store {
             .query_row("PRAGMA user_version", [], |row| row.get(0))
             .map_err(|e| corrupt(e.to_string()))?;
         if version > SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema { path, found: version });
+            return Err(StoreError::NewerSchema {
+                path,
+                found: version,
+            });
         }
         let check: String = conn
             .query_row("PRAGMA quick_check", [], |row| row.get(0))
@@ -145,24 +150,37 @@ impl Store {
         };
         let applied: i64 = self
             .conn
-            .query_row("SELECT value FROM meta WHERE key = 'applied_index'", [], |row| row.get(0))
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'applied_index'",
+                [],
+                |row| row.get(0),
+            )
             .optional()?
             .ok_or_else(|| corrupt("applied index is missing".into()))?;
-        let applied = u64::try_from(applied).map_err(|_| corrupt(format!("negative applied index {applied}")))?;
+        let applied = u64::try_from(applied)
+            .map_err(|_| corrupt(format!("negative applied index {applied}")))?;
         let mut jobs = Vec::new();
         let mut statement = self.conn.prepare("SELECT id, row FROM jobs")?;
-        let rows = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+        let rows = statement.query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })?;
         for row in rows {
             let (id, text) = row?;
-            let job: Job = serde_json::from_str(&text).map_err(|e| corrupt(format!("job row {id}: {e}")))?;
+            let job: Job =
+                serde_json::from_str(&text).map_err(|e| corrupt(format!("job row {id}: {e}")))?;
             jobs.push(job);
         }
         let mut log = Vec::new();
-        let mut statement = self.conn.prepare("SELECT idx, entry FROM log ORDER BY idx")?;
-        let rows = statement.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))?;
+        let mut statement = self
+            .conn
+            .prepare("SELECT idx, entry FROM log ORDER BY idx")?;
+        let rows = statement.query_map([], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+        })?;
         for row in rows {
             let (idx, text) = row?;
-            let entry: LogEntry = serde_json::from_str(&text).map_err(|e| corrupt(format!("log entry {idx}: {e}")))?;
+            let entry: LogEntry = serde_json::from_str(&text)
+                .map_err(|e| corrupt(format!("log entry {idx}: {e}")))?;
             log.push(entry);
         }
         Ok(DurableState {
@@ -174,18 +192,30 @@ impl Store {
 
     /// Writes every record of every batch in one transaction (group commit). Returns only after
     /// the commit, i.e. once the records are durable.
-    pub fn write<'a>(&mut self, records: impl IntoIterator<Item = &'a Record>) -> Result<(), StoreError> {
+    pub fn write<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = &'a Record>,
+    ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         {
-            let mut put_log = tx.prepare_cached("INSERT OR REPLACE INTO log (idx, term, entry) VALUES (?1, ?2, ?3)")?;
-            let mut put_job = tx.prepare_cached("INSERT OR REPLACE INTO jobs (id, state, row) VALUES (?1, ?2, ?3)")?;
-            let mut set_applied = tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'applied_index'")?;
+            let mut put_log = tx.prepare_cached(
+                "INSERT OR REPLACE INTO log (idx, term, entry) VALUES (?1, ?2, ?3)",
+            )?;
+            let mut put_job = tx.prepare_cached(
+                "INSERT OR REPLACE INTO jobs (id, state, row) VALUES (?1, ?2, ?3)",
+            )?;
+            let mut set_applied =
+                tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'applied_index'")?;
             let mut discard = tx.prepare_cached("DELETE FROM log WHERE idx <= ?1")?;
             for record in records {
                 match record {
                     Record::Log(entry) => {
                         let text = serde_json::to_string(entry)?;
-                        put_log.execute(params![to_sql(entry.index.0), to_sql(entry.term.0), text])?;
+                        put_log.execute(params![
+                            to_sql(entry.index.0),
+                            to_sql(entry.term.0),
+                            text
+                        ])?;
                     }
                     Record::Job(job) => {
                         let text = serde_json::to_string(job)?;
@@ -256,14 +286,19 @@ mod tests {
 
     /// A job id built through serde, so the test needs no direct uuid dependency.
     fn job_id(n: u128) -> JobId {
-        serde_json::from_value(serde_json::json!(format!("00000000-0000-4000-8000-{n:012x}"))).expect("uuid")
+        serde_json::from_value(serde_json::json!(format!(
+            "00000000-0000-4000-8000-{n:012x}"
+        )))
+        .expect("uuid")
     }
 
     fn entry(i: u64) -> LogEntry {
         LogEntry {
             index: LogIndex(i),
             term: Term(1),
-            command: Command::Requeue { job_id: job_id(i as u128) },
+            command: Command::Requeue {
+                job_id: job_id(i as u128),
+            },
         }
     }
 
@@ -316,7 +351,11 @@ mod tests {
             Err(StoreError::Corrupt { .. }) => {}
             other => panic!("expected a corruption refusal, got {:?}", other.err()),
         }
-        assert_eq!(std::fs::read(dir.join(DATABASE_FILE)).expect("still there"), garbage, "never reset");
+        assert_eq!(
+            std::fs::read(dir.join(DATABASE_FILE)).expect("still there"),
+            garbage,
+            "never reset"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

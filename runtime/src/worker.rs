@@ -11,9 +11,12 @@
 use std::collections::HashMap;
 
 use herder_core::ids::LeaseId;
+use herder_core::ids::WorkerId;
 use herder_core::protocol::{AttemptOutcome, CoordinatorToWorker};
-use herder_core::tasks::{execute, TaskPlan, TaskSpec};
-use herder_core::worker::{ConnectAttempt, Worker, WorkerConfig, WorkerConfigError, WorkerOutput};
+use herder_core::tasks::{execute, TaskFailure, TaskOutput, TaskPlan, TaskSpec};
+use herder_core::worker::{
+    ConnectAttempt, Worker, WorkerConfig, WorkerConfigError, WorkerEvent, WorkerOutput,
+};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -138,11 +141,19 @@ impl Driver {
                 self.current = Some((attempt, outbound));
                 self.worker.handle_connected(now, attempt);
             }
-            Input::Connected(attempt, Err(reason)) => self.worker.handle_connect_failed(now, attempt, &reason),
-            Input::Conn(attempt, Inbound::Message(message)) => self.worker.handle_message(now, attempt, message),
+            Input::Connected(attempt, Err(reason)) => {
+                self.worker.handle_connect_failed(now, attempt, &reason)
+            }
+            Input::Conn(attempt, Inbound::Message(message)) => {
+                self.worker.handle_message(now, attempt, message)
+            }
             Input::Conn(attempt, Inbound::Malformed(error)) => {
                 self.drop_connection(attempt);
-                self.worker.handle_disconnected(now, attempt, &format!("malformed frame from coordinator: {error}"));
+                self.worker.handle_disconnected(
+                    now,
+                    attempt,
+                    &format!("malformed frame from coordinator: {error}"),
+                );
             }
             Input::Conn(attempt, Inbound::Closed(reason)) => {
                 self.drop_connection(attempt);
@@ -182,7 +193,11 @@ impl Driver {
                             tracing::warn!(%error, "cannot send to coordinator");
                             let attempt = *attempt;
                             self.drop_connection(attempt);
-                            self.worker.handle_disconnected(self.clock.now(), attempt, &error.to_string());
+                            self.worker.handle_disconnected(
+                                self.clock.now(),
+                                attempt,
+                                &error.to_string(),
+                            );
                         }
                     }
                 }
@@ -198,6 +213,13 @@ impl Driver {
                     task,
                     ..
                 } => {
+                    if task.plan(attempt) == TaskPlan::Inline {
+                        // Microseconds of work: cheaper here than on another thread.
+                        let outcome = outcome_of(execute(&task, attempt));
+                        self.worker
+                            .handle_task_finished(self.clock.now(), lease_id, outcome);
+                        continue;
+                    }
                     let (cancel_tx, cancel_rx) = watch::channel(false);
                     self.cancels.insert(lease_id, cancel_tx);
                     let inputs = self.inputs.clone();
@@ -211,7 +233,7 @@ impl Driver {
                         let _ = cancel.send(true);
                     }
                 }
-                WorkerOutput::Event(event) => tracing::info!(worker = %self.worker.id(), "{event}"),
+                WorkerOutput::Event(event) => log_event(self.worker.id(), &event),
             }
         }
     }
@@ -223,27 +245,49 @@ async fn run_task(
     attempt: herder_core::ids::Attempt,
     mut cancel: watch::Receiver<bool>,
 ) -> AttemptOutcome {
-    let to_outcome = |result: Result<_, herder_core::tasks::TaskFailure>| match result {
-        Ok(output) => AttemptOutcome::Succeeded { output },
-        Err(failure) => AttemptOutcome::Failed { error: failure.message },
-    };
     match task.plan(attempt) {
         TaskPlan::Sleep { duration, then } => tokio::select! {
-            _ = tokio::time::sleep(duration) => to_outcome(then),
+            _ = tokio::time::sleep(duration) => outcome_of(then),
             _ = cancel.wait_for(|cancelled| *cancelled) => AttemptOutcome::Cancelled {},
         },
-        TaskPlan::Compute => {
+        TaskPlan::Compute | TaskPlan::Inline => {
             let compute = tokio::task::spawn_blocking(move || execute(&task, attempt));
             let result = compute.await;
             if *cancel.borrow_and_update() {
                 return AttemptOutcome::Cancelled {};
             }
             match result {
-                Ok(result) => to_outcome(result),
+                Ok(result) => outcome_of(result),
                 Err(join) => AttemptOutcome::Failed {
                     error: format!("task panicked: {join}"),
                 },
             }
         }
+    }
+}
+
+fn outcome_of(result: Result<TaskOutput, TaskFailure>) -> AttemptOutcome {
+    match result {
+        Ok(output) => AttemptOutcome::Succeeded { output },
+        Err(failure) => AttemptOutcome::Failed {
+            error: failure.message,
+        },
+    }
+}
+
+/// Connection-level events are worth an operator's attention; per-task ones are detail (the
+/// coordinator's log already tells each job's story).
+fn log_event(worker: &WorkerId, event: &WorkerEvent) {
+    match event {
+        WorkerEvent::TaskStarted { .. }
+        | WorkerEvent::TaskFinished { .. }
+        | WorkerEvent::ResultAcknowledged { .. }
+        | WorkerEvent::Connecting { .. } => tracing::debug!(%worker, "{event}"),
+        WorkerEvent::RegistrationRejected { .. }
+        | WorkerEvent::CoordinatorError { .. }
+        | WorkerEvent::TaskRefused { .. } => {
+            tracing::warn!(%worker, "{event}")
+        }
+        _ => tracing::info!(%worker, "{event}"),
     }
 }
