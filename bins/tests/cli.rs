@@ -1,0 +1,423 @@
+//! Black-box tests of the `herder` command: exit codes, usage, `--json` shapes and bad input,
+//! against real coordinator and dev-cluster processes on loopback ephemeral ports.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+const HERDER: &str = env!("CARGO_BIN_EXE_herder");
+
+fn herder(args: &[&str]) -> Output {
+    Command::new(HERDER)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run herder")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited normally")
+}
+
+fn stdout_json(output: &Output) -> Value {
+    let text = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "--json prints exactly one line, got {text:?}"
+    );
+    serde_json::from_str(lines[0]).expect("stdout is one JSON object")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("herder-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A server process that is killed when the test ends.
+struct Server {
+    child: Child,
+    client_addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `herder ARGS` and waits (bounded) for the stderr line naming its client address.
+fn start_server(args: &[&str], marker: &str) -> Server {
+    let mut child = Command::new(HERDER)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start herder");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (tx, rx) = mpsc::channel();
+    let marker = marker.to_owned();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split(&marker).nth(1) {
+                let addr: String = rest
+                    .trim_start_matches(['=', ' '])
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                    .collect();
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    let client_addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the server announced its client address");
+    Server { child, client_addr }
+}
+
+fn dev_cluster(name: &str) -> (Server, PathBuf) {
+    let dir = temp_dir(name);
+    let server = start_server(
+        &[
+            "dev",
+            "--workers",
+            "2",
+            "--data-dir",
+            dir.to_str().expect("utf-8 path"),
+            "--worker-port",
+            "127.0.0.1:0",
+            "--client-port",
+            "127.0.0.1:0",
+            "--retry-base-millis",
+            "20",
+            "--retry-max-millis",
+            "50",
+        ],
+        "clients at ",
+    );
+    (server, dir)
+}
+
+#[test]
+fn a_verb_without_its_arguments_prints_usage_and_exits_2() {
+    for args in [
+        &["submit"][..],
+        &["status"],
+        &["worker"],
+        &["bench"],
+        &["submit", "sleep"],
+    ] {
+        let output = herder(args);
+        assert_eq!(code(&output), 2, "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("Usage"),
+            "{args:?} prints usage"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_is_sent() {
+    // No coordinator is running at this address; validation must come first.
+    let nowhere = ["--coordinator", "127.0.0.1:1"];
+    let cases: [&[&str]; 5] = [
+        &["submit", "sleep", "--milliseconds", "-5"],
+        &["submit", "prime-count", "--limit", "99999999999"],
+        &["submit", "fail", "--fail-until-attempt", "0"],
+        &["status", "not-a-job-id"],
+        &["list", "--state", "sideways"],
+    ];
+    for case in cases {
+        let args: Vec<&str> = case.iter().chain(nowhere.iter()).copied().collect();
+        let output = herder(&args);
+        assert_eq!(
+            code(&output),
+            2,
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let output = herder(&[
+        "submit",
+        "sleep",
+        "--milliseconds",
+        "-5",
+        "--json",
+        "--coordinator",
+        "127.0.0.1:1",
+    ]);
+    let error = stdout_json(&output);
+    assert_eq!(error["error"]["kind"], "usage");
+    assert!(error["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("milliseconds")));
+}
+
+#[test]
+fn an_unreachable_coordinator_exits_4_without_hanging() {
+    let output = herder(&[
+        "status",
+        "00000000-0000-4000-8000-000000000001",
+        "--coordinator",
+        "127.0.0.1:1,127.0.0.1:2",
+        "--json",
+    ]);
+    assert_eq!(code(&output), 4);
+    assert_eq!(stdout_json(&output)["error"]["kind"], "unreachable");
+}
+
+#[test]
+fn replication_flags_are_refused_clearly() {
+    let output = herder(&["coordinator", "--peers", "c2=127.0.0.1:7072"]);
+    assert_eq!(code(&output), 2);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--peers"));
+}
+
+#[test]
+fn a_corrupt_database_is_refused_and_left_alone() {
+    let dir = temp_dir("corrupt");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let garbage = vec![0xA5u8; 4096];
+    std::fs::write(dir.join("herder.sqlite3"), &garbage).expect("garbage");
+    let output = herder(&[
+        "coordinator",
+        "--data-dir",
+        dir.to_str().expect("utf-8"),
+        "--worker-port",
+        "127.0.0.1:0",
+        "--client-port",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code(&output), 5);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not a readable Herder database"));
+    assert_eq!(
+        std::fs::read(dir.join("herder.sqlite3")).expect("kept"),
+        garbage
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_port_in_use_is_reported() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").to_string();
+    let dir = temp_dir("port");
+    let output = herder(&[
+        "coordinator",
+        "--data-dir",
+        dir.to_str().expect("utf-8"),
+        "--worker-port",
+        "127.0.0.1:0",
+        "--client-port",
+        &port,
+    ]);
+    assert_eq!(code(&output), 5);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot listen"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_client_verbs_against_a_dev_cluster() {
+    let (server, dir) = dev_cluster("verbs");
+    let at = ["--coordinator", server.client_addr.as_str()];
+    let run = |args: &[&str]| {
+        let all: Vec<&str> = args.iter().chain(at.iter()).copied().collect();
+        herder(&all)
+    };
+
+    // submit --wait --json: the job view with the fields SPEC section 3 names.
+    let output = run(&["submit", "sha256", "--text", "abc", "--wait", "--json"]);
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let submitted = stdout_json(&output);
+    let job = &submitted["job"];
+    for field in [
+        "id",
+        "state",
+        "attempt",
+        "max_attempts",
+        "worker",
+        "result",
+        "error",
+        "task",
+    ] {
+        assert!(job.get(field).is_some(), "job view lacks {field}: {job}");
+    }
+    assert_eq!(job["state"], "COMPLETED");
+    assert_eq!(
+        job["result"]["hex"],
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    let job_id = submitted["job_id"].as_str().expect("job id").to_owned();
+
+    // status, people and JSON.
+    let output = run(&["status", &job_id]);
+    assert_eq!(code(&output), 0);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("State:    COMPLETED") && text.contains("Attempt:  1/3"),
+        "{text}"
+    );
+    assert_eq!(
+        stdout_json(&run(&["status", &job_id, "--json"]))["id"],
+        job_id.as_str()
+    );
+
+    // A job that fails for good: exit 1 from submit --wait and from wait.
+    let output = run(&[
+        "submit",
+        "fail",
+        "--fail-until-attempt",
+        "9",
+        "--max-attempts",
+        "2",
+        "--wait",
+        "--json",
+    ]);
+    assert_eq!(code(&output), 1);
+    let failed = stdout_json(&output);
+    assert_eq!(failed["job"]["state"], "FAILED");
+    assert_eq!(failed["job"]["attempt"], 2);
+    let failed_id = failed["job_id"].as_str().expect("id").to_owned();
+    assert_eq!(code(&run(&["wait", &failed_id])), 1);
+
+    // Cancel a long job: exit 0, then wait reports CANCELLED with exit 1.
+    let output = run(&["submit", "sleep", "--milliseconds", "60000", "--json"]);
+    let sleeper = stdout_json(&output)["job_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let output = run(&["cancel", &sleeper, "--json"]);
+    assert_eq!(code(&output), 0);
+    assert_eq!(stdout_json(&output)["cancelled"], true);
+    assert_eq!(code(&run(&["wait", &sleeper])), 1);
+
+    // Idempotency: the same key names the same job.
+    let first = stdout_json(&run(&[
+        "submit",
+        "sha256",
+        "--text",
+        "k",
+        "--idempotency-key",
+        "order-42",
+        "--json",
+    ]));
+    let again = stdout_json(&run(&[
+        "submit",
+        "sha256",
+        "--text",
+        "k",
+        "--idempotency-key",
+        "order-42",
+        "--json",
+    ]));
+    assert_eq!(first["job_id"], again["job_id"]);
+    assert_eq!(again["existing"], true);
+    let conflict = run(&[
+        "submit",
+        "sha256",
+        "--text",
+        "other",
+        "--idempotency-key",
+        "order-42",
+        "--json",
+    ]);
+    assert_eq!(code(&conflict), 5);
+    assert_eq!(
+        stdout_json(&conflict)["error"]["code"],
+        "IDEMPOTENCY_CONFLICT"
+    );
+
+    // list and workers.
+    let listed = stdout_json(&run(&["list", "--json", "--state", "cancelled"]));
+    let ids: Vec<&str> = listed["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["id"].as_str())
+        .collect();
+    assert_eq!(ids, vec![sleeper.as_str()]);
+    let workers = stdout_json(&run(&["workers", "--json"]));
+    assert_eq!(workers["workers"].as_array().map(Vec::len), Some(2));
+
+    // An unknown job is a server-side "not found".
+    let output = run(&["status", "00000000-0000-4000-8000-000000000009", "--json"]);
+    assert_eq!(code(&output), 5);
+    assert_eq!(stdout_json(&output)["error"]["code"], "JOB_NOT_FOUND");
+
+    // bench: one JSON object with the agreed fields.
+    let output = run(&["bench", "--jobs", "50", "--concurrency", "2", "--json"]);
+    assert_eq!(code(&output), 0);
+    let report = stdout_json(&output);
+    assert_eq!(report["accepted"], 50);
+    assert_eq!(report["completed"], 50);
+    for field in [
+        "throughput_jobs_per_second",
+        "submit_ack_millis",
+        "end_to_end_millis",
+        "rejected",
+    ] {
+        assert!(report.get(field).is_some(), "bench report lacks {field}");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn admission_rejections_exit_3() {
+    let dir = temp_dir("admission");
+    let server = start_server(
+        &[
+            "coordinator",
+            "--data-dir",
+            dir.to_str().expect("utf-8"),
+            "--worker-port",
+            "127.0.0.1:0",
+            "--client-port",
+            "127.0.0.1:0",
+            "--max-active-jobs",
+            "1",
+        ],
+        "client_addr=",
+    );
+    let at = ["--coordinator", server.client_addr.as_str()];
+    let submit = |extra: &[&str]| {
+        let mut args = vec!["submit", "sleep", "--milliseconds", "1000"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&at);
+        herder(&args)
+    };
+    assert_eq!(
+        code(&submit(&[])),
+        0,
+        "the first job is admitted (no workers: it stays queued)"
+    );
+    let rejected = submit(&["--json"]);
+    assert_eq!(code(&rejected), 3);
+    assert_eq!(stdout_json(&rejected)["error"]["kind"], "rejected");
+    // Opt-in retries still give up (nothing frees the slot) and report the rejection.
+    assert_eq!(
+        code(&submit(&[
+            "--submit-retries",
+            "2",
+            "--submit-retry-base-millis",
+            "10"
+        ])),
+        3
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
