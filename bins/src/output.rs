@@ -103,6 +103,7 @@ pub fn report_error(error: &CallError, as_json: bool) -> u8 {
         CallError::Client(ClientError::Server { .. }) => ("server", exit::SERVER),
         CallError::Client(ClientError::Ambiguous { .. }) => ("ambiguous", exit::SERVER),
         CallError::Client(ClientError::TooManyRedirects(_)) => ("redirects", exit::UNREACHABLE),
+        CallError::Client(ClientError::Unsendable { .. }) => ("invalid", exit::USAGE),
         CallError::UnexpectedReply(_) | CallError::Closed => ("protocol", exit::SERVER),
     };
     let server_code = match error {

@@ -175,6 +175,8 @@ pub enum ClientError {
     Server { code: ErrorCode, message: String },
     #[error("followed {0} leader redirects without reaching the leader")]
     TooManyRedirects(u32),
+    #[error("the request cannot be sent: {reason}")]
+    Unsendable { reason: String },
 }
 
 /// What the client asks its driver to do.
@@ -536,6 +538,22 @@ impl Client {
         self.pump(now);
     }
 
+    /// The driver could not turn the request for `request_id` into a frame (e.g. it is larger
+    /// than the frame limit). That is a property of the request, not of the connection: the
+    /// operation fails and nothing is resent.
+    pub fn handle_unsendable(&mut self, now: Instant, request_id: RequestId, reason: &str) {
+        let id = OpId(request_id.0);
+        if self.ops.contains_key(&id) {
+            self.finish(
+                id,
+                Err(ClientError::Unsendable {
+                    reason: reason.to_owned(),
+                }),
+            );
+        }
+        self.pump(now);
+    }
+
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Link::Connecting { give_up_at, .. } = self.link {
             if give_up_at <= now {
@@ -838,6 +856,31 @@ mod tests {
         let outputs = drain(&mut c);
         assert!(outputs.contains(&ClientOutput::Close));
         assert_eq!(connect_of(&outputs).1, "b", "a read is retried elsewhere");
+    }
+
+    #[test]
+    fn an_unsendable_request_fails_alone_and_is_not_retried() {
+        let mut c = client(&["a"], 0);
+        let big = c.start(Instant::ZERO, submit(Some("key")));
+        let small = c.start(Instant::ZERO, Operation::Workers);
+        let (attempt, outputs) = connected(&mut c, Instant::ZERO);
+        assert_eq!(sent(&outputs).len(), 2);
+        c.handle_unsendable(Instant::ZERO, RequestId(big.0), "frame too large");
+        let outputs = drain(&mut c);
+        assert!(
+            matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Unsendable { .. }))] if *id == big)
+        );
+        assert!(
+            sent(&outputs).is_empty() && !outputs.contains(&ClientOutput::Close),
+            "the connection stays"
+        );
+        assert_eq!(c.pending(), 1);
+        let reply = ClientReply::WorkerList {
+            request_id: RequestId(small.0),
+            workers: vec![],
+        };
+        c.handle_message(Instant::ZERO, attempt, reply.clone());
+        assert_eq!(done(&drain(&mut c)), vec![(small, Ok(reply))]);
     }
 
     #[test]

@@ -45,5 +45,8 @@ pub const INLINE_PRIME_LIMIT_MAX: u64 = 200_000;
 /// Largest `prime-count --limit` (about a second of sieving on one core).
 pub const PRIME_COUNT_LIMIT_MAX: u64 = 1_000_000_000;
 
+/// Longest failure message a worker reports for an attempt (longer ones are cut), so every result
+/// fits a frame.
+pub const ATTEMPT_ERROR_BYTES_MAX: usize = 4096;
 /// Most records one persistence batch carries before the coordinator starts a new one.
 pub const PERSIST_BATCH_RECORDS_MAX: usize = 4096;

@@ -32,7 +32,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, WorkerId};
-use crate::limits::WORKER_CAPACITY_MAX;
+use crate::limits::{ATTEMPT_ERROR_BYTES_MAX, WORKER_CAPACITY_MAX};
 use crate::protocol::{
     AttemptOutcome, CoordinatorToWorker, ErrorCode, RunningAttempt, WorkerToCoordinator,
 };
@@ -635,6 +635,12 @@ impl Worker {
         let Some(task) = self.running.remove(&lease_id) else {
             return;
         };
+        let outcome = match outcome {
+            AttemptOutcome::Failed { error } => AttemptOutcome::Failed {
+                error: truncate(error, ATTEMPT_ERROR_BYTES_MAX),
+            },
+            other => other,
+        };
         let job_id = task.job_id;
         let summary = match &outcome {
             AttemptOutcome::Succeeded { output } => output.to_string(),
@@ -694,6 +700,18 @@ impl Worker {
             _ => {}
         }
     }
+}
+
+/// Cuts `text` to at most `max` bytes, on a character boundary.
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 #[cfg(test)]
@@ -898,6 +916,28 @@ mod tests {
         // A late report about the first connection is ignored.
         w.handle_disconnected(retry_at, attempt, "late");
         assert!(w.is_registered());
+    }
+
+    #[test]
+    fn long_failure_messages_are_cut_to_fit_a_frame() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        w.handle_message(Instant::ZERO, attempt, assign(1));
+        drain(&mut w);
+        let (_, lease_id) = ids(1);
+        let error = "é".repeat(ATTEMPT_ERROR_BYTES_MAX);
+        w.handle_task_finished(Instant::ZERO, lease_id, AttemptOutcome::Failed { error });
+        let sent = drain(&mut w);
+        let [WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+            outcome: AttemptOutcome::Failed { error },
+            ..
+        })] = sent.as_slice()
+        else {
+            panic!("one result expected, got {sent:?}")
+        };
+        assert!(
+            error.len() <= ATTEMPT_ERROR_BYTES_MAX && error.len() >= ATTEMPT_ERROR_BYTES_MAX - 1
+        );
     }
 
     #[test]

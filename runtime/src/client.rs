@@ -31,7 +31,7 @@ use herder_core::tasks::TaskSpec;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::{os_seed, sleep_until, Clock};
-use crate::net::{spawn_connect, Inbound, Outbound};
+use crate::net::{spawn_connect, Inbound, Outbound, SendError};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -280,14 +280,25 @@ impl Driver {
                 }
                 ClientOutput::Send(request) => {
                     if let Some((attempt, outbound)) = &self.current {
-                        if let Err(error) = outbound.send(&request) {
-                            let attempt = *attempt;
-                            self.drop_connection(attempt);
-                            self.client.handle_disconnected(
-                                self.clock.now(),
-                                attempt,
-                                &error.to_string(),
-                            );
+                        match outbound.send(&request) {
+                            Ok(()) => {}
+                            Err(SendError::Encode(error)) => {
+                                // The request itself cannot be framed; the connection is fine.
+                                self.client.handle_unsendable(
+                                    self.clock.now(),
+                                    request.request_id(),
+                                    &error.to_string(),
+                                );
+                            }
+                            Err(error) => {
+                                let attempt = *attempt;
+                                self.drop_connection(attempt);
+                                self.client.handle_disconnected(
+                                    self.clock.now(),
+                                    attempt,
+                                    &error.to_string(),
+                                );
+                            }
                         }
                     }
                 }
