@@ -47,8 +47,15 @@ pub struct ClientConfig {
     /// How long to wait for a reply before treating the connection as failed. A `WAIT` gets its
     /// own timeout on top.
     pub request_timeout: Duration,
-    /// Full passes over `coordinators` without a connection before giving up.
+    /// Full passes over `coordinators` without a connection before giving up. Between passes the
+    /// client waits `connect_backoff_base * 2^(pass-1)`, capped at `connect_backoff_max`, so a
+    /// coordinator that is restarting has time to come back.
     pub connect_rounds: u32,
+    pub connect_backoff_base: Duration,
+    pub connect_backoff_max: Duration,
+    /// Times one operation is sent again after the connection carrying it failed, before the
+    /// client gives up on it (bounds every resend loop, whatever the cause).
+    pub max_resends: u32,
     /// Redirects one operation may follow.
     pub max_redirects: u32,
 }
@@ -62,7 +69,10 @@ impl ClientConfig {
             submit_retry_max: Duration::from_millis(5_000),
             connect_timeout: Duration::from_millis(3_000),
             request_timeout: Duration::from_millis(30_000),
-            connect_rounds: 2,
+            connect_rounds: 5,
+            connect_backoff_base: Duration::from_millis(100),
+            connect_backoff_max: Duration::from_millis(2_000),
+            max_resends: 4,
             max_redirects: 8,
         }
     }
@@ -205,6 +215,8 @@ struct PendingOp {
     retry_at: Option<Instant>,
     rejections: u32,
     redirects: u32,
+    /// Times it was sent again after a connection failure.
+    resends: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -233,6 +245,8 @@ pub struct Client {
     redirect: Option<String>,
     /// Consecutive connection failures; reset by a successful connection.
     failures: u32,
+    /// No new connection before this instant (backoff between passes over the addresses).
+    reconnect_at: Option<Instant>,
     last_error: String,
     ops: BTreeMap<OpId, PendingOp>,
     outputs: VecDeque<ClientOutput>,
@@ -259,6 +273,7 @@ impl Client {
             address_index,
             redirect: None,
             failures: 0,
+            reconnect_at: None,
             last_error: String::new(),
             ops: BTreeMap::new(),
             outputs: VecDeque::new(),
@@ -277,7 +292,8 @@ impl Client {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let connect = match &self.link {
             Link::Connecting { give_up_at, .. } => Some(*give_up_at),
-            _ => None,
+            Link::Idle => self.reconnect_at,
+            Link::Ready { .. } => None,
         };
         self.ops
             .values()
@@ -308,6 +324,7 @@ impl Client {
                 retry_at: None,
                 rejections: 0,
                 redirects: 0,
+                resends: 0,
             },
         );
         self.pump(now);
@@ -360,7 +377,10 @@ impl Client {
                     }
                 }
             }
-            Link::Idle if ready => self.connect(now),
+            Link::Idle if ready && self.reconnect_at.is_none_or(|at| at <= now) => {
+                self.reconnect_at = None;
+                self.connect(now);
+            }
             _ => {}
         }
     }
@@ -423,8 +443,20 @@ impl Client {
         for id in in_flight {
             let safe = self.ops.get(&id).is_some_and(|op| op.op.safe_to_resend());
             if safe {
-                if let Some(op) = self.ops.get_mut(&id) {
-                    op.sent = None;
+                let Some(op) = self.ops.get_mut(&id) else {
+                    continue;
+                };
+                op.sent = None;
+                op.resends += 1;
+                if op.resends > self.config.max_resends {
+                    let resends = op.resends - 1;
+                    self.finish(
+                        id,
+                        Err(ClientError::Unreachable {
+                            tried: self.config.coordinators.join(","),
+                            last_error: format!("no answer after {resends} resends: {reason}"),
+                        }),
+                    );
                 }
             } else {
                 self.finish(
@@ -455,6 +487,17 @@ impl Client {
                 );
             }
             return;
+        }
+        let addresses = self.config.coordinators.len().max(1);
+        if self.failures as usize % addresses == 0 {
+            // A whole pass failed: give the group a moment before the next one.
+            let pass = self.failures / addresses as u32;
+            let delay = self
+                .config
+                .connect_backoff_base
+                .saturating_mul(1u32 << pass.saturating_sub(1).min(16))
+                .min(self.config.connect_backoff_max);
+            self.reconnect_at = Some(now.saturating_add(delay));
         }
         self.pump(now);
     }
@@ -823,22 +866,75 @@ mod tests {
     }
 
     #[test]
-    fn unreachable_after_every_address_failed_for_the_configured_rounds() {
+    fn unreachable_after_every_address_failed_for_the_configured_rounds_with_backoff_between() {
         let mut c = client(&["a", "b"], 0);
         let op = c.start(Instant::ZERO, Operation::Workers);
         let mut tried = Vec::new();
-        for _ in 0..4 {
-            let outputs = drain(&mut c);
+        let mut now = Instant::ZERO;
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            let mut outputs = drain(&mut c);
+            if !outputs
+                .iter()
+                .any(|o| matches!(o, ClientOutput::Connect { .. }))
+            {
+                // Between passes: nothing happens until the backoff timer.
+                let at = c.poll_timeout().expect("a reconnect timer");
+                waits.push(at.saturating_since(now));
+                now = at;
+                c.handle_timeout(now);
+                outputs = drain(&mut c);
+            }
             let (attempt, address) = connect_of(&outputs);
             tried.push(address);
-            c.handle_connect_failed(Instant::ZERO, attempt, "refused");
+            c.handle_connect_failed(now, attempt, "refused");
         }
-        assert_eq!(tried, ["a", "b", "a", "b"]);
+        assert_eq!(tried, ["a", "b", "a", "b", "a", "b", "a", "b", "a", "b"]);
+        let millis: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(
+            millis,
+            [100, 200, 400, 800],
+            "doubling pauses between the five passes"
+        );
         let outputs = drain(&mut c);
         assert!(
             matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Unreachable { .. }))] if *id == op)
         );
         assert_eq!(c.pending(), 0);
+    }
+
+    #[test]
+    fn a_safe_request_is_resent_a_bounded_number_of_times() {
+        let mut c = client(&["a"], 0);
+        let op = c.start(Instant::ZERO, submit(Some("key")));
+        let mut sends = 0;
+        let mut now = Instant::ZERO;
+        for _ in 0..20 {
+            let outputs = drain(&mut c);
+            if !done(&outputs).is_empty() {
+                assert!(
+                    matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Unreachable { .. }))] if *id == op)
+                );
+                assert_eq!(sends, 5, "the first send and max_resends (4) resends");
+                return;
+            }
+            let outputs = if outputs
+                .iter()
+                .any(|o| matches!(o, ClientOutput::Connect { .. }))
+            {
+                outputs
+            } else {
+                now = c.poll_timeout().expect("timer");
+                c.handle_timeout(now);
+                drain(&mut c)
+            };
+            let (attempt, _) = connect_of(&outputs);
+            c.handle_connected(now, attempt);
+            sends += sent(&drain(&mut c)).len();
+            // The coordinator drops every connection right after the request arrives.
+            c.handle_disconnected(now, attempt, "reset");
+        }
+        panic!("the client never gave up");
     }
 
     #[test]

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::clock::{os_seed, sleep_until, Clock};
-use crate::net::{spawn_connection, Inbound, Outbound, SendError};
+use crate::net::{open_connection, Inbound, Outbound, SendError};
 use crate::store::{Store, StoreError};
 
 /// Inputs waiting for the driver before readers are made to wait (TCP backpressure).
@@ -225,20 +225,18 @@ async fn accept_loop(
             }
         };
         let conn = ConnectionId(next_conn.fetch_add(1, Ordering::Relaxed));
-        let outbound = match link {
-            Link::Worker => {
-                spawn_connection(stream, max_frame_bytes, inputs.clone(), move |inbound| {
-                    Input::Worker(conn, inbound)
-                })
-            }
-            Link::Client => {
-                spawn_connection(stream, max_frame_bytes, inputs.clone(), move |inbound| {
-                    Input::Client(conn, inbound)
-                })
-            }
-        };
+        // The driver learns of the connection before the first message it carries can arrive.
+        let (outbound, reader) = open_connection(stream, max_frame_bytes);
         if inputs.send(Input::Opened(conn, outbound)).await.is_err() {
             return;
+        }
+        match link {
+            Link::Worker => {
+                reader.start(inputs.clone(), move |inbound| Input::Worker(conn, inbound))
+            }
+            Link::Client => {
+                reader.start(inputs.clone(), move |inbound| Input::Client(conn, inbound))
+            }
         }
     }
 }

@@ -79,8 +79,56 @@ pub enum Inbound<M> {
     Closed(String),
 }
 
-/// Splits `stream` into a reader task that reports through `report` (tagged by `wrap`) and a
-/// writer task fed through the returned `Outbound`.
+/// The read half of a connection whose reader has not started yet.
+pub struct PendingReader {
+    socket: OwnedReadHalf,
+    max_frame_bytes: usize,
+    closed: watch::Receiver<bool>,
+}
+
+impl PendingReader {
+    /// Starts the reader task: it reports through `report`, tagged by `wrap`.
+    pub fn start<M, T, F>(self, report: mpsc::Sender<T>, wrap: F)
+    where
+        M: WireMessage + Send + 'static,
+        T: Send + 'static,
+        F: Fn(Inbound<M>) -> T + Send + 'static,
+    {
+        tokio::spawn(read_loop(
+            self.socket,
+            self.max_frame_bytes,
+            report,
+            wrap,
+            self.closed,
+        ));
+    }
+}
+
+/// Starts the writer task of `stream` and hands back its `Outbound`, with the reader still to be
+/// started. An owner that must learn of the connection before its first message (the
+/// coordinator registers every connection before reading from it) starts the reader afterwards.
+pub fn open_connection(stream: TcpStream, max_frame_bytes: usize) -> (Outbound, PendingReader) {
+    let _ = stream.set_nodelay(true);
+    let (read_half, write_half) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let (closed_tx, closed_rx) = watch::channel(false);
+    tokio::spawn(write_loop(write_half, rx, queued.clone(), closed_tx));
+    let outbound = Outbound {
+        tx,
+        queued,
+        max_frame_bytes,
+    };
+    let reader = PendingReader {
+        socket: read_half,
+        max_frame_bytes,
+        closed: closed_rx,
+    };
+    (outbound, reader)
+}
+
+/// Starts both halves of `stream`: a reader task that reports through `report` (tagged by
+/// `wrap`) and a writer task fed through the returned `Outbound`.
 pub fn spawn_connection<M, T, F>(
     stream: TcpStream,
     max_frame_bytes: usize,
@@ -92,24 +140,9 @@ where
     T: Send + 'static,
     F: Fn(Inbound<M>) -> T + Send + 'static,
 {
-    let _ = stream.set_nodelay(true);
-    let (read_half, write_half) = stream.into_split();
-    let (tx, rx) = mpsc::unbounded_channel();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let (closed_tx, closed_rx) = watch::channel(false);
-    tokio::spawn(write_loop(write_half, rx, queued.clone(), closed_tx));
-    tokio::spawn(read_loop(
-        read_half,
-        max_frame_bytes,
-        report,
-        wrap,
-        closed_rx,
-    ));
-    Outbound {
-        tx,
-        queued,
-        max_frame_bytes,
-    }
+    let (outbound, reader) = open_connection(stream, max_frame_bytes);
+    reader.start(report, wrap);
+    outbound
 }
 
 async fn write_loop(

@@ -8,6 +8,7 @@
 //!   nothing is ever silently reset.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use herder_core::command::LogEntry;
 use herder_core::coordinator::{DurableState, Record};
@@ -48,6 +49,10 @@ pub enum StoreError {
          refusing to start. Upgrade herder"
     )]
     NewerSchema { path: PathBuf, found: i64 },
+    #[error(
+        "database {path} is in use by another process (is another coordinator running on this --data-dir?)"
+    )]
+    InUse { path: PathBuf },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("cannot encode a record: {0}")]
@@ -83,10 +88,23 @@ impl Store {
             path: path.clone(),
             detail,
         };
+        let in_use = || StoreError::InUse { path: path.clone() };
+        // One coordinator owns its database: exclusive locking holds the file lock for the life
+        // of the connection (a second process is refused at once instead of interleaving with
+        // us), and in WAL mode it keeps the WAL index in process memory instead of a shared
+        // memory file.
+        conn.busy_timeout(Duration::from_millis(LOCK_WAIT_MILLIS))?;
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
         // The first statement that reads the file tells us whether it is a database at all.
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .map_err(|e| corrupt(e.to_string()))?;
+            .map_err(|e| {
+                if is_busy(&e) {
+                    in_use()
+                } else {
+                    corrupt(e.to_string())
+                }
+            })?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::NewerSchema {
                 path,
@@ -100,8 +118,23 @@ impl Store {
             return Err(corrupt(format!("integrity check: {check}")));
         }
         conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| corrupt(e.to_string()))?;
+            .map_err(|e| {
+                if is_busy(&e) {
+                    in_use()
+                } else {
+                    corrupt(e.to_string())
+                }
+            })?;
         conn.pragma_update(None, "synchronous", "FULL")?;
+        // Take the write lock now, so a second coordinator on this directory fails at start.
+        conn.execute_batch("BEGIN EXCLUSIVE; COMMIT;")
+            .map_err(|e| {
+                if is_busy(&e) {
+                    in_use()
+                } else {
+                    StoreError::Sqlite(e)
+                }
+            })?;
         if version == 0 {
             conn.execute_batch(
                 "BEGIN;
@@ -235,6 +268,17 @@ impl Store {
     }
 }
 
+/// How long opening waits for another process's lock before refusing.
+const LOCK_WAIT_MILLIS: u64 = 200;
+
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error,
+        rusqlite::Error::SqliteFailure(e, _)
+            if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 /// SQLite integers are signed; indexes beyond `i64::MAX` cannot occur in practice (that is
 /// 9 * 10^18 commands) and are clamped rather than wrapped.
 fn to_sql(value: u64) -> i64 {
@@ -324,6 +368,19 @@ mod tests {
         let mut ids: Vec<_> = state.jobs.iter().map(|j| j.id).collect();
         ids.sort();
         assert_eq!(ids, vec![job(1).id, job(2).id]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_second_store_on_the_same_directory_is_refused_while_the_first_is_open() {
+        let dir = temp_dir("inuse");
+        let first = Store::open(&dir).expect("open");
+        match Store::open(&dir) {
+            Err(StoreError::InUse { .. }) => {}
+            other => panic!("expected an in-use refusal, got {:?}", other.err()),
+        }
+        drop(first);
+        Store::open(&dir).expect("free again once the first is closed");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1397,11 +1397,15 @@ impl Coordinator {
         };
         // A result is as good as a report that the attempt is still ours: re-adopt, then settle.
         self.try_readopt(&worker, job_id, lease_id);
-        let held = self
-            .registry
-            .get_mut(&worker)
-            .and_then(|entry| entry.leases.remove(&lease_id))
-            .is_some();
+        // The slot is freed only by a report naming both the lease and the job it was granted for;
+        // a report that gets the pair wrong changes nothing.
+        let held = match self.registry.get_mut(&worker) {
+            Some(entry) if entry.leases.get(&lease_id) == Some(&job_id) => {
+                entry.leases.remove(&lease_id);
+                true
+            }
+            _ => false,
+        };
         let current = self
             .table
             .get(&job_id)
@@ -1527,10 +1531,20 @@ impl Coordinator {
             self.assigning.remove(job_id);
         }
         match command {
-            Command::Complete { lease_id, .. }
-            | Command::AttemptFailed { lease_id, .. }
-            | Command::Abandon { lease_id, .. } => {
+            Command::Complete { lease_id, .. } => {
                 self.settling.remove(lease_id);
+            }
+            Command::AttemptFailed {
+                job_id, lease_id, ..
+            }
+            | Command::Abandon { job_id, lease_id } => {
+                self.settling.remove(lease_id);
+                if pending.is_none() {
+                    // Revoked because its worker was lost or a restart interrupted it. If a
+                    // process has since reported the attempt, it is told to stop now that the
+                    // revocation is durable (never before).
+                    self.cancel_wherever_reported(*job_id, *lease_id);
+                }
             }
             _ => {}
         }
@@ -1724,19 +1738,16 @@ impl Coordinator {
             pending @ Some(Pending::Result { .. }) => {
                 self.ack_result(pending, job_id, lease.id, true)
             }
-            // Revoked for another reason (its worker was lost); if that process has since come
-            // back and reported the attempt, tell it to stop.
-            _ => self.send_cancel(lease, job_id, CancelReason::LeaseNotCurrent),
+            _ => {}
         }
     }
 
+    /// Tells the worker holding `lease` (whichever process of that id reported it) to stop.
     fn send_cancel(&mut self, lease: &Lease, job_id: JobId, reason: CancelReason) {
         let conn = self
             .registry
             .get(&lease.worker)
-            .filter(|w| {
-                w.alive && w.incarnation == lease.incarnation && w.leases.contains_key(&lease.id)
-            })
+            .filter(|w| w.alive && w.leases.contains_key(&lease.id))
             .and_then(|w| w.conn);
         if let Some(conn) = conn {
             self.send_worker(
@@ -1745,6 +1756,26 @@ impl Coordinator {
                     job_id,
                     lease_id: lease.id,
                     reason,
+                },
+            );
+        }
+    }
+
+    /// Sends `TASK_CANCEL` to any live worker that holds `lease_id` (a rare path: recovery only).
+    fn cancel_wherever_reported(&mut self, job_id: JobId, lease_id: LeaseId) {
+        let conns: Vec<ConnectionId> = self
+            .registry
+            .iter()
+            .filter(|w| w.alive && w.leases.contains_key(&lease_id))
+            .filter_map(|w| w.conn)
+            .collect();
+        for conn in conns {
+            self.send_worker(
+                conn,
+                CoordinatorToWorker::TaskCancel {
+                    job_id,
+                    lease_id,
+                    reason: CancelReason::LeaseNotCurrent,
                 },
             );
         }
