@@ -48,5 +48,10 @@ pub const PRIME_COUNT_LIMIT_MAX: u64 = 1_000_000_000;
 /// Longest failure message a worker reports for an attempt (longer ones are cut), so every result
 /// fits a frame.
 pub const ATTEMPT_ERROR_BYTES_MAX: usize = 4096;
+/// Job rows changed since the last materialization that force the next one.
+pub const MATERIALIZE_DIRTY_JOBS_MAX: usize = 2048;
+/// Log entries beyond the materialized rows that force the next materialization (the most a
+/// recovery replays).
+pub const MATERIALIZE_LOG_ENTRIES_MAX: u64 = 8192;
 /// Most records one persistence batch carries before the coordinator starts a new one.
 pub const PERSIST_BATCH_RECORDS_MAX: usize = 4096;

@@ -53,8 +53,8 @@ use crate::job::{Job, JobState, Lease};
 use crate::limits::{
     ACTIVE_JOBS_CEILING, ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, CONFIG_MILLIS_MAX,
     FRAME_BYTES_MAX_CEILING, FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, IDEMPOTENCY_KEY_BYTES_MAX,
-    LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PERSIST_BATCH_RECORDS_MAX, WAITERS_MAX, WAIT_MILLIS_MAX,
-    WORKERS_MAX, WORKER_CAPACITY_MAX,
+    LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX,
+    PERSIST_BATCH_RECORDS_MAX, WAITERS_MAX, WAIT_MILLIS_MAX, WORKERS_MAX, WORKER_CAPACITY_MAX,
 };
 use crate::protocol::codec::FrameError;
 use crate::protocol::{
@@ -294,6 +294,8 @@ pub struct Coordinator {
     open_batch: Vec<Record>,
     /// Job rows changed by apply and not yet handed out for persistence.
     dirty: BTreeSet<JobId>,
+    /// The applied index the last handed-out rows reflect.
+    materialized: LogIndex,
     next_batch: u64,
     /// Batches handed out and not yet durable: (id, last log index in it).
     in_flight: VecDeque<(BatchId, LogIndex)>,
@@ -324,6 +326,7 @@ impl Coordinator {
             outputs: VecDeque::new(),
             open_batch: Vec::new(),
             dirty: BTreeSet::new(),
+            materialized: LogIndex(0),
             next_batch: 1,
             in_flight: VecDeque::new(),
             now: Instant::ZERO,
@@ -356,6 +359,7 @@ impl Coordinator {
         coordinator.now = now;
         coordinator.table = JobTable::from_rows(durable.jobs, durable.applied)?;
         coordinator.log = CommandLog::new(Term(1), durable.applied);
+        coordinator.materialized = durable.applied;
         let mut expected = durable.applied.next();
         for entry in durable.log {
             if entry.index <= durable.applied {
@@ -457,13 +461,22 @@ impl Coordinator {
     }
 
     fn flush_batch(&mut self) -> Option<Output> {
-        if !self.dirty.is_empty() {
+        // The log alone is enough to recover, so the materialized rows are written lazily: when
+        // nothing else is being written (no extra latency for anyone), or when enough has piled up
+        // that recovery should not replay more. Under load a job's rows are then written once
+        // instead of at every transition.
+        let idle = self.open_batch.is_empty() && self.in_flight.is_empty();
+        let unmaterialized = self.log.last_index().0.saturating_sub(self.materialized.0);
+        let due = self.dirty.len() >= MATERIALIZE_DIRTY_JOBS_MAX
+            || unmaterialized >= MATERIALIZE_LOG_ENTRIES_MAX;
+        if !self.dirty.is_empty() && (idle || due) {
             for job_id in std::mem::take(&mut self.dirty) {
                 if let Some(job) = self.table.get(&job_id) {
                     self.open_batch.push(Record::Job(job.clone()));
                 }
             }
             let applied = self.table.applied_index();
+            self.materialized = applied;
             self.open_batch.push(Record::Applied(applied));
             // A group of one never needs entries it has applied: no follower will ask for them.
             self.open_batch.push(Record::DiscardLogThrough(applied));
