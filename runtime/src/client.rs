@@ -31,7 +31,7 @@ use herder_core::tasks::TaskSpec;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::{os_seed, sleep_until, Clock};
-use crate::net::{spawn_connect, Inbound, Outbound, SendError};
+use crate::net::{DialedConnection, Inbound, Outbound, SendError};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -91,8 +91,7 @@ impl HerderClient {
             clock: Clock::new(),
             max_frame_bytes,
             inputs: input_tx,
-            expected: None,
-            current: None,
+            connection: DialedConnection::default(),
             waiting: HashMap::new(),
         };
         tokio::spawn(driver.run(calls_rx, input_rx));
@@ -189,8 +188,7 @@ struct Driver {
     clock: Clock,
     max_frame_bytes: usize,
     inputs: mpsc::Sender<Input>,
-    expected: Option<ConnectAttempt>,
-    current: Option<(ConnectAttempt, Outbound)>,
+    connection: DialedConnection,
     waiting: HashMap<OpId, oneshot::Sender<Result<ClientReply, ClientError>>>,
 }
 
@@ -219,9 +217,7 @@ impl Driver {
             }
             self.drain();
         }
-        if let Some((_, outbound)) = self.current.take() {
-            outbound.close();
-        }
+        self.connection.close();
     }
 
     fn handle(&mut self, input: Input) {
@@ -232,12 +228,9 @@ impl Driver {
                 self.waiting.insert(op, call.reply);
             }
             Input::Connected(attempt, Ok(outbound)) => {
-                if self.expected != Some(attempt) {
-                    outbound.close();
-                    return;
+                if self.connection.opened(attempt, outbound) {
+                    self.client.handle_connected(now, attempt);
                 }
-                self.current = Some((attempt, outbound));
-                self.client.handle_connected(now, attempt);
             }
             Input::Connected(attempt, Err(reason)) => {
                 self.client.handle_connect_failed(now, attempt, &reason)
@@ -246,21 +239,13 @@ impl Driver {
                 self.client.handle_message(now, attempt, reply)
             }
             Input::Conn(attempt, Inbound::Malformed(error)) => {
-                self.drop_connection(attempt);
+                self.connection.lost(attempt);
                 self.client
                     .handle_disconnected(now, attempt, &format!("malformed frame: {error}"));
             }
             Input::Conn(attempt, Inbound::Closed(reason)) => {
-                self.drop_connection(attempt);
+                self.connection.lost(attempt);
                 self.client.handle_disconnected(now, attempt, &reason);
-            }
-        }
-    }
-
-    fn drop_connection(&mut self, attempt: ConnectAttempt) {
-        if self.current.as_ref().is_some_and(|(a, _)| *a == attempt) {
-            if let Some((_, outbound)) = self.current.take() {
-                outbound.close();
             }
         }
     }
@@ -269,8 +254,8 @@ impl Driver {
         while let Some(output) = self.client.poll_output() {
             match output {
                 ClientOutput::Connect { attempt, address } => {
-                    self.expected = Some(attempt);
-                    spawn_connect(
+                    self.connection.dial(
+                        attempt,
                         address,
                         self.max_frame_bytes,
                         self.inputs.clone(),
@@ -278,36 +263,26 @@ impl Driver {
                         move |result| Input::Connected(attempt, result),
                     );
                 }
-                ClientOutput::Send(request) => {
-                    if let Some((attempt, outbound)) = &self.current {
-                        match outbound.send(&request) {
-                            Ok(()) => {}
-                            Err(SendError::Encode(error)) => {
-                                // The request itself cannot be framed; the connection is fine.
-                                self.client.handle_unsendable(
-                                    self.clock.now(),
-                                    request.request_id(),
-                                    &error.to_string(),
-                                );
-                            }
-                            Err(error) => {
-                                let attempt = *attempt;
-                                self.drop_connection(attempt);
-                                self.client.handle_disconnected(
-                                    self.clock.now(),
-                                    attempt,
-                                    &error.to_string(),
-                                );
-                            }
-                        }
+                ClientOutput::Send(request) => match self.connection.send(&request) {
+                    None | Some((_, Ok(()))) => {}
+                    Some((_, Err(SendError::Encode(error)))) => {
+                        // The request itself cannot be framed; the connection is fine.
+                        self.client.handle_unsendable(
+                            self.clock.now(),
+                            request.request_id(),
+                            &error.to_string(),
+                        );
                     }
-                }
-                ClientOutput::Close => {
-                    self.expected = None;
-                    if let Some((_, outbound)) = self.current.take() {
-                        outbound.close();
+                    Some((attempt, Err(error))) => {
+                        self.connection.lost(attempt);
+                        self.client.handle_disconnected(
+                            self.clock.now(),
+                            attempt,
+                            &error.to_string(),
+                        );
                     }
-                }
+                },
+                ClientOutput::Close => self.connection.close(),
                 ClientOutput::Done { op, result } => {
                     if let Some(reply) = self.waiting.remove(&op) {
                         let _ = reply.send(result);

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use herder_core::protocol::codec::{
     encode_frame, EncodeError, FrameDecoder, FrameError, WireMessage,
 };
+use herder_core::worker::ConnectAttempt;
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -261,4 +262,74 @@ pub fn spawn_connect<M, T, F, C>(
         };
         let _ = report.send(connected(result)).await;
     });
+}
+
+/// The single outgoing connection of a dialing driver (a worker or a client), tracked by the
+/// machine's `ConnectAttempt`s: a connection that opens for an attempt the machine has given up on
+/// is closed at once, and reports about an abandoned socket never touch the current one.
+#[derive(Default)]
+pub struct DialedConnection {
+    /// The attempt the machine is waiting on.
+    expected: Option<ConnectAttempt>,
+    current: Option<(ConnectAttempt, Outbound)>,
+}
+
+impl DialedConnection {
+    /// Starts connecting for `attempt` (see `spawn_connect`).
+    pub fn dial<M, T, F, C>(
+        &mut self,
+        attempt: ConnectAttempt,
+        address: String,
+        max_frame_bytes: usize,
+        report: mpsc::Sender<T>,
+        wrap: F,
+        connected: C,
+    ) where
+        M: WireMessage + Send + 'static,
+        T: Send + 'static,
+        F: Fn(Inbound<M>) -> T + Send + 'static,
+        C: FnOnce(Result<Outbound, String>) -> T + Send + 'static,
+    {
+        self.expected = Some(attempt);
+        spawn_connect(address, max_frame_bytes, report, wrap, connected);
+    }
+
+    /// The connection for `attempt` opened. Returns false (and closes it) if the machine no longer
+    /// waits for that attempt.
+    pub fn opened(&mut self, attempt: ConnectAttempt, outbound: Outbound) -> bool {
+        if self.expected != Some(attempt) {
+            outbound.close();
+            return false;
+        }
+        self.current = Some((attempt, outbound));
+        true
+    }
+
+    /// The connection of `attempt` failed or closed; forget it if it is the current one.
+    pub fn lost(&mut self, attempt: ConnectAttempt) {
+        if self.current.as_ref().is_some_and(|(a, _)| *a == attempt) {
+            if let Some((_, outbound)) = self.current.take() {
+                outbound.close();
+            }
+        }
+    }
+
+    /// Sends on the current connection. `None` when there is none (the machine never sends
+    /// then); otherwise the attempt it went out on and how the send went.
+    pub fn send<M: Serialize>(
+        &self,
+        message: &M,
+    ) -> Option<(ConnectAttempt, Result<(), SendError>)> {
+        self.current
+            .as_ref()
+            .map(|(attempt, outbound)| (*attempt, outbound.send(message)))
+    }
+
+    /// Closes the current connection and stops waiting for any attempt.
+    pub fn close(&mut self) {
+        self.expected = None;
+        if let Some((_, outbound)) = self.current.take() {
+            outbound.close();
+        }
+    }
 }

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::clock::{os_seed, sleep_until, Clock};
-use crate::net::{spawn_connect, Inbound, Outbound};
+use crate::net::{DialedConnection, Inbound, Outbound};
 
 const INPUT_QUEUE_MAX: usize = 4_096;
 
@@ -83,8 +83,7 @@ pub fn start(options: WorkerOptions) -> Result<WorkerHandle, WorkerConfigError> 
         clock,
         max_frame_bytes: options.max_frame_bytes,
         inputs: input_tx,
-        expected: None,
-        current: None,
+        connection: DialedConnection::default(),
         cancels: HashMap::new(),
     };
     let task = tokio::spawn(driver.run(input_rx, shutdown_rx));
@@ -99,9 +98,7 @@ struct Driver {
     clock: Clock,
     max_frame_bytes: usize,
     inputs: mpsc::Sender<Input>,
-    /// The connection attempt the machine is waiting on.
-    expected: Option<ConnectAttempt>,
-    current: Option<(ConnectAttempt, Outbound)>,
+    connection: DialedConnection,
     cancels: HashMap<LeaseId, watch::Sender<bool>>,
 }
 
@@ -121,9 +118,7 @@ impl Driver {
             }
             self.drain();
         }
-        if let Some((_, outbound)) = self.current.take() {
-            outbound.close();
-        }
+        self.connection.close();
         for cancel in self.cancels.values() {
             let _ = cancel.send(true);
         }
@@ -134,12 +129,9 @@ impl Driver {
         let now = self.clock.now();
         match input {
             Input::Connected(attempt, Ok(outbound)) => {
-                if self.expected != Some(attempt) {
-                    outbound.close();
-                    return;
+                if self.connection.opened(attempt, outbound) {
+                    self.worker.handle_connected(now, attempt);
                 }
-                self.current = Some((attempt, outbound));
-                self.worker.handle_connected(now, attempt);
             }
             Input::Connected(attempt, Err(reason)) => {
                 self.worker.handle_connect_failed(now, attempt, &reason)
@@ -148,7 +140,7 @@ impl Driver {
                 self.worker.handle_message(now, attempt, message)
             }
             Input::Conn(attempt, Inbound::Malformed(error)) => {
-                self.drop_connection(attempt);
+                self.connection.lost(attempt);
                 self.worker.handle_disconnected(
                     now,
                     attempt,
@@ -156,7 +148,7 @@ impl Driver {
                 );
             }
             Input::Conn(attempt, Inbound::Closed(reason)) => {
-                self.drop_connection(attempt);
+                self.connection.lost(attempt);
                 self.worker.handle_disconnected(now, attempt, &reason);
             }
             Input::TaskDone(lease_id, outcome) => {
@@ -166,20 +158,12 @@ impl Driver {
         }
     }
 
-    fn drop_connection(&mut self, attempt: ConnectAttempt) {
-        if self.current.as_ref().is_some_and(|(a, _)| *a == attempt) {
-            if let Some((_, outbound)) = self.current.take() {
-                outbound.close();
-            }
-        }
-    }
-
     fn drain(&mut self) {
         while let Some(output) = self.worker.poll_output() {
             match output {
                 WorkerOutput::Connect { attempt, address } => {
-                    self.expected = Some(attempt);
-                    spawn_connect(
+                    self.connection.dial(
+                        attempt,
                         address,
                         self.max_frame_bytes,
                         self.inputs.clone(),
@@ -188,25 +172,17 @@ impl Driver {
                     );
                 }
                 WorkerOutput::Send(message) => {
-                    if let Some((attempt, outbound)) = &self.current {
-                        if let Err(error) = outbound.send(&message) {
-                            tracing::warn!(%error, "cannot send to coordinator");
-                            let attempt = *attempt;
-                            self.drop_connection(attempt);
-                            self.worker.handle_disconnected(
-                                self.clock.now(),
-                                attempt,
-                                &error.to_string(),
-                            );
-                        }
+                    if let Some((attempt, Err(error))) = self.connection.send(&message) {
+                        tracing::warn!(%error, "cannot send to coordinator");
+                        self.connection.lost(attempt);
+                        self.worker.handle_disconnected(
+                            self.clock.now(),
+                            attempt,
+                            &error.to_string(),
+                        );
                     }
                 }
-                WorkerOutput::Close => {
-                    self.expected = None;
-                    if let Some((_, outbound)) = self.current.take() {
-                        outbound.close();
-                    }
-                }
+                WorkerOutput::Close => self.connection.close(),
                 WorkerOutput::StartTask {
                     lease_id,
                     attempt,
