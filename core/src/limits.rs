@@ -15,6 +15,8 @@ pub const FRAME_HEADER_BYTES: usize = 4;
 pub const ATTEMPTS_MAX: u32 = 100;
 /// Most task slots one worker may advertise.
 pub const WORKER_CAPACITY_MAX: u32 = 1024;
+/// Unacknowledged results a worker may list in `REGISTER` beyond twice its capacity.
+pub const REPORTED_FINISHED_MAX: usize = 64;
 /// Longest worker id.
 pub const WORKER_ID_BYTES_MAX: usize = 64;
 /// Most workers the registry tracks at once (live or recently lost).

@@ -423,11 +423,20 @@ impl Worker {
                 lease_id: *lease_id,
             })
             .collect();
+        let finished = self
+            .unacked
+            .iter()
+            .map(|(lease_id, (job_id, _))| RunningAttempt {
+                job_id: *job_id,
+                lease_id: *lease_id,
+            })
+            .collect();
         self.send(WorkerToCoordinator::Register {
             worker_id: self.config.worker_id.clone(),
             incarnation: self.incarnation,
             capacity: self.config.capacity,
             running,
+            finished,
         });
     }
 
@@ -792,7 +801,9 @@ mod tests {
                 incarnation,
                 capacity,
                 running,
+                finished,
             })] => {
+                assert!(finished.is_empty());
                 assert_eq!(worker_id.as_str(), "w1");
                 assert_eq!(*incarnation, w.incarnation());
                 assert_eq!(*capacity, 2);

@@ -658,6 +658,7 @@ impl Model {
                 incarnation: Incarnation(incarnation),
                 capacity,
                 running,
+                finished: Vec::new(),
             },
         )?;
         // Results still waiting for an acknowledgement are sent again after registering.

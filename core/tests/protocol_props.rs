@@ -247,6 +247,7 @@ fn worker_to_coordinator() -> impl Strategy<Value = WorkerToCoordinator> {
                 incarnation: Incarnation(incarnation),
                 capacity,
                 running,
+                finished: Vec::new(),
             }
         ),
         Just(WorkerToCoordinator::Heartbeat {}),
@@ -774,6 +775,7 @@ fn register_wire_form_and_running_defaults_to_empty() {
                 job_id: job(),
                 lease_id: lease(),
             }],
+            finished: Vec::new(),
         },
         json!({
             "type": "REGISTER",
@@ -781,6 +783,7 @@ fn register_wire_form_and_running_defaults_to_empty() {
             "incarnation": "0000000000000007",
             "capacity": 4,
             "running": [{"job_id": JOB, "lease_id": LEASE}],
+            "finished": [],
         }),
     );
     // An older worker may leave `running` out.
@@ -793,6 +796,7 @@ fn register_wire_form_and_running_defaults_to_empty() {
             incarnation: Incarnation(255),
             capacity: 2,
             running: vec![],
+            finished: Vec::new(),
         })
     );
 }
@@ -806,6 +810,7 @@ fn incarnations_travel_as_sixteen_hex_digits() {
             incarnation: Incarnation(u64::MAX),
             capacity: 1,
             running: vec![],
+            finished: Vec::new(),
         },
         json!({
             "type": "REGISTER",
@@ -813,6 +818,7 @@ fn incarnations_travel_as_sixteen_hex_digits() {
             "incarnation": "ffffffffffffffff",
             "capacity": 1,
             "running": [],
+            "finished": [],
         }),
     );
     let as_number = br#"{"type":"REGISTER","worker_id":"w","incarnation":7,"capacity":1}"#;

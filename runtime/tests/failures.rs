@@ -547,6 +547,7 @@ async fn worker_ids_belong_to_one_live_process_at_a_time() {
             incarnation: intruder.incarnation,
             capacity: 1,
             running: Vec::new(),
+            finished: Vec::new(),
         })
         .await;
     let reason = intruder

@@ -601,6 +601,7 @@ async fn invalid_registrations_are_refused() {
             incarnation: fresh_incarnation(),
             capacity,
             running: Vec::new(),
+            finished: Vec::new(),
         };
         stream.write_all(&frame(&register)).await.expect("write");
         match read_one::<CoordinatorToWorker>(&mut stream, SHORT).await {

@@ -54,7 +54,8 @@ use crate::limits::{
     ACTIVE_JOBS_CEILING, ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, CONFIG_MILLIS_MAX,
     FRAME_BYTES_MAX_CEILING, FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, IDEMPOTENCY_KEY_BYTES_MAX,
     LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX,
-    PERSIST_BATCH_RECORDS_MAX, WAITERS_MAX, WAIT_MILLIS_MAX, WORKERS_MAX, WORKER_CAPACITY_MAX,
+    PERSIST_BATCH_RECORDS_MAX, REPORTED_FINISHED_MAX, WAITERS_MAX, WAIT_MILLIS_MAX, WORKERS_MAX,
+    WORKER_CAPACITY_MAX,
 };
 use crate::protocol::codec::FrameError;
 use crate::protocol::{
@@ -282,6 +283,8 @@ pub struct Coordinator {
     assigning: BTreeSet<JobId>,
     /// Leases with a settling command (`Complete`, `AttemptFailed`, `Abandon`) in flight.
     settling: BTreeSet<LeaseId>,
+    /// Results that arrived while their attempt was settling, answered once it is durable.
+    deferred_acks: BTreeMap<LeaseId, (JobId, WorkerId)>,
     /// Deadlines of running attempts, to disarm when they settle.
     lease_deadlines: BTreeMap<LeaseId, TimerKey>,
     /// Running attempts found at recovery, waiting for their worker to report them.
@@ -318,6 +321,7 @@ impl Coordinator {
             pending: BTreeMap::new(),
             assigning: BTreeSet::new(),
             settling: BTreeSet::new(),
+            deferred_acks: BTreeMap::new(),
             lease_deadlines: BTreeMap::new(),
             awaiting_readoption: BTreeMap::new(),
             waiters: BTreeMap::new(),
@@ -645,7 +649,8 @@ impl Coordinator {
                 incarnation,
                 capacity,
                 running,
-            } => self.register(conn, worker_id, incarnation, capacity, running),
+                finished,
+            } => self.register(conn, worker_id, incarnation, capacity, running, finished),
             WorkerToCoordinator::Heartbeat {} => match self.registry.worker_on(conn) {
                 Some(_) => self.send_worker(conn, CoordinatorToWorker::HeartbeatAck {}),
                 None => self.reject_unregistered(conn),
@@ -1060,6 +1065,7 @@ impl Coordinator {
         incarnation: Incarnation,
         capacity: u32,
         running: Vec<RunningAttempt>,
+        finished: Vec<RunningAttempt>,
     ) {
         if let Err(error) = WorkerId::parse(worker_id.as_str()) {
             return self.refuse_registration(
@@ -1075,6 +1081,22 @@ impl Coordinator {
                 worker_id,
                 RegisterRejection::InvalidRegistration,
                 format!("capacity must be between 1 and {WORKER_CAPACITY_MAX} (got {capacity})"),
+            );
+        }
+        // An honest process cannot be running (or holding results of) more attempts than it has
+        // slots plus results waiting; bounding the report bounds what a peer can make us track.
+        let reported = running.len().saturating_add(finished.len());
+        let reportable = (capacity as usize).saturating_mul(2).max(1);
+        if running.len() > capacity as usize || reported > reportable.max(REPORTED_FINISHED_MAX) {
+            return self.refuse_registration(
+                conn,
+                worker_id,
+                RegisterRejection::InvalidRegistration,
+                format!(
+                    "reports {} running attempts with capacity {capacity} (and {} unacknowledged results)",
+                    running.len(),
+                    finished.len()
+                ),
             );
         }
         if let Some(bound) = self.registry.worker_on(conn) {
@@ -1105,6 +1127,7 @@ impl Coordinator {
                 if let Some(entry) = self.registry.get_mut(&worker_id) {
                     entry.last_heartbeat = self.now;
                 }
+                self.reconcile_slots(&worker_id, &running, &finished);
                 self.event(Event::WorkerRegistered {
                     worker: worker_id.clone(),
                     incarnation,
@@ -1174,6 +1197,44 @@ impl Coordinator {
         }
     }
 
+    /// The same process came back on a new connection, saying what it holds. Messages on the old
+    /// connection may have been lost: an assignment it never got keeps a slot that nothing would
+    /// ever free, and its attempt would wait for its deadline. Whatever the worker neither runs
+    /// nor has a result for is given up now (the attempt is retried); an assignment still being
+    /// made durable is left alone, it goes out on the new connection.
+    fn reconcile_slots(
+        &mut self,
+        worker_id: &WorkerId,
+        running: &[RunningAttempt],
+        finished: &[RunningAttempt],
+    ) {
+        let Some(entry) = self.registry.get(worker_id) else {
+            return;
+        };
+        let held: BTreeSet<LeaseId> = running
+            .iter()
+            .chain(finished)
+            .map(|attempt| attempt.lease_id)
+            .collect();
+        let missing: Vec<(LeaseId, JobId)> = entry
+            .leases
+            .iter()
+            .filter(|(lease_id, job_id)| {
+                !held.contains(lease_id) && !self.assigning.contains(job_id)
+            })
+            .map(|(&lease_id, &job_id)| (lease_id, job_id))
+            .collect();
+        for (lease_id, job_id) in missing {
+            if let Some(entry) = self.registry.get_mut(worker_id) {
+                entry.leases.remove(&lease_id);
+            }
+            let cause = format!(
+                "worker {worker_id} reconnected without attempt {lease_id}: its assignment was lost with the old connection"
+            );
+            self.fail_attempt(job_id, lease_id, cause, None);
+        }
+    }
+
     /// A registering worker says it is running `attempt`. Re-adopt it if it is a recovered
     /// attempt of this very process; keep counting the slot of an attempt it already holds;
     /// otherwise it is stale: tell the worker to stop it, and count its slot until it does.
@@ -1193,6 +1254,17 @@ impl Coordinator {
             return;
         };
         if entry.leases.contains_key(&attempt.lease_id) {
+            if !still_current && !self.settling.contains(&attempt.lease_id) {
+                // Revoked while the old connection carried the cancel; it may have been lost.
+                self.send_worker(
+                    conn,
+                    CoordinatorToWorker::TaskCancel {
+                        job_id: attempt.job_id,
+                        lease_id: attempt.lease_id,
+                        reason: CancelReason::LeaseNotCurrent,
+                    },
+                );
+            }
             return;
         }
         let job_id = attempt.job_id;
@@ -1424,7 +1496,14 @@ impl Coordinator {
             .get(&job_id)
             .and_then(|job| job.lease.as_ref())
             .is_some_and(|lease| lease.id == lease_id && lease.worker == worker);
-        if !held || !current || self.settling.contains(&lease_id) {
+        if current && self.settling.contains(&lease_id) {
+            // The attempt's settlement is proposed but not yet durable. Answering now would reveal
+            // an outcome a crash could still undo (and the worker would drop its result); the
+            // answer goes out when the settlement applies.
+            self.deferred_acks.insert(lease_id, (job_id, worker));
+            return;
+        }
+        if !held || !current {
             let answer = CoordinatorToWorker::ResultAck {
                 job_id,
                 lease_id,
@@ -1434,14 +1513,11 @@ impl Coordinator {
                 // The expected end of a revoked attempt: its slot is free again, nothing to report.
                 return self.send_worker(conn, answer);
             }
-            // Leases never become current again once they stop being current, so this verdict is
-            // final; apply would reach the same one.
+            // The lease is not current in the durable table, or not this worker's: leases never
+            // become current again, so this verdict is final; apply would reach the same one.
             let reason = match self.table.get(&job_id) {
                 None => "unknown job".to_owned(),
                 Some(job) if job.state.is_terminal() => format!("job is already {}", job.state),
-                Some(_) if self.settling.contains(&lease_id) => {
-                    "attempt is already being settled".to_owned()
-                }
                 Some(_) => "lease is not the job's current lease".to_owned(),
             };
             self.event(Event::StaleResultRejected {
@@ -1546,12 +1622,14 @@ impl Coordinator {
         match command {
             Command::Complete { lease_id, .. } => {
                 self.settling.remove(lease_id);
+                self.answer_deferred_ack(*lease_id, pending.as_ref());
             }
             Command::AttemptFailed {
                 job_id, lease_id, ..
             }
             | Command::Abandon { job_id, lease_id } => {
                 self.settling.remove(lease_id);
+                self.answer_deferred_ack(*lease_id, pending.as_ref());
                 if pending.is_none() {
                     // Revoked because its worker was lost or a restart interrupted it. If a
                     // process has since reported the attempt, it is told to stop now that the
@@ -1772,6 +1850,19 @@ impl Coordinator {
                 },
             );
         }
+    }
+
+    /// A result that arrived while its attempt was settling gets its (now durable) answer. The
+    /// settlement's own acknowledgement already covers a resend from the worker whose result it
+    /// was; anyone else learns their result did not count.
+    fn answer_deferred_ack(&mut self, lease_id: LeaseId, pending: Option<&Pending>) {
+        let Some((job_id, worker)) = self.deferred_acks.remove(&lease_id) else {
+            return;
+        };
+        if matches!(pending, Some(Pending::Result { worker: w }) if *w == worker) {
+            return;
+        }
+        self.ack_result(Some(Pending::Result { worker }), job_id, lease_id, false);
     }
 
     /// Sends `TASK_CANCEL` to any live worker that holds `lease_id` (a rare path: recovery only).

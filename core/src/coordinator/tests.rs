@@ -218,6 +218,7 @@ impl Harness {
                 incarnation,
                 capacity,
                 running,
+                finished: Vec::new(),
             },
         );
         self.pump();

@@ -32,13 +32,17 @@ macro_rules! wire_message {
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
 pub enum WorkerToCoordinator {
     /// First message on every connection. `running` lists attempts still executing in this
-    /// process, so a restarted coordinator (or a new leader) can re-adopt them.
+    /// process, so a restarted coordinator (or a new leader) can re-adopt them; `finished` lists
+    /// attempts whose results are not yet acknowledged (they follow right after `REGISTERED`).
+    /// Together they tell the coordinator which of its assignments this process really holds.
     Register {
         worker_id: WorkerId,
         incarnation: Incarnation,
         capacity: u32,
         #[serde(default)]
         running: Vec<RunningAttempt>,
+        #[serde(default)]
+        finished: Vec<RunningAttempt>,
     },
     /// "Still alive." The coordinator answers `HEARTBEAT_ACK`.
     Heartbeat {},

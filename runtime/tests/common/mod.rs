@@ -580,6 +580,7 @@ impl FakeWorker {
             incarnation: self.incarnation,
             capacity,
             running,
+            finished: Vec::new(),
         })
         .await;
         let id = self.id.clone();
