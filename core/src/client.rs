@@ -292,7 +292,16 @@ impl Client {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let connect = match &self.link {
             Link::Connecting { give_up_at, .. } => Some(*give_up_at),
-            Link::Idle => self.reconnect_at,
+            // Only worth waking for when something is waiting to be sent.
+            Link::Idle
+                if self
+                    .ops
+                    .values()
+                    .any(|op| op.sent.is_none() && op.retry_at.is_none()) =>
+            {
+                self.reconnect_at
+            }
+            Link::Idle => None,
             Link::Ready { .. } => None,
         };
         self.ops
@@ -598,6 +607,10 @@ impl Client {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.reconnect_at.is_some_and(|at| at <= now) {
+            // The pause is over whether or not anything is waiting to be sent.
+            self.reconnect_at = None;
+        }
         if let Link::Connecting { give_up_at, .. } = self.link {
             if give_up_at <= now {
                 self.outputs.push_back(ClientOutput::Close);
@@ -901,6 +914,29 @@ mod tests {
             matches!(done(&outputs).as_slice(), [(id, Err(ClientError::Unreachable { .. }))] if *id == op)
         );
         assert_eq!(c.pending(), 0);
+    }
+
+    #[test]
+    fn an_idle_client_has_no_timer_left_once_its_reconnect_pause_is_over() {
+        let mut c = client(&["a"], 0);
+        let op = c.start(Instant::ZERO, Operation::Workers);
+        let (attempt, _) = connected(&mut c, Instant::ZERO);
+        c.handle_message(
+            Instant::ZERO,
+            attempt,
+            ClientReply::WorkerList {
+                request_id: RequestId(op.0),
+                workers: vec![],
+            },
+        );
+        // The connection drops while nothing is pending: a reconnect pause is set ...
+        c.handle_disconnected(Instant::ZERO, attempt, "reset");
+        drain(&mut c);
+        // ... but with nothing to send there is nothing to wake up for, now or later.
+        assert_eq!(c.poll_timeout(), None);
+        c.handle_timeout(Instant::from_millis(500));
+        assert_eq!(c.poll_timeout(), None);
+        assert!(drain(&mut c).is_empty());
     }
 
     #[test]

@@ -671,7 +671,21 @@ impl Worker {
         }
     }
 
+    /// Handles every timer due at `now`. Afterwards `poll_timeout` lies strictly after `now`
+    /// (handling one timer can arm another for the same instant, e.g. a reconnect backoff of
+    /// zero), so a driver never has to call this twice for one instant.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Each pass moves the link forward (idle -> connecting, or re-arms a heartbeat), so a few
+        // passes always suffice; the bound keeps a bug from becoming a hang.
+        for _ in 0..8 {
+            if self.poll_timeout().is_none_or(|at| at > now) {
+                return;
+            }
+            self.handle_timeout_once(now);
+        }
+    }
+
+    fn handle_timeout_once(&mut self, now: Instant) {
         match self.link.clone() {
             Link::Idle { retry_at } if retry_at <= now => self.connect(now),
             Link::Connecting {

@@ -1,1 +1,21 @@
-//! placeholder
+//! # herder-sim
+//!
+//! A deterministic simulator for Herder. It drives the very same `herder-core` state machines
+//! the runtime drives — coordinators, workers, clients — in one process, with virtual time, a
+//! simulated TCP network, simulated disks, injected faults and a random workload, all drawn
+//! from one seed. After every step a checker verifies SPEC section 4's safety properties; once
+//! faults stop, a liveness phase checks that every acknowledged job ends and every client
+//! operation completes.
+//!
+//! - [`rng`]: the seed, split per component; the trace hash.
+//! - [`scenario`]: what each seed draws (swarm testing).
+//! - [`world`]: the event loop, nodes, network, disks, faults and workload.
+//! - [`checker`]: the invariants.
+
+pub mod checker;
+pub mod rng;
+pub mod scenario;
+pub mod world;
+
+pub use scenario::Scenario;
+pub use world::{run_scenario, run_seed, RunReport};

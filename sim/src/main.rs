@@ -1,0 +1,232 @@
+//! `herder-sim`: run seeds, replay one, check determinism.
+//!
+//! ```text
+//! herder-sim run --seeds A..B [--standard] [--check-determinism] [--strict] [--threads N]
+//! herder-sim replay --seed S [--standard] [--trace]
+//! ```
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use herder_sim::{run_scenario, RunReport, Scenario};
+
+const USAGE: &str = "usage:
+  herder-sim run --seeds A..B [--standard] [--check-determinism] [--strict] [--threads N]
+  herder-sim replay --seed S [--standard] [--trace]
+
+  --standard   use the standard scenario (1 coordinator, 3 workers x 2 slots, 2 clients x 20
+               operations, all faults, 10 simulated seconds) instead of each seed's own draw
+  --strict     findings (bugs that break no SPEC 4 invariant, e.g. a timer a driver would spin
+               on) fail the seed too";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("run") => run(&args[1..]),
+        Some("replay") => replay(&args[1..]),
+        _ => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("{message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+fn parse_seeds(raw: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("--seeds wants A..B (end exclusive), got {raw:?}\n{USAGE}");
+    let (a, b) = raw.split_once("..").ok_or_else(bad)?;
+    let a: u64 = a.parse().map_err(|_| bad())?;
+    let b: u64 = b.parse().map_err(|_| bad())?;
+    if b < a {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+fn replay_command(seed: u64, standard: bool) -> String {
+    let flag = if standard { " --standard" } else { "" };
+    format!("cargo run -p herder-sim --release -- replay --seed {seed}{flag} --trace")
+}
+
+fn simulate(seed: u64, standard: bool, trace: bool) -> RunReport {
+    let scenario = if standard {
+        Scenario::standard(seed)
+    } else {
+        Scenario::draw(seed)
+    };
+    run_scenario(seed, scenario, trace)
+}
+
+fn run(args: &[String]) -> Result<ExitCode, String> {
+    let (start, end) = parse_seeds(value(args, "--seeds").ok_or(USAGE)?)?;
+    let determinism = args.iter().any(|a| a == "--check-determinism");
+    let standard = args.iter().any(|a| a == "--standard");
+    let strict = args.iter().any(|a| a == "--strict");
+    let with_findings = AtomicU64::new(0);
+    let example: Mutex<Option<(u64, String)>> = Mutex::new(None);
+    let coverage: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
+    let threads: u64 = match value(args, "--threads") {
+        Some(raw) => raw.parse().map_err(|_| format!("bad --threads {raw:?}"))?,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+    };
+    let next = AtomicU64::new(start);
+    let failures: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
+    let simulated = AtomicU64::new(0);
+    let steps = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let total = end - start;
+    let wall = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= end {
+                    break;
+                }
+                let report = simulate(seed, standard, false);
+                simulated.fetch_add(report.simulated_us, Ordering::Relaxed);
+                steps.fetch_add(report.steps, Ordering::Relaxed);
+                let mut failure = report.failure.clone();
+                {
+                    let mut coverage = coverage.lock().expect("lock");
+                    for (what, n) in &report.coverage {
+                        *coverage.entry(what).or_default() += n;
+                    }
+                }
+                if let Some(first) = report.findings.first() {
+                    with_findings.fetch_add(1, Ordering::Relaxed);
+                    let mut example = example.lock().expect("lock");
+                    if example.as_ref().is_none_or(|(s, _)| *s > seed) {
+                        *example = Some((seed, first.clone()));
+                    }
+                    if strict && failure.is_none() {
+                        failure = Some(format!("finding: {first}"));
+                    }
+                }
+                if failure.is_none() && determinism {
+                    let again: RunReport = simulate(seed, standard, false);
+                    if again.hash != report.hash {
+                        failure = Some(format!(
+                            "nondeterminism: trace hash {:#018x} then {:#018x}",
+                            report.hash, again.hash
+                        ));
+                    }
+                }
+                if let Some(failure) = failure {
+                    eprintln!(
+                        "FAIL seed {seed}: {failure}\n  replay: {}",
+                        replay_command(seed, standard)
+                    );
+                    failures.lock().expect("lock").push((seed, failure));
+                }
+                let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if finished % 1_000 == 0 {
+                    eprintln!(
+                        "progress: {finished}/{total} seeds, {:.1} s",
+                        wall.elapsed().as_secs_f64()
+                    );
+                }
+            });
+        }
+    });
+    let elapsed = wall.elapsed().as_secs_f64().max(1e-9);
+    let mut failures = failures.into_inner().expect("lock");
+    failures.sort();
+    let simulated_s = simulated.load(Ordering::Relaxed) as f64 / 1e6;
+    let scenario = if standard {
+        "standard"
+    } else {
+        "swarm (each seed draws its own)"
+    };
+    println!("scenario:               {scenario}");
+    println!("seeds run:              {total} ({start}..{end}), {threads} threads");
+    println!("failures:               {}", failures.len());
+    println!("wall time:              {elapsed:.2} s");
+    println!("schedules per second:   {:.1}", total as f64 / elapsed);
+    println!(
+        "steps per second:       {:.0}",
+        steps.load(Ordering::Relaxed) as f64 / elapsed
+    );
+    println!(
+        "simulated/wall ratio:   {:.1} ({simulated_s:.0} simulated s)",
+        simulated_s / elapsed
+    );
+    if determinism {
+        println!("determinism:            every passing seed replayed twice with equal hashes");
+    }
+    println!("reached (summed over the seeds):");
+    for (what, n) in coverage.into_inner().expect("lock") {
+        println!("  {n:>10}  {what}");
+    }
+    println!(
+        "seeds with findings:    {}",
+        with_findings.load(Ordering::Relaxed)
+    );
+    if let Some((seed, finding)) = example.into_inner().expect("lock") {
+        println!("  first: seed {seed}: {finding}");
+        println!("  replay: {}", replay_command(seed, standard));
+    }
+    for (seed, failure) in &failures {
+        println!("FAIL seed {seed}: {failure}");
+        println!("  replay: {}", replay_command(*seed, standard));
+    }
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn replay(args: &[String]) -> Result<ExitCode, String> {
+    let raw = value(args, "--seed").ok_or(USAGE)?;
+    let seed: u64 = raw.parse().map_err(|_| format!("bad --seed {raw:?}"))?;
+    let trace = args.iter().any(|a| a == "--trace");
+    let standard = args.iter().any(|a| a == "--standard");
+    let report = simulate(seed, standard, trace);
+    for line in &report.trace {
+        println!("{line}");
+    }
+    let again = simulate(seed, standard, false);
+    println!(
+        "seed {seed}: {} steps, {:.3} simulated s, {} assignments, {} completions, {} acknowledged jobs",
+        report.steps,
+        report.simulated_us as f64 / 1e6,
+        report.assignments,
+        report.completions,
+        report.acknowledged
+    );
+    println!("trace hash {:#018x}", report.hash);
+    for finding in &report.findings {
+        println!("finding: {finding}");
+    }
+    if again.hash != report.hash {
+        println!(
+            "NONDETERMINISM: a second run gave trace hash {:#018x}",
+            again.hash
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    match report.failure {
+        None => {
+            println!("result: ok");
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(failure) => {
+            println!("result: FAIL: {failure}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Swarm testing: every seed draws its own world (sizes, timeouts, fault kinds and rates,
+//! workload) from its own "scenario" stream.
+
+use std::time::Duration;
+
+use herder_core::coordinator::CoordinatorConfig;
+
+use crate::rng::SimRng;
+
+/// Which faults a seed injects, and how often.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Faults {
+    /// Mean gap between fault ticks (microseconds); each tick picks one enabled kind.
+    pub tick_mean_us: u64,
+    pub coordinator_crash: bool,
+    /// SIGSTOP-style: the coordinator processes nothing (its disk completions, messages and
+    /// timers wait) and then resumes on a stale view.
+    pub coordinator_pause: bool,
+    pub worker_crash: bool,
+    pub worker_pause: bool,
+    pub connection_reset: bool,
+    /// Probability that a task hangs past its lease (its result arrives long after expiry).
+    pub task_hang: f64,
+    /// Probability that a connect attempt fails although the coordinator is up.
+    pub connect_fail: f64,
+    /// Probability that one message takes a slow path (tail latency).
+    pub slow_message: f64,
+    /// Probability that a crash lets some written-but-unreported batches reach the disk.
+    pub torn_tail: f64,
+}
+
+impl Faults {
+    pub fn none() -> Faults {
+        Faults {
+            tick_mean_us: 1_000_000,
+            coordinator_crash: false,
+            coordinator_pause: false,
+            worker_crash: false,
+            worker_pause: false,
+            connection_reset: false,
+            task_hang: 0.0,
+            connect_fail: 0.0,
+            slow_message: 0.0,
+            torn_tail: 0.0,
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        self.coordinator_crash
+            || self.coordinator_pause
+            || self.worker_crash
+            || self.worker_pause
+            || self.connection_reset
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Coordinators in the group (this slice supports exactly one).
+    pub coordinators: usize,
+    pub workers: usize,
+    pub worker_capacity: Vec<u32>,
+    pub clients: usize,
+    pub ops_per_client: usize,
+    pub submit_retries: u32,
+    pub coordinator: CoordinatorConfig,
+    /// Faults are injected during `[0, fault_span_us)`; afterwards the liveness phase runs for at
+    /// most `liveness_span_us`.
+    pub fault_span_us: u64,
+    pub liveness_span_us: u64,
+    /// One-way message latency, uniform in this range (microseconds); the slow path adds up to
+    /// `slow_extra_us`.
+    pub latency_us: (u64, u64),
+    pub slow_extra_us: u64,
+    /// Time for a persistence batch to become durable (microseconds).
+    pub disk_us: (u64, u64),
+    /// Clock offsets and drifts of nodes.
+    pub max_offset_us: u64,
+    pub max_drift_ppm: i64,
+    /// Pass every message through the real frame codec (encode, then decode) on the wire.
+    pub codec: bool,
+    pub faults: Faults,
+}
+
+impl Scenario {
+    /// The named standard scenario used to measure speed: one coordinator, 3 workers of
+    /// capacity 2, 2 clients with 20 operations each, every fault kind on, 10 simulated seconds
+    /// of faults (then the liveness phase, which ends as soon as everything is done).
+    pub fn standard(seed: u64) -> Scenario {
+        let mut scenario = Scenario::draw(seed);
+        scenario.workers = 3;
+        scenario.worker_capacity = vec![2; 3];
+        scenario.clients = 2;
+        scenario.ops_per_client = 20;
+        scenario.fault_span_us = 10_000_000;
+        scenario.coordinator.max_active_jobs = 8;
+        scenario.faults = Faults {
+            tick_mean_us: 500_000,
+            coordinator_crash: true,
+            coordinator_pause: true,
+            worker_crash: true,
+            worker_pause: true,
+            connection_reset: true,
+            task_hang: 0.05,
+            connect_fail: 0.1,
+            slow_message: 0.05,
+            torn_tail: 0.5,
+        };
+        scenario
+    }
+
+    /// The scenario seed `seed` draws.
+    pub fn draw(seed: u64) -> Scenario {
+        let mut rng = SimRng::new(seed, "scenario", 0);
+        let workers = rng.range(1, 5) as usize;
+        let worker_capacity = (0..workers).map(|_| rng.range(1, 3) as u32).collect();
+        let clients = rng.range(1, 3) as usize;
+        let heartbeat_interval = rng.range(50, 300);
+        let heartbeat_timeout = heartbeat_interval * rng.range(2, 4);
+        let retry_base = rng.range(10, 200);
+        let coordinator = CoordinatorConfig {
+            task_timeout: Duration::from_millis(rng.range(300, 3_000)),
+            heartbeat_interval: Duration::from_millis(heartbeat_interval),
+            heartbeat_timeout: Duration::from_millis(heartbeat_timeout),
+            default_max_attempts: rng.range(1, 4) as u32,
+            retry_base: Duration::from_millis(retry_base),
+            retry_max: Duration::from_millis(retry_base * rng.range(1, 10)),
+            max_active_jobs: rng.range(2, 12),
+            ..CoordinatorConfig::default()
+        };
+        // Swarm: a fifth of the seeds run without faults; the rest enable each kind by a coin.
+        let faults = if rng.chance(0.2) {
+            Faults::none()
+        } else {
+            Faults {
+                tick_mean_us: rng.range(100, 2_000) * 1_000,
+                coordinator_crash: rng.chance(0.5),
+                coordinator_pause: rng.chance(0.3),
+                worker_crash: rng.chance(0.5),
+                worker_pause: rng.chance(0.5),
+                connection_reset: rng.chance(0.5),
+                task_hang: if rng.chance(0.4) {
+                    rng.unit() * 0.2
+                } else {
+                    0.0
+                },
+                connect_fail: if rng.chance(0.4) {
+                    rng.unit() * 0.3
+                } else {
+                    0.0
+                },
+                slow_message: if rng.chance(0.5) {
+                    rng.unit() * 0.1
+                } else {
+                    0.0
+                },
+                torn_tail: rng.unit(),
+            }
+        };
+        Scenario {
+            coordinators: 1,
+            workers,
+            worker_capacity,
+            clients,
+            ops_per_client: rng.range(3, 25) as usize,
+            submit_retries: rng.range(0, 3) as u32,
+            coordinator,
+            fault_span_us: rng.range(5, 20) * 1_000_000,
+            liveness_span_us: 120 * 1_000_000,
+            latency_us: (rng.range(50, 500), rng.range(500, 5_000)),
+            slow_extra_us: rng.range(1, 200) * 1_000,
+            disk_us: (rng.range(50, 500), rng.range(500, 20_000)),
+            max_offset_us: rng.range(0, 10_000_000),
+            max_drift_ppm: rng.range(0, 500) as i64,
+            codec: rng.chance(0.3),
+            faults,
+        }
+    }
+}
