@@ -1792,8 +1792,7 @@ impl World {
         if node.machine.is_none() || node.paused {
             return Ok(());
         }
-        let timeout =
-            u64::try_from(self.scenario.coordinator.heartbeat_timeout.as_micros()).unwrap_or(0);
+        let timeout = self.heartbeat_timeout_micros();
         let span = self.fault_rng.range(timeout / 2, 4 * timeout);
         self.workers[w].paused = true;
         self.count("fault: worker pause");
@@ -1812,15 +1811,25 @@ impl World {
         }
         node.paused = false;
         let stalled = std::mem::take(&mut node.stalled);
+        self.deliver_held(NodeRef::Worker(w), stalled);
+        Ok(())
+    }
+
+    /// A paused node resumes: everything that arrived for it meanwhile is delivered now.
+    fn deliver_held(&mut self, node: NodeRef, stalled: Vec<Ev>) {
         let count = stalled.len();
         self.note(
-            NodeRef::Worker(w),
+            node,
             format_args!("resume ({count} held events delivered now)"),
         );
         for ev in stalled {
             self.push(self.now, ev);
         }
-        Ok(())
+    }
+
+    /// Pauses are drawn relative to the heartbeat timeout, so they cross it sometimes.
+    fn heartbeat_timeout_micros(&self) -> u64 {
+        u64::try_from(self.scenario.coordinator.heartbeat_timeout.as_micros()).unwrap_or(0)
     }
 
     fn pause_coordinator(&mut self, c: usize) -> Check {
@@ -1828,8 +1837,7 @@ impl World {
         if node.machine.is_none() || node.paused {
             return Ok(());
         }
-        let timeout =
-            u64::try_from(self.scenario.coordinator.heartbeat_timeout.as_micros()).unwrap_or(0);
+        let timeout = self.heartbeat_timeout_micros();
         let span = self.fault_rng.range(timeout / 4, 3 * timeout);
         self.coords[c].paused = true;
         self.count("fault: coordinator pause");
@@ -1848,14 +1856,7 @@ impl World {
         }
         node.paused = false;
         let stalled = std::mem::take(&mut node.stalled);
-        let count = stalled.len();
-        self.note(
-            NodeRef::Coordinator(c),
-            format_args!("resume ({count} held events delivered now)"),
-        );
-        for ev in stalled {
-            self.push(self.now, ev);
-        }
+        self.deliver_held(NodeRef::Coordinator(c), stalled);
         Ok(())
     }
 
