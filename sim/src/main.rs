@@ -86,6 +86,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let failures: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
     let simulated = AtomicU64::new(0);
     let steps = AtomicU64::new(0);
+    let slowest_call = Mutex::new((0u64, 0u64));
     let done = AtomicU64::new(0);
     let total = end - start;
     let wall = Instant::now();
@@ -99,6 +100,12 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 let report = simulate(seed, standard, false);
                 simulated.fetch_add(report.simulated_us, Ordering::Relaxed);
                 steps.fetch_add(report.steps, Ordering::Relaxed);
+                {
+                    let mut slowest = slowest_call.lock().expect("lock");
+                    if report.slowest_call_us > slowest.0 {
+                        *slowest = (report.slowest_call_us, seed);
+                    }
+                }
                 let mut failure = report.failure.clone();
                 {
                     let mut coverage = coverage.lock().expect("lock");
@@ -163,6 +170,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     println!(
         "simulated/wall ratio:   {:.1} ({simulated_s:.0} simulated s)",
         simulated_s / elapsed
+    );
+    let (slowest_us, slowest_seed) = slowest_call.into_inner().expect("lock");
+    println!(
+        "slowest call after faults stopped: {:.3} s (seed {slowest_seed})",
+        slowest_us as f64 / 1e6
     );
     if determinism {
         println!("determinism:            every passing seed replayed twice with equal hashes");

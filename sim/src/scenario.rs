@@ -27,6 +27,15 @@ pub struct Faults {
     pub slow_message: f64,
     /// Probability that a crash lets some written-but-unreported batches reach the disk.
     pub torn_tail: f64,
+    /// Network partitions (isolate one node, cut a pair both ways or one way, split the nodes
+    /// in two) that start on fault ticks and heal after a while.
+    pub partition: bool,
+    /// Probability that a message's segment is lost: TCP retransmits it after a timeout that
+    /// doubles on every further loss, so the connection stalls behind it (head-of-line delay).
+    pub loss: f64,
+    /// Probability that a message the protocol allows to be repeated (results, heartbeats,
+    /// acknowledgements, replies, keyed submissions, queries) is sent again a while later.
+    pub duplicate: f64,
 }
 
 impl Faults {
@@ -42,6 +51,9 @@ impl Faults {
             connect_fail: 0.0,
             slow_message: 0.0,
             torn_tail: 0.0,
+            partition: false,
+            loss: 0.0,
+            duplicate: 0.0,
         }
     }
 
@@ -51,6 +63,7 @@ impl Faults {
             || self.worker_crash
             || self.worker_pause
             || self.connection_reset
+            || self.partition
     }
 }
 
@@ -105,6 +118,9 @@ impl Scenario {
             connect_fail: 0.1,
             slow_message: 0.05,
             torn_tail: 0.5,
+            partition: true,
+            loss: 0.02,
+            duplicate: 0.02,
         };
         scenario
     }
@@ -155,9 +171,10 @@ impl Scenario {
                     0.0
                 },
                 torn_tail: rng.unit(),
+                ..Faults::none()
             }
         };
-        Scenario {
+        let mut scenario = Scenario {
             coordinators: 1,
             workers,
             worker_capacity,
@@ -174,6 +191,21 @@ impl Scenario {
             max_drift_ppm: rng.range(0, 500) as i64,
             codec: rng.chance(0.3),
             faults,
+        };
+        // Network faults are drawn last so adding them did not reshuffle the draws above.
+        if scenario.faults != Faults::none() {
+            scenario.faults.partition = rng.chance(0.5);
+            scenario.faults.loss = if rng.chance(0.4) {
+                rng.unit() * 0.05
+            } else {
+                0.0
+            };
+            scenario.faults.duplicate = if rng.chance(0.4) {
+                rng.unit() * 0.1
+            } else {
+                0.0
+            };
         }
+        scenario
     }
 }

@@ -28,6 +28,15 @@ use crate::scenario::Scenario;
 /// How often the simulated driver polls a node whose deadline `handle_timeout` did not consume.
 const STUCK_POLL_US: u64 = 5_000;
 
+/// The longest `WAIT` timeout the workload asks for.
+const WAIT_MILLIS_MAX: u64 = 3_000;
+
+/// The longest a crashed coordinator stays down.
+const COORDINATOR_DOWN_MAX_US: u64 = 3_000_000;
+
+/// TCP's first retransmission timeout for a lost segment; it doubles on each further loss.
+const RETRANSMIT_US: u64 = 200_000;
+
 /// A node of the world. Indices are stable for the whole run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum NodeRef {
@@ -101,6 +110,33 @@ impl Peer {
     }
 }
 
+/// A direction on a connection: `Up` is peer to coordinator, `Down` coordinator to peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Up,
+    Down,
+}
+
+/// How a connection ends.
+#[derive(Clone, Copy, Debug)]
+enum Close {
+    /// A network fault: data in flight is lost both ways; the chosen ends are told.
+    Reset { tell_coord: bool, tell_peer: bool },
+    /// The peer closed its socket, or its process died: what it already sent still arrives,
+    /// then the coordinator sees the close. Nothing more reaches the peer.
+    ByPeer,
+    /// The coordinator closed it (or its process died): what it already sent still arrives,
+    /// then the peer sees the close; its own runtime reports the close to it as well.
+    ByCoord,
+}
+
+/// A network partition: the directed node-to-node links it cuts. A message on a cut link is
+/// held (TCP keeps retransmitting it) until the partition heals.
+struct Partition {
+    id: u64,
+    cuts: BTreeSet<(NodeRef, NodeRef)>,
+}
+
 #[derive(Clone, Debug)]
 enum Up {
     Worker(WorkerToCoordinator),
@@ -163,6 +199,23 @@ enum Ev {
     CoordResume {
         coord: usize,
     },
+    /// The sender repeats a message (a duplicate the protocol allows).
+    ResendUp {
+        conn: usize,
+        msg: Up,
+    },
+    ResendDown {
+        conn: usize,
+        msg: Down,
+    },
+    Heal {
+        id: u64,
+    },
+    /// Delivers the oldest message a healed partition held on one direction of a connection.
+    Flush {
+        conn: usize,
+        dir: Dir,
+    },
     FaultsEnd,
 }
 
@@ -196,10 +249,36 @@ struct Conn {
     peer: Peer,
     peer_gen: u64,
     attempt: ConnectAttempt,
+    /// Neither end has closed or reset it: both may still send.
     open: bool,
+    /// Data in this direction is still delivered (after a close, until the receiver has
+    /// seen the close; never after a reset).
+    up_live: bool,
+    down_live: bool,
     /// Last scheduled delivery time in each direction (TCP order within the connection).
     up_at: u64,
     down_at: u64,
+    /// Deliveries held by a partition, in order, and whether a flush is scheduled.
+    held_up: VecDeque<Ev>,
+    held_down: VecDeque<Ev>,
+    flushing_up: bool,
+    flushing_down: bool,
+}
+
+impl Conn {
+    fn held(&mut self, dir: Dir) -> &mut VecDeque<Ev> {
+        match dir {
+            Dir::Up => &mut self.held_up,
+            Dir::Down => &mut self.held_down,
+        }
+    }
+
+    fn flushing(&mut self, dir: Dir) -> &mut bool {
+        match dir {
+            Dir::Up => &mut self.flushing_up,
+            Dir::Down => &mut self.flushing_down,
+        }
+    }
 }
 
 struct CoordNode {
@@ -246,6 +325,8 @@ struct ClientNode {
     ops_left: usize,
     started: u64,
     done: u64,
+    /// Operations not yet answered: op id -> virtual time started.
+    open_ops: BTreeMap<u64, u64>,
     known: Vec<JobId>,
     timer_floor: u64,
     stuck: Option<Instant>,
@@ -262,6 +343,9 @@ pub struct RunReport {
     pub assignments: u64,
     pub completions: u64,
     pub acknowledged: usize,
+    /// The longest any client call stayed unanswered after faults stopped, counted from
+    /// `max(started, faults stopped)`.
+    pub slowest_call_us: u64,
     /// Problems that break no SPEC 4 invariant but are bugs all the same (e.g. a timer that
     /// stays due after `handle_timeout`, which makes a real driver spin).
     pub findings: Vec<String>,
@@ -289,6 +373,13 @@ pub struct World {
     faults_active: bool,
     fault_end: u64,
     deadline: u64,
+    /// Once faults stop, every client call must be answered within this long of
+    /// `max(started, fault_end)` (see `call_bound_us`).
+    call_bound_us: u64,
+    /// The longest a client call took once faults stopped (for the report).
+    slowest_call_us: u64,
+    partitions: Vec<Partition>,
+    next_partition: u64,
     next_token: u64,
     submit_keys: HashMap<(usize, RequestId), String>,
     key_specs: BTreeMap<String, TaskSpec>,
@@ -378,6 +469,50 @@ fn address_coordinator(address: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// How long after faults stop a client call may stay unanswered: one silently dead
+/// connection noticed by the request timeout, the longest `WAIT`, a full round of connect
+/// passes with their backoff, every admission retry at its longest pause, a coordinator
+/// restart, plus a few seconds for messages and disks.
+fn call_bound_us(config: &ClientConfig, scenario: &Scenario) -> u64 {
+    let micros = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 16);
+    micros(config.request_timeout)
+        + WAIT_MILLIS_MAX * 1_000
+        + u64::from(config.connect_rounds)
+            * (micros(config.connect_timeout) + micros(config.connect_backoff_max))
+        + u64::from(scenario.submit_retries) * micros(config.submit_retry_max)
+        + COORDINATOR_DOWN_MAX_US
+        + 5_000_000
+}
+
+/// Messages the protocol allows a sender to repeat (a retransmitted result, an extra
+/// heartbeat, a keyed submission sent again, a repeated query). An unkeyed submission or a
+/// registration is never repeated by a correct client or worker.
+fn repeatable_up(msg: &Up) -> bool {
+    match msg {
+        Up::Worker(m) => matches!(
+            m,
+            WorkerToCoordinator::TaskResult { .. } | WorkerToCoordinator::Heartbeat {}
+        ),
+        Up::Client(ClientRequest::Submit {
+            idempotency_key, ..
+        }) => idempotency_key.is_some(),
+        Up::Client(_) => true,
+    }
+}
+
+/// Coordinator messages a peer must tolerate twice: acknowledgements, cancels and replies.
+fn repeatable_down(msg: &Down) -> bool {
+    match msg {
+        Down::Worker(m) => matches!(
+            m,
+            CoordinatorToWorker::ResultAck { .. }
+                | CoordinatorToWorker::TaskCancel { .. }
+                | CoordinatorToWorker::HeartbeatAck {}
+        ),
+        Down::Client(_) => true,
+    }
+}
+
 fn random_spec(rng: &mut SimRng) -> TaskSpec {
     match rng.below(7) {
         0..=2 => TaskSpec::Sleep {
@@ -462,6 +597,7 @@ impl World {
                 ops_left: scenario.ops_per_client,
                 started: 0,
                 done: 0,
+                open_ops: BTreeMap::new(),
                 known: Vec::new(),
                 timer_floor: 0,
                 stuck: None,
@@ -469,6 +605,7 @@ impl World {
         }
         let fault_end = scenario.fault_span_us;
         let deadline = fault_end + scenario.liveness_span_us;
+        let call_bound_us = call_bound_us(&ClientConfig::new(addresses.clone()), &scenario);
         Ok(World {
             seed,
             now: 0,
@@ -486,6 +623,10 @@ impl World {
             faults_active: scenario.faults.any(),
             fault_end,
             deadline,
+            call_bound_us,
+            slowest_call_us: 0,
+            partitions: Vec::new(),
+            next_partition: 0,
             next_token: 0,
             submit_keys: HashMap::new(),
             key_specs: BTreeMap::new(),
@@ -556,6 +697,7 @@ impl World {
             assignments: self.checker.assignments,
             completions: self.checker.completions,
             acknowledged: self.checker.acked().len(),
+            slowest_call_us: self.slowest_call_us,
             findings: std::mem::take(&mut self.findings),
             coverage: std::mem::take(&mut self.coverage),
             trace: self.trace.take().unwrap_or_default(),
@@ -596,6 +738,18 @@ impl World {
             if at > self.deadline {
                 self.now = self.deadline;
                 return self.liveness_failure("the liveness span ran out");
+            }
+            if let Some((due, c, op, started)) = self.call_deadline() {
+                if at > due {
+                    self.now = due;
+                    return Err(format!(
+                        "t={} liveness: client-{c} operation {op}, started at {}, is still unanswered {} s after faults stopped (bound {} s)",
+                        Instant::from_micros(due),
+                        Instant::from_micros(started),
+                        (due - self.fault_end) / 1_000_000,
+                        self.call_bound_us / 1_000_000,
+                    ));
+                }
             }
             self.now = at.max(self.now);
             let (node, result) = if take_queue {
@@ -727,6 +881,20 @@ impl World {
             Instant::from_micros(self.now),
             problems.join("; ")
         ))
+    }
+
+    /// The earliest per-call deadline among unanswered client operations:
+    /// (deadline, client, op, started).
+    fn call_deadline(&self) -> Option<(u64, usize, u64, u64)> {
+        self.clients
+            .iter()
+            .enumerate()
+            .filter_map(|(c, client)| {
+                let (&op, &started) = client.open_ops.first_key_value()?;
+                let due = started.max(self.fault_end) + self.call_bound_us;
+                Some((due, c, op, started))
+            })
+            .min()
     }
 
     /// The earliest due timer of a running node, in virtual time.
@@ -885,7 +1053,45 @@ impl World {
         paused.then_some(node)
     }
 
+    /// The connection direction a delivery travels, if it is one.
+    fn link_of(ev: &Ev) -> Option<(usize, Dir)> {
+        match ev {
+            Ev::Up { conn, .. } | Ev::ClosedAtCoord { conn } => Some((*conn, Dir::Up)),
+            Ev::Down { conn, .. } | Ev::ClosedAtPeer { conn } => Some((*conn, Dir::Down)),
+            _ => None,
+        }
+    }
+
+    fn is_cut(&self, from: NodeRef, to: NodeRef) -> bool {
+        self.partitions.iter().any(|p| p.cuts.contains(&(from, to)))
+    }
+
+    fn link_cut(&self, conn: usize, dir: Dir) -> bool {
+        let c = &self.conns[conn];
+        let (coord, peer) = (NodeRef::Coordinator(c.coord), c.peer.node());
+        match dir {
+            Dir::Up => self.is_cut(peer, coord),
+            Dir::Down => self.is_cut(coord, peer),
+        }
+    }
+
     fn process(&mut self, ev: Ev) -> (NodeRef, Check) {
+        // A delivery across a partition, or behind one held there, waits for the heal.
+        if let Some((conn, dir)) = Self::link_of(&ev) {
+            if self.link_cut(conn, dir) || !self.conns[conn].held(dir).is_empty() {
+                self.count("net: delivery held by a partition");
+                self.note(
+                    NodeRef::World,
+                    format_args!("conn {conn} {dir:?}: held by a partition"),
+                );
+                self.conns[conn].held(dir).push_back(ev);
+                return (NodeRef::World, Ok(()));
+            }
+        }
+        self.dispatch(ev)
+    }
+
+    fn dispatch(&mut self, ev: Ev) -> (NodeRef, Check) {
         match self.paused_target(&ev) {
             Some(NodeRef::Worker(w)) => {
                 self.workers[w].stalled.push(ev);
@@ -946,8 +1152,37 @@ impl World {
             Ev::CoordResume { coord } => {
                 (NodeRef::Coordinator(coord), self.resume_coordinator(coord))
             }
+            Ev::ResendUp { conn, msg } => {
+                let peer = self.conns[conn].peer.node();
+                self.note(peer, format_args!("-> again (conn {conn}) {msg:?}"));
+                (peer, self.send_up(conn, msg, false))
+            }
+            Ev::ResendDown { conn, msg } => {
+                let coord = NodeRef::Coordinator(self.conns[conn].coord);
+                self.note(coord, format_args!("-> again (conn {conn}) {msg:?}"));
+                (coord, self.send_down(conn, msg, false))
+            }
+            Ev::Heal { id } => (NodeRef::World, self.heal(Some(id))),
+            Ev::Flush { conn, dir } => self.flush(conn, dir),
             Ev::FaultsEnd => (NodeRef::World, self.faults_end()),
         }
+    }
+
+    /// Delivers the oldest held message on `conn` in direction `dir`, unless a partition cuts
+    /// the link again (the next heal resumes). One message per step, in order.
+    fn flush(&mut self, conn: usize, dir: Dir) -> (NodeRef, Check) {
+        *self.conns[conn].flushing(dir) = false;
+        if self.link_cut(conn, dir) {
+            return (NodeRef::World, Ok(()));
+        }
+        let Some(ev) = self.conns[conn].held(dir).pop_front() else {
+            return (NodeRef::World, Ok(()));
+        };
+        if !self.conns[conn].held(dir).is_empty() {
+            *self.conns[conn].flushing(dir) = true;
+            self.push(self.now, Ev::Flush { conn, dir });
+        }
+        self.dispatch(ev)
     }
 
     // -----------------------------------------------------------------------------------------
@@ -969,16 +1204,51 @@ impl World {
             peer_gen,
             attempt,
             open: true,
+            up_live: true,
+            down_live: true,
             up_at: self.now,
             down_at: self.now,
+            held_up: VecDeque::new(),
+            held_down: VecDeque::new(),
+            flushing_up: false,
+            flushing_down: false,
         });
         self.open_conns.insert(id);
         id
     }
 
-    fn send_up(&mut self, conn: usize, msg: Up) -> Check {
+    /// One-way transit time of a message: latency, plus retransmission timeouts for every
+    /// consecutive loss of its segment (TCP hides loss as delay on a live connection).
+    fn transit(&mut self) -> u64 {
+        let mut transit = self.latency();
+        let loss = self.scenario.faults.loss;
+        if self.faults_active && loss > 0.0 {
+            let mut rto = RETRANSMIT_US;
+            while rto <= 16 * RETRANSMIT_US && self.net.chance(loss) {
+                self.count("fault: segment lost, retransmitted");
+                transit += rto;
+                rto *= 2;
+            }
+        }
+        transit
+    }
+
+    /// Whether the sender repeats this message later (a duplicate fault).
+    fn duplicate_after(&mut self, repeatable: bool) -> Option<u64> {
+        let p = self.scenario.faults.duplicate;
+        (self.faults_active && repeatable && p > 0.0 && self.net.chance(p)).then(|| {
+            self.count("fault: message sent twice");
+            self.net.range(0, 2_000_000)
+        })
+    }
+
+    fn send_up(&mut self, conn: usize, msg: Up, may_repeat: bool) -> Check {
         if !self.conns[conn].open {
             return Ok(());
+        }
+        if let Some(after) = self.duplicate_after(may_repeat && repeatable_up(&msg)) {
+            let copy = msg.clone();
+            self.push(self.now + after, Ev::ResendUp { conn, msg: copy });
         }
         let msg = if self.scenario.codec {
             match msg {
@@ -988,15 +1258,19 @@ impl World {
         } else {
             msg
         };
-        let at = (self.now + self.latency()).max(self.conns[conn].up_at);
+        let at = (self.now + self.transit()).max(self.conns[conn].up_at);
         self.conns[conn].up_at = at;
         self.push(at, Ev::Up { conn, msg });
         Ok(())
     }
 
-    fn send_down(&mut self, conn: usize, msg: Down) -> Check {
+    fn send_down(&mut self, conn: usize, msg: Down, may_repeat: bool) -> Check {
         if !self.conns.get(conn).is_some_and(|c| c.open) {
             return Ok(());
+        }
+        if let Some(after) = self.duplicate_after(may_repeat && repeatable_down(&msg)) {
+            let copy = msg.clone();
+            self.push(self.now + after, Ev::ResendDown { conn, msg: copy });
         }
         let msg = if self.scenario.codec {
             match msg {
@@ -1006,18 +1280,49 @@ impl World {
         } else {
             msg
         };
-        let at = (self.now + self.latency()).max(self.conns[conn].down_at);
+        let at = (self.now + self.transit()).max(self.conns[conn].down_at);
         self.conns[conn].down_at = at;
         self.push(at, Ev::Down { conn, msg });
         Ok(())
     }
 
-    /// Resets `conn`: data in flight is lost; the chosen ends learn of it after a latency.
-    fn close_conn(&mut self, conn: usize, tell_coord: bool, tell_peer: bool) {
-        if !self.conns.get(conn).is_some_and(|c| c.open) {
+    /// Ends `conn` as `how` says; the ends told learn of it after whatever is still in
+    /// flight towards them.
+    fn close_conn(&mut self, conn: usize, how: Close) {
+        let Some(c) = self.conns.get_mut(conn) else {
+            return;
+        };
+        if !c.open {
+            // Both ends closing at once: the closing side stops reading too.
+            match how {
+                Close::ByPeer => c.down_live = false,
+                Close::ByCoord => c.up_live = false,
+                Close::Reset { .. } => {
+                    c.up_live = false;
+                    c.down_live = false;
+                }
+            }
             return;
         }
-        self.conns[conn].open = false;
+        c.open = false;
+        let (tell_coord, tell_peer) = match how {
+            Close::Reset {
+                tell_coord,
+                tell_peer,
+            } => {
+                c.up_live = false;
+                c.down_live = false;
+                (tell_coord, tell_peer)
+            }
+            Close::ByPeer => {
+                c.down_live = false;
+                (true, false)
+            }
+            Close::ByCoord => {
+                c.up_live = false;
+                (true, true)
+            }
+        };
         self.open_conns.remove(&conn);
         if tell_coord {
             let at = (self.now + self.latency()).max(self.conns[conn].up_at);
@@ -1045,6 +1350,20 @@ impl World {
             return Ok(());
         }
         let up = self.coords.get(coord).is_some_and(|c| c.machine.is_some());
+        let there = NodeRef::Coordinator(coord);
+        if self.is_cut(peer.node(), there) || self.is_cut(there, peer.node()) {
+            // The handshake cannot cross: the attempt hangs until the peer's own connect
+            // timeout gives up on it.
+            self.count("net: connect lost in a partition");
+            self.note(
+                peer.node(),
+                format_args!(
+                    "connect to coord-{coord} lost in a partition (attempt {})",
+                    attempt.0
+                ),
+            );
+            return Ok(());
+        }
         let conn = (ok && up).then(|| self.open_conn(coord, peer, gen, attempt));
         match conn {
             Some(conn) => self.note(
@@ -1092,10 +1411,17 @@ impl World {
 
     fn deliver_up(&mut self, conn: usize, msg: Up) -> Check {
         let Conn {
-            coord, open, peer, ..
+            coord,
+            open,
+            up_live,
+            peer,
+            ..
         } = self.conns[conn];
-        if !open {
+        if !up_live {
             return Ok(());
+        }
+        if !open {
+            self.count("net: data delivered after its connection closed");
         }
         self.note(
             NodeRef::Coordinator(coord),
@@ -1152,13 +1478,17 @@ impl World {
     fn deliver_down(&mut self, conn: usize, msg: Down) -> Check {
         let Conn {
             open,
+            down_live,
             peer,
             peer_gen,
             attempt,
             ..
         } = self.conns[conn];
-        if !open {
+        if !down_live {
             return Ok(());
+        }
+        if !open {
+            self.count("net: data delivered after its connection closed");
         }
         self.note(peer.node(), format_args!("<- conn {conn} {msg:?}"));
         match (peer, msg) {
@@ -1184,6 +1514,7 @@ impl World {
     }
 
     fn closed_at_coord(&mut self, conn: usize) -> Check {
+        self.conns[conn].up_live = false;
         let Conn {
             coord, coord_gen, ..
         } = self.conns[conn];
@@ -1203,6 +1534,7 @@ impl World {
     }
 
     fn closed_at_peer(&mut self, conn: usize) -> Check {
+        self.conns[conn].down_live = false;
         let Conn {
             peer,
             peer_gen,
@@ -1274,15 +1606,15 @@ impl World {
             match output {
                 Output::ToWorker { conn, message } => {
                     self.note(node, format_args!("-> conn {conn} {message:?}"));
-                    self.send_down(conn.0 as usize, Down::Worker(message))?;
+                    self.send_down(conn.0 as usize, Down::Worker(message), true)?;
                 }
                 Output::ToClient { conn, message } => {
                     self.note(node, format_args!("-> conn {conn} {message:?}"));
-                    self.send_down(conn.0 as usize, Down::Client(message))?;
+                    self.send_down(conn.0 as usize, Down::Client(message), true)?;
                 }
                 Output::Close { conn } => {
                     self.note(node, format_args!("close conn {conn}"));
-                    self.close_conn(conn.0 as usize, true, true);
+                    self.close_conn(conn.0 as usize, Close::ByCoord);
                 }
                 Output::Persist(batch) => {
                     let (lo, hi) = self.scenario.disk_us;
@@ -1330,7 +1662,7 @@ impl World {
                         format_args!("connect to {address} (attempt {})", attempt.0),
                     );
                     if let Some(old) = self.workers[w].conn.take() {
-                        self.close_conn(old, true, false);
+                        self.close_conn(old, Close::ByPeer);
                     }
                     self.workers[w].attempt = Some(attempt);
                     let gen = self.workers[w].gen;
@@ -1339,14 +1671,14 @@ impl World {
                 WorkerOutput::Send(message) => {
                     self.note(node, format_args!("-> {message:?}"));
                     if let Some(conn) = self.workers[w].conn {
-                        self.send_up(conn, Up::Worker(message))?;
+                        self.send_up(conn, Up::Worker(message), true)?;
                     }
                 }
                 WorkerOutput::Close => {
                     self.note(node, format_args!("close"));
                     self.workers[w].attempt = None;
                     if let Some(conn) = self.workers[w].conn.take() {
-                        self.close_conn(conn, true, false);
+                        self.close_conn(conn, Close::ByPeer);
                     }
                 }
                 WorkerOutput::StartTask {
@@ -1434,7 +1766,7 @@ impl World {
                         format_args!("connect to {address} (attempt {})", attempt.0),
                     );
                     if let Some(old) = self.clients[c].conn.take() {
-                        self.close_conn(old, true, false);
+                        self.close_conn(old, Close::ByPeer);
                     }
                     self.clients[c].attempt = Some(attempt);
                     self.schedule_connect(Peer::Client(c), 0, attempt, &address);
@@ -1442,20 +1774,26 @@ impl World {
                 ClientOutput::Send(request) => {
                     self.note(node, format_args!("-> {request:?}"));
                     if let Some(conn) = self.clients[c].conn {
-                        self.send_up(conn, Up::Client(request))?;
+                        self.send_up(conn, Up::Client(request), true)?;
                     }
                 }
                 ClientOutput::Close => {
                     self.note(node, format_args!("close"));
                     self.clients[c].attempt = None;
                     if let Some(conn) = self.clients[c].conn.take() {
-                        self.close_conn(conn, true, false);
+                        self.close_conn(conn, Close::ByPeer);
                     }
                 }
                 ClientOutput::Done { op, result } => {
                     self.note(node, format_args!("op {} done: {result:?}", op.0));
                     let client = &mut self.clients[c];
                     client.done += 1;
+                    if let Some(started) = client.open_ops.remove(&op.0) {
+                        if self.now > self.fault_end {
+                            let waited = self.now - started.max(self.fault_end);
+                            self.slowest_call_us = self.slowest_call_us.max(waited);
+                        }
+                    }
                     if let Ok(ClientReply::SubmitAccepted { job_id, .. }) = result {
                         client.known.push(job_id);
                     }
@@ -1539,6 +1877,7 @@ impl World {
         client.started += 1;
         let local = client.clock.local(self.now);
         let id = client.machine.start(local, op.clone());
+        client.open_ops.insert(id.0, self.now);
         if client.ops_left > 0 {
             let span = self.scenario.fault_span_us / self.scenario.ops_per_client.max(1) as u64;
             let gap = client.rng.range(0, 2 * span);
@@ -1561,7 +1900,7 @@ impl World {
             (65..=79, Some(job_id)) => Operation::Status { job_id },
             (80..=97, Some(job_id)) => Operation::Wait {
                 job_id,
-                timeout_millis: Some(rng.range(0, 3_000)),
+                timeout_millis: Some(rng.range(0, WAIT_MILLIS_MAX)),
             },
             (98..=99, _) => Operation::List {
                 state: None,
@@ -1616,6 +1955,9 @@ impl World {
         if faults.coordinator_pause {
             kinds.push(4);
         }
+        if faults.partition {
+            kinds.push(5);
+        }
         let kind = self.fault_rng.pick(&kinds).copied();
         let result = match kind {
             Some(0) => self.crash_coordinator(0),
@@ -1644,11 +1986,21 @@ impl World {
                     };
                     self.count(what);
                     self.note(NodeRef::World, format_args!("FAULT conn {conn}: {what}"));
-                    self.close_conn(conn, coord, peer);
+                    self.close_conn(
+                        conn,
+                        Close::Reset {
+                            tell_coord: coord,
+                            tell_peer: peer,
+                        },
+                    );
                 }
                 Ok(())
             }
             Some(4) => self.pause_coordinator(0),
+            Some(5) => {
+                self.start_partition();
+                Ok(())
+            }
             _ => Ok(()),
         };
         let gap = self
@@ -1697,8 +2049,18 @@ impl World {
             .copied()
             .filter(|&conn| self.conns[conn].coord == c)
             .collect();
+        // A dead process's kernel still sends what it had buffered, then closes; a dead host
+        // just goes quiet.
+        let how = if self.fault_rng.chance(0.5) {
+            Close::ByCoord
+        } else {
+            Close::Reset {
+                tell_coord: false,
+                tell_peer: true,
+            }
+        };
         for conn in conns {
-            self.close_conn(conn, false, true);
+            self.close_conn(conn, how);
         }
         self.push(self.now + down, Ev::CoordRestart { coord: c });
         Ok(())
@@ -1753,7 +2115,18 @@ impl World {
             format_args!("FAULT crash; restart in {down} us"),
         );
         if let Some(conn) = conn {
-            self.close_conn(conn, true, false);
+            let how = match self.fault_rng.below(4) {
+                0 | 1 => Close::ByPeer,
+                2 => Close::Reset {
+                    tell_coord: true,
+                    tell_peer: false,
+                },
+                _ => Close::Reset {
+                    tell_coord: false,
+                    tell_peer: false,
+                },
+            };
+            self.close_conn(conn, how);
         }
         self.push(self.now + down, Ev::WorkerRestart { worker: w });
         Ok(())
@@ -1860,12 +2233,124 @@ impl World {
         Ok(())
     }
 
+    /// Starts a partition of a randomly chosen shape; it heals after a span drawn around the
+    /// heartbeat timeout, so it sometimes outlasts it.
+    fn start_partition(&mut self) {
+        let coords: Vec<NodeRef> = (0..self.coords.len()).map(NodeRef::Coordinator).collect();
+        let others: Vec<NodeRef> = (0..self.workers.len())
+            .map(NodeRef::Worker)
+            .chain((0..self.clients.len()).map(NodeRef::Client))
+            .collect();
+        let all: Vec<NodeRef> = coords.iter().chain(&others).copied().collect();
+        let mut cuts = BTreeSet::new();
+        let both = |a: NodeRef, b: NodeRef, cuts: &mut BTreeSet<(NodeRef, NodeRef)>| {
+            cuts.insert((a, b));
+            cuts.insert((b, a));
+        };
+        let rng = &mut self.fault_rng;
+        let (Some(&coord), Some(&other)) = (rng.pick(&coords), rng.pick(&others)) else {
+            return;
+        };
+        let shape = rng.below(4);
+        let what = match shape {
+            0 => {
+                let Some(&lonely) = rng.pick(&all) else {
+                    return;
+                };
+                for &n in all.iter().filter(|&&n| n != lonely) {
+                    both(lonely, n, &mut cuts);
+                }
+                format!("isolate {lonely}")
+            }
+            1 => {
+                both(coord, other, &mut cuts);
+                format!("cut {coord} <-> {other}")
+            }
+            2 => {
+                let (from, to) = if rng.chance(0.5) {
+                    (coord, other)
+                } else {
+                    (other, coord)
+                };
+                cuts.insert((from, to));
+                format!("cut {from} -> {to} only")
+            }
+            _ => {
+                // Two sides; in a group, the side with most coordinators is the majority.
+                let mut side: Vec<bool> = all.iter().map(|_| rng.chance(0.5)).collect();
+                if side.iter().all(|&s| s) || side.iter().all(|&s| !s) {
+                    let flip = rng.below(side.len() as u64) as usize;
+                    side[flip] = !side[flip];
+                }
+                for (i, &a) in all.iter().enumerate() {
+                    for (j, &b) in all.iter().enumerate() {
+                        if side[i] != side[j] {
+                            cuts.insert((a, b));
+                        }
+                    }
+                }
+                let names = |want: bool| {
+                    all.iter()
+                        .zip(&side)
+                        .filter(|(_, &s)| s == want)
+                        .map(|(n, _)| n.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                format!("split {{{}}} | {{{}}}", names(true), names(false))
+            }
+        };
+        let timeout = self.heartbeat_timeout_micros();
+        let span = self.fault_rng.range(timeout / 2, 6 * timeout);
+        self.next_partition += 1;
+        let id = self.next_partition;
+        self.partitions.push(Partition { id, cuts });
+        self.count(match shape {
+            0 => "fault: partition isolating one node",
+            1 => "fault: partition cutting a pair",
+            2 => "fault: one-way partition",
+            _ => "fault: partition splitting the nodes",
+        });
+        self.note(
+            NodeRef::World,
+            format_args!("FAULT partition {id}: {what}; heals in {span} us"),
+        );
+        self.push(self.now + span, Ev::Heal { id });
+    }
+
+    /// Heals partition `id` (or all of them), then flushes every link no longer cut.
+    fn heal(&mut self, id: Option<u64>) -> Check {
+        let before = self.partitions.len();
+        self.partitions.retain(|p| id.is_some_and(|id| p.id != id));
+        if self.partitions.len() == before {
+            return Ok(());
+        }
+        match id {
+            Some(id) => self.note(NodeRef::World, format_args!("partition {id} heals")),
+            None => self.note(NodeRef::World, format_args!("every partition heals")),
+        }
+        for conn in 0..self.conns.len() {
+            for dir in [Dir::Up, Dir::Down] {
+                let c = &mut self.conns[conn];
+                if c.held(dir).is_empty() || *c.flushing(dir) || self.link_cut(conn, dir) {
+                    continue;
+                }
+                // TCP's next retransmission gets through.
+                let at = self.now + self.latency() + self.net.range(0, RETRANSMIT_US);
+                *self.conns[conn].flushing(dir) = true;
+                self.push(at, Ev::Flush { conn, dir });
+            }
+        }
+        Ok(())
+    }
+
     fn faults_end(&mut self) -> Check {
         self.faults_active = false;
         self.note(
             NodeRef::World,
             format_args!("faults stop; liveness phase begins"),
         );
+        self.heal(None)?;
         for w in 0..self.workers.len() {
             self.resume_worker(w)?;
         }
@@ -1894,6 +2379,7 @@ pub fn run_scenario(seed: u64, scenario: Scenario, trace: bool) -> RunReport {
             assignments: 0,
             completions: 0,
             acknowledged: 0,
+            slowest_call_us: 0,
             findings: Vec::new(),
             coverage: BTreeMap::new(),
             trace: Vec::new(),

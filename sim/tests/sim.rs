@@ -68,6 +68,15 @@ fn five_hundred_seeds_pass_and_reach_the_interesting_cases() {
         "fault: worker crash",
         "fault: connection reset",
         "fault: task hangs past its lease",
+        "fault: partition isolating one node",
+        "fault: partition cutting a pair",
+        "fault: one-way partition",
+        "fault: partition splitting the nodes",
+        "fault: segment lost, retransmitted",
+        "fault: message sent twice",
+        "net: delivery held by a partition",
+        "net: connect lost in a partition",
+        "net: data delivered after its connection closed",
     ] {
         assert!(
             coverage.get(what).copied().unwrap_or(0) > 0,
