@@ -85,6 +85,8 @@ pub enum Operation {
         task: serde_json::Value,
         max_attempts: Option<u32>,
         idempotency_key: Option<String>,
+        /// For a data-parallel task; `None` means `auto`.
+        partitions: Option<crate::protocol::Partitions>,
     },
     Status {
         job_id: JobId,
@@ -124,7 +126,9 @@ impl Operation {
                 task,
                 max_attempts,
                 idempotency_key,
+                partitions,
             } => ClientRequest::Submit {
+                partitions,
                 request_id,
                 task,
                 max_attempts,
@@ -697,6 +701,7 @@ mod tests {
 
     fn submit(key: Option<&str>) -> Operation {
         Operation::Submit {
+            partitions: None,
             task: serde_json::json!({"kind": "sha256", "text": "abc"}),
             max_attempts: None,
             idempotency_key: key.map(str::to_owned),

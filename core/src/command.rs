@@ -9,7 +9,13 @@
 //! - admission control (`Submit` carries the limit in force when it was proposed),
 //! - idempotency keys (checked before admission),
 //! - the lease check (a `Complete`, `AttemptFailed` or `Abandon` counts only with the current lease),
-//! - the attempt budget and the final-attempt rule.
+//! - the attempt budget and the final-attempt rule,
+//! - data-parallel jobs: a parent and its partitions are created by one `Submit`; the parent
+//!   completes with the aggregate when its last partition completes, fails (cancelling the
+//!   rest) when one fails for good, and a cancel of either cancels the whole job.
+//!
+//! One command can change several jobs (a parent and its partitions), so applying returns an
+//! [`Outcome`]: what happened to the job the command names, then what followed from it.
 //!
 //! Expected refusals (a stale result, a cancel that lost a race with completion) are ordinary
 //! `Applied` outcomes and change nothing. A broken invariant is a bug and panics.
@@ -19,8 +25,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Attempt, JobId, LeaseId, LogIndex, Term};
-use crate::job::{Job, JobState, Lease};
-use crate::tasks::{TaskOutput, TaskSpec};
+use crate::job::{Job, JobState, Lease, PartitionOf};
+use crate::tasks::{aggregate, TaskOutput, TaskSpec};
 
 /// One entry of the replicated log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +48,11 @@ pub enum Command {
         idempotency_key: Option<String>,
         /// The admission limit in force when the leader proposed this.
         max_active_jobs: u64,
+        /// For a data-parallel task: the ids of its partition jobs, one per piece of
+        /// `task.split(partitions.len())` (the leader resolved the partition count and drew
+        /// the ids). Empty for any other task, and for a list with no numbers.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        partitions: Vec<JobId>,
     },
     /// Start an attempt: `QUEUED -> RUNNING` under a fresh lease.
     Assign { job_id: JobId, lease: Lease },
@@ -178,6 +189,45 @@ pub enum Applied {
     UnknownJob {
         job_id: JobId,
     },
+    /// A `Submit` whose partitions do not match its task (a leader bug): nothing changed.
+    SubmitInvalid {
+        job_id: JobId,
+        reason: String,
+    },
+    /// A partition job was created with its data-parallel parent (a follow-on of `Submitted`).
+    PartitionCreated {
+        job_id: JobId,
+        parent: JobId,
+        index: u32,
+    },
+    /// Every partition completed: the parent is `COMPLETED` with the aggregate.
+    ParentCompleted {
+        job_id: JobId,
+    },
+    /// A partition failed for good (or its results could not be combined): the parent is
+    /// `FAILED`; its other partitions are cancelled (follow-ons of their own).
+    ParentFailed {
+        job_id: JobId,
+        error: String,
+    },
+}
+
+/// What applying one command did: the outcome for the job it names, then every change that
+/// followed from it, in order (partitions created, a parent completed or failed, partitions
+/// cancelled with their parent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub applied: Applied,
+    pub follow_on: Vec<Applied>,
+}
+
+impl Outcome {
+    /// Every job whose row changed (so exactly these are persisted).
+    pub fn changed_jobs(&self) -> impl Iterator<Item = JobId> + '_ {
+        std::iter::once(&self.applied)
+            .chain(&self.follow_on)
+            .filter_map(Applied::changed_job)
+    }
 }
 
 impl Applied {
@@ -190,7 +240,10 @@ impl Applied {
             | Applied::RetryScheduled { job_id, .. }
             | Applied::FailedPermanently { job_id, .. }
             | Applied::Requeued { job_id }
-            | Applied::Cancelled { job_id, .. } => Some(*job_id),
+            | Applied::Cancelled { job_id, .. }
+            | Applied::PartitionCreated { job_id, .. }
+            | Applied::ParentCompleted { job_id }
+            | Applied::ParentFailed { job_id, .. } => Some(*job_id),
             Applied::IdempotentReplay { .. }
             | Applied::IdempotencyConflict { .. }
             | Applied::AdmissionRejected { .. }
@@ -198,7 +251,8 @@ impl Applied {
             | Applied::CancelTooLate { .. }
             | Applied::Stale { .. }
             | Applied::RequeueSkipped { .. }
-            | Applied::UnknownJob { .. } => None,
+            | Applied::UnknownJob { .. }
+            | Applied::SubmitInvalid { .. } => None,
         }
     }
 }
@@ -268,7 +322,9 @@ impl JobTable {
                 table.active += 1;
             }
             table.next_queue_seq = table.next_queue_seq.max(job.queue_seq + 1);
-            table.by_submission.insert(job.submitted_at, id);
+            if job.partition_of.is_none() {
+                table.by_submission.insert(job.submitted_at, id);
+            }
             if table.jobs.insert(id, job).is_some() {
                 return Err(TableError::DuplicateJob(id));
             }
@@ -331,6 +387,40 @@ impl JobTable {
             .filter_map(|id| self.jobs.get(id))
     }
 
+    /// What clients see of a job; a data-parallel parent's view lists its partitions.
+    pub fn view(&self, job_id: &JobId) -> Option<crate::protocol::JobView> {
+        let job = self.jobs.get(job_id)?;
+        let mut view = job.view();
+        if job.is_parent() {
+            let pieces: Vec<crate::protocol::PartitionView> = job
+                .partitions
+                .iter()
+                .enumerate()
+                .filter_map(|(index, id)| {
+                    let part = self.jobs.get(id)?;
+                    Some(crate::protocol::PartitionView {
+                        index: u32::try_from(index).unwrap_or(u32::MAX),
+                        job_id: *id,
+                        state: part.state,
+                        attempt: part.attempt.0,
+                        worker: part.last_worker.clone(),
+                        result: part.result.clone(),
+                    })
+                })
+                .collect();
+            let done = pieces
+                .iter()
+                .filter(|p| p.state == JobState::Completed)
+                .count();
+            view.partitions = Some(crate::protocol::PartitionsView {
+                done: u32::try_from(done).unwrap_or(u32::MAX),
+                total: u32::try_from(pieces.len()).unwrap_or(u32::MAX),
+                pieces,
+            });
+        }
+        Some(view)
+    }
+
     /// The job an idempotency key names, and whether `spec` matches it.
     /// `Some(Ok(id))`: replay; `Some(Err(id))`: conflict; `None`: the key is new.
     pub fn check_idempotency(
@@ -349,16 +439,18 @@ impl JobTable {
     }
 
     /// Applies the entry at `index`. Entries must be applied in order, each exactly once.
-    pub fn apply(&mut self, index: LogIndex, command: &Command) -> Applied {
+    pub fn apply(&mut self, index: LogIndex, command: &Command) -> Outcome {
         assert_eq!(
             index,
             self.applied.next(),
             "log entries must be applied in order, once"
         );
         self.applied = index;
-        let applied = self.apply_command(index, command);
+        let mut follow_on = Vec::new();
+        let applied = self.apply_command(index, command, &mut follow_on);
+        let outcome = Outcome { applied, follow_on };
         if cfg!(debug_assertions) {
-            if let Some(job_id) = applied.changed_job() {
+            for job_id in outcome.changed_jobs() {
                 if let Some(job) = self.jobs.get(&job_id) {
                     if let Err(detail) = check_row(job) {
                         panic!("apply broke job {job_id}: {detail}");
@@ -366,25 +458,37 @@ impl JobTable {
                 }
             }
         }
-        applied
+        outcome
     }
 
-    fn apply_command(&mut self, index: LogIndex, command: &Command) -> Applied {
-        match command {
+    fn apply_command(
+        &mut self,
+        index: LogIndex,
+        command: &Command,
+        follow_on: &mut Vec<Applied>,
+    ) -> Applied {
+        let applied = match command {
             Command::Submit {
                 job_id,
                 task,
                 max_attempts,
                 idempotency_key,
                 max_active_jobs,
-            } => self.apply_submit(
-                index,
-                *job_id,
-                task,
-                *max_attempts,
-                idempotency_key,
-                *max_active_jobs,
-            ),
+                partitions,
+            } => {
+                return self.apply_submit(
+                    index,
+                    Submission {
+                        job_id: *job_id,
+                        task,
+                        max_attempts: *max_attempts,
+                        idempotency_key,
+                        max_active_jobs: *max_active_jobs,
+                        partitions,
+                    },
+                    follow_on,
+                )
+            }
             Command::Assign { job_id, lease } => self.apply_assign(*job_id, lease),
             Command::Complete {
                 job_id,
@@ -398,20 +502,42 @@ impl JobTable {
                 retry_delay_millis,
             } => self.apply_attempt_failed(*job_id, *lease_id, cause, *retry_delay_millis),
             Command::Requeue { job_id } => self.apply_requeue(*job_id),
-            Command::Cancel { job_id } => self.apply_cancel(*job_id),
+            Command::Cancel { job_id } => {
+                // A partition is cancelled by cancelling its whole job.
+                let target = match self.jobs.get(job_id).and_then(|j| j.partition_of) {
+                    Some(of) => of.parent,
+                    None => *job_id,
+                };
+                self.apply_cancel(target, follow_on)
+            }
             Command::Abandon { job_id, lease_id } => self.apply_abandon(*job_id, *lease_id),
+        };
+        // What a partition's fate means for its parent.
+        match &applied {
+            Applied::Completed { job_id, .. } => self.partition_completed(*job_id, follow_on),
+            Applied::FailedPermanently { job_id, error, .. } => {
+                let error = error.clone();
+                self.partition_failed(*job_id, &error, follow_on);
+            }
+            _ => {}
         }
+        applied
     }
 
     fn apply_submit(
         &mut self,
         index: LogIndex,
-        job_id: JobId,
-        task: &TaskSpec,
-        max_attempts: u32,
-        idempotency_key: &Option<String>,
-        max_active_jobs: u64,
+        submission: Submission<'_>,
+        follow_on: &mut Vec<Applied>,
     ) -> Applied {
+        let Submission {
+            job_id,
+            task,
+            max_attempts,
+            idempotency_key,
+            max_active_jobs,
+            partitions,
+        } = submission;
         // Idempotency first: a known key never consumes an admission slot (seed A).
         if let Some(key) = idempotency_key {
             match self.check_idempotency(key, task, max_attempts) {
@@ -420,22 +546,39 @@ impl JobTable {
                 None => {}
             }
         }
-        if self.active >= max_active_jobs {
+        let pieces = if task.is_data_parallel() {
+            task.split(u32::try_from(partitions.len()).unwrap_or(u32::MAX))
+        } else {
+            Vec::new()
+        };
+        if pieces.len() != partitions.len() {
+            return Applied::SubmitInvalid {
+                job_id,
+                reason: format!(
+                    "{} partition ids for a {} task that splits into {} pieces",
+                    partitions.len(),
+                    task.kind(),
+                    pieces.len()
+                ),
+            };
+        }
+        // A data-parallel job takes a slot for the parent and one per partition; each frees its
+        // own slot when it becomes terminal.
+        let slots = 1 + partitions.len() as u64;
+        if self.active.saturating_add(slots) > max_active_jobs {
             return Applied::AdmissionRejected {
                 active_jobs: self.active,
                 max_active_jobs,
             };
         }
-        assert!(
-            !self.jobs.contains_key(&job_id),
-            "job id {job_id} proposed twice"
-        );
-        let queue_seq = self.take_queue_seq();
-        let job = Job {
-            id: job_id,
-            task: task.clone(),
+        for id in std::iter::once(&job_id).chain(partitions) {
+            assert!(!self.jobs.contains_key(id), "job id {id} proposed twice");
+        }
+        let new_job = |id: JobId, task: TaskSpec, queue_seq: u64| Job {
+            id,
+            task,
             max_attempts,
-            idempotency_key: idempotency_key.clone(),
+            idempotency_key: None,
             state: JobState::Queued,
             attempt: Attempt(0),
             lease: None,
@@ -445,15 +588,137 @@ impl JobTable {
             retry_delay_millis: 0,
             submitted_at: index,
             queue_seq,
+            partition_of: None,
+            partitions: Vec::new(),
         };
+        let queue_seq = self.take_queue_seq();
+        let mut job = new_job(job_id, task.clone(), queue_seq);
+        job.idempotency_key = idempotency_key.clone();
         if let Some(key) = idempotency_key {
             self.idempotency.insert(key.clone(), job_id);
         }
-        self.queue.insert(queue_seq, job_id);
         self.by_submission.insert(index, job_id);
-        self.jobs.insert(job_id, job);
         self.active += 1;
+        if task.is_data_parallel() {
+            // The parent never queues: it runs while its partitions do.
+            transition(&mut job, JobState::Running);
+            job.partitions = partitions.to_vec();
+            self.jobs.insert(job_id, job);
+            for (index, (&child, piece)) in partitions.iter().zip(pieces).enumerate() {
+                let index = u32::try_from(index).unwrap_or(u32::MAX);
+                let seq = self.take_queue_seq();
+                let mut partition = new_job(child, piece, seq);
+                partition.partition_of = Some(PartitionOf {
+                    parent: job_id,
+                    index,
+                });
+                self.queue.insert(seq, child);
+                self.jobs.insert(child, partition);
+                self.active += 1;
+                follow_on.push(Applied::PartitionCreated {
+                    job_id: child,
+                    parent: job_id,
+                    index,
+                });
+            }
+            if partitions.is_empty() {
+                // Nothing to split (an empty list): the answer is the empty aggregate.
+                self.finish_parent(job_id, follow_on);
+            }
+        } else {
+            self.queue.insert(queue_seq, job_id);
+            self.jobs.insert(job_id, job);
+        }
         Applied::Submitted { job_id }
+    }
+
+    /// A partition completed: if it was its parent's last, the parent completes.
+    fn partition_completed(&mut self, job_id: JobId, follow_on: &mut Vec<Applied>) {
+        let Some(parent) = self.jobs.get(&job_id).and_then(|j| j.partition_of) else {
+            return;
+        };
+        let all_done = self.jobs.get(&parent.parent).is_some_and(|p| {
+            p.state == JobState::Running
+                && p.partitions.iter().all(|id| {
+                    self.jobs
+                        .get(id)
+                        .is_some_and(|j| j.state == JobState::Completed)
+                })
+        });
+        if all_done {
+            self.finish_parent(parent.parent, follow_on);
+        }
+    }
+
+    /// Completes a running parent with the aggregate of its partitions' results, in order;
+    /// fails it if the results cannot be combined (a worker reported the wrong kind).
+    fn finish_parent(&mut self, parent: JobId, follow_on: &mut Vec<Applied>) {
+        let Some(job) = self.jobs.get(&parent) else {
+            return;
+        };
+        let results: Vec<&TaskOutput> = job
+            .partitions
+            .iter()
+            .filter_map(|id| self.jobs.get(id).and_then(|j| j.result.as_ref()))
+            .collect();
+        let combined = if results.len() == job.partitions.len() {
+            aggregate(&job.task, &results)
+        } else {
+            Err("a partition has no result".to_string())
+        };
+        match combined {
+            Ok(output) => {
+                let job = self.job_mut(parent);
+                transition(job, JobState::Completed);
+                job.result = Some(output);
+                job.error = None;
+                self.active -= 1;
+                follow_on.push(Applied::ParentCompleted { job_id: parent });
+            }
+            Err(error) => self.fail_parent(parent, error, follow_on),
+        }
+    }
+
+    /// A partition failed for good: its parent fails, and its other partitions are cancelled.
+    fn partition_failed(&mut self, job_id: JobId, error: &str, follow_on: &mut Vec<Applied>) {
+        let Some(of) = self.jobs.get(&job_id).and_then(|j| j.partition_of) else {
+            return;
+        };
+        let error = format!("partition {} (job {job_id}) failed: {error}", of.index);
+        self.fail_parent(of.parent, error, follow_on);
+    }
+
+    fn fail_parent(&mut self, parent: JobId, error: String, follow_on: &mut Vec<Applied>) {
+        if self
+            .jobs
+            .get(&parent)
+            .is_none_or(|p| p.state != JobState::Running)
+        {
+            return;
+        }
+        let job = self.job_mut(parent);
+        transition(job, JobState::Failed);
+        job.error = Some(error.clone());
+        self.active -= 1;
+        follow_on.push(Applied::ParentFailed {
+            job_id: parent,
+            error,
+        });
+        self.cancel_partitions(parent, "its job failed", follow_on);
+    }
+
+    /// Cancels every non-terminal partition of `parent`, each a follow-on of its own.
+    fn cancel_partitions(&mut self, parent: JobId, why: &str, follow_on: &mut Vec<Applied>) {
+        let partitions = self
+            .jobs
+            .get(&parent)
+            .map(|p| p.partitions.clone())
+            .unwrap_or_default();
+        for id in partitions {
+            if let Some(cancelled) = self.cancel_one(id, why) {
+                follow_on.push(cancelled);
+            }
+        }
     }
 
     fn apply_assign(&mut self, job_id: JobId, lease: &Lease) -> Applied {
@@ -570,29 +835,40 @@ impl JobTable {
         Applied::Requeued { job_id }
     }
 
-    fn apply_cancel(&mut self, job_id: JobId) -> Applied {
-        let Some(job) = self.jobs.get_mut(&job_id) else {
+    fn apply_cancel(&mut self, job_id: JobId, follow_on: &mut Vec<Applied>) -> Applied {
+        let Some(job) = self.jobs.get(&job_id) else {
             return Applied::UnknownJob { job_id };
         };
-        let previous = job.state;
-        if previous.is_terminal() {
+        if job.state.is_terminal() {
             return Applied::CancelTooLate {
                 job_id,
-                state: previous,
+                state: job.state,
             };
+        }
+        let cancelled = self.cancel_one(job_id, "cancelled by client");
+        self.cancel_partitions(job_id, "its job was cancelled", follow_on);
+        cancelled.unwrap_or(Applied::UnknownJob { job_id })
+    }
+
+    /// Cancels one non-terminal job (revoking its lease); `None` if it is terminal or unknown.
+    fn cancel_one(&mut self, job_id: JobId, why: &str) -> Option<Applied> {
+        let job = self.jobs.get_mut(&job_id)?;
+        let previous = job.state;
+        if previous.is_terminal() {
+            return None;
         }
         if previous == JobState::Queued {
             self.queue.remove(&job.queue_seq);
         }
         transition(job, JobState::Cancelled);
         let revoked = job.lease.take();
-        job.error = Some("cancelled by client".to_owned());
+        job.error = Some(why.to_owned());
         self.active -= 1;
-        Applied::Cancelled {
+        Some(Applied::Cancelled {
             job_id,
             previous,
             revoked,
-        }
+        })
     }
 
     fn apply_abandon(&mut self, job_id: JobId, lease_id: LeaseId) -> Applied {
@@ -664,6 +940,7 @@ impl JobTable {
                     return Err(format!("queued job {} is missing from the queue", job.id));
                 }
             }
+            self.check_partitions(job)?;
             if let Some(key) = &job.idempotency_key {
                 if self.idempotency.get(key) != Some(&job.id) {
                     return Err(format!(
@@ -701,17 +978,112 @@ impl JobTable {
     }
 }
 
+impl JobTable {
+    /// A partition and its parent point at each other; a partition runs only while its parent
+    /// does; a completed parent has every partition completed, a failed or cancelled one none
+    /// still running; a running parent still has a partition to wait for.
+    fn check_partitions(&self, job: &Job) -> Result<(), String> {
+        if let Some(of) = job.partition_of {
+            let parent = self.jobs.get(&of.parent).ok_or_else(|| {
+                format!("partition {} names a missing parent {}", job.id, of.parent)
+            })?;
+            if parent.partitions.get(of.index as usize) != Some(&job.id) {
+                return Err(format!(
+                    "partition {} claims index {} of job {}, which does not list it there",
+                    job.id, of.index, of.parent
+                ));
+            }
+            if !job.state.is_terminal() && parent.state != JobState::Running {
+                return Err(format!(
+                    "partition {} is {} but its job {} is {}",
+                    job.id, job.state, of.parent, parent.state
+                ));
+            }
+        }
+        if !job.is_parent() {
+            return Ok(());
+        }
+        let mut completed = 0;
+        for (index, id) in job.partitions.iter().enumerate() {
+            let part = self
+                .jobs
+                .get(id)
+                .ok_or_else(|| format!("job {} lists a missing partition {id}", job.id))?;
+            if part.partition_of
+                != Some(PartitionOf {
+                    parent: job.id,
+                    index: index as u32,
+                })
+            {
+                return Err(format!(
+                    "job {} lists {id} as partition {index}, which says {:?}",
+                    job.id, part.partition_of
+                ));
+            }
+            if part.state == JobState::Completed {
+                completed += 1;
+            }
+            if job.state.is_terminal() && !part.state.is_terminal() {
+                return Err(format!(
+                    "job {} is {} while its partition {index} ({id}) is {}",
+                    job.id, job.state, part.state
+                ));
+            }
+        }
+        let all = job.partitions.len();
+        match job.state {
+            JobState::Completed if completed != all => Err(format!(
+                "job {} is COMPLETED with {completed} of {all} partitions completed",
+                job.id
+            )),
+            JobState::Running if completed == all => Err(format!(
+                "job {} is still RUNNING although all {all} partitions completed",
+                job.id
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 fn transition(job: &mut Job, to: JobState) {
     if let Err(illegal) = job.transition(to) {
         panic!("job {}: {illegal} (apply checked the state first)", job.id);
     }
 }
 
+/// The fields of a `Submit`, borrowed.
+struct Submission<'a> {
+    job_id: JobId,
+    task: &'a TaskSpec,
+    max_attempts: u32,
+    idempotency_key: &'a Option<String>,
+    max_active_jobs: u64,
+    partitions: &'a [JobId],
+}
+
 /// The per-row invariants: lease exactly while running, attempt within budget, a result exactly
-/// when completed.
+/// when completed. A data-parallel parent never holds a lease or starts an attempt.
 fn check_row(job: &Job) -> Result<(), String> {
     if job.max_attempts == 0 {
         return Err("max_attempts is 0".into());
+    }
+    if job.is_parent() {
+        if job.lease.is_some() || job.attempt.0 != 0 || job.state == JobState::Queued {
+            return Err(format!(
+                "data-parallel parent {} with attempt {} and lease {:?}",
+                job.state,
+                job.attempt,
+                job.lease.as_ref().map(|l| l.id)
+            ));
+        }
+        if (job.state == JobState::Completed) != job.result.is_some() {
+            return Err(format!(
+                "parent {} with result present = {}",
+                job.state,
+                job.result.is_some()
+            ));
+        }
+        return Ok(());
     }
     if job.attempt.0 > job.max_attempts {
         return Err(format!(

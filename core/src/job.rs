@@ -113,6 +113,14 @@ pub struct Lease {
     pub incarnation: Incarnation,
 }
 
+/// Where a partition job sits in its data-parallel parent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PartitionOf {
+    pub parent: JobId,
+    /// Position of the partition, from 0; the parent's `partitions[index]` is this job.
+    pub index: u32,
+}
+
 /// One job, exactly as the replicated job table holds it and as it is persisted.
 ///
 /// Nothing here is a clock reading: instants are per-process, and a record must mean the same
@@ -139,6 +147,12 @@ pub struct Job {
     pub submitted_at: LogIndex,
     /// FIFO position while `QUEUED` (larger = later); refreshed on every enqueue.
     pub queue_seq: u64,
+    /// Set on a partition of a data-parallel job: its parent and position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_of: Option<PartitionOf>,
+    /// On a data-parallel parent: its partition jobs, in order (empty for an empty list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<JobId>,
 }
 
 impl Job {
@@ -152,6 +166,12 @@ impl Job {
         }
         self.state = to;
         Ok(())
+    }
+
+    /// A data-parallel parent: it never runs on a worker; it is `RUNNING` while its partitions
+    /// run, without a lease or an attempt of its own, and aggregates their results.
+    pub fn is_parent(&self) -> bool {
+        self.partition_of.is_none() && self.task.is_data_parallel()
     }
 
     pub fn attempts_remain(&self) -> bool {
@@ -170,6 +190,8 @@ impl Job {
             result: self.result.clone(),
             error: self.error.clone(),
             idempotency_key: self.idempotency_key.clone(),
+            partition_of: self.partition_of,
+            partitions: None,
         }
     }
 }
@@ -193,6 +215,8 @@ mod tests {
             retry_delay_millis: 0,
             submitted_at: LogIndex(1),
             queue_seq: 0,
+            partition_of: None,
+            partitions: Vec::new(),
         }
     }
 

@@ -30,6 +30,7 @@
 pub mod client;
 pub mod command;
 pub mod coordinator;
+pub mod dataparallel;
 pub mod ids;
 pub mod job;
 pub mod limits;

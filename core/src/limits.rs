@@ -46,6 +46,16 @@ pub const INLINE_TEXT_BYTES_MAX: usize = 16 * 1024;
 pub const INLINE_PRIME_LIMIT_MAX: u64 = 200_000;
 /// Largest `prime-count --limit` (about a second of sieving on one core).
 pub const PRIME_COUNT_LIMIT_MAX: u64 = 1_000_000_000;
+/// Most numbers a `max` or `prime-count-list` task carries. The frame limit (1 MiB by default,
+/// about 50,000 large numbers) usually binds first.
+pub const TASK_NUMBERS_MAX: usize = 1_000_000;
+/// Most numbers a `prime-sum` range may span (`end - start + 1`): about ten seconds of sieving
+/// on one core, before it is split across workers.
+pub const PRIME_SUM_SPAN_MAX: u64 = 10_000_000_000;
+/// Most partitions a data-parallel job may be split into.
+pub const PARTITIONS_MAX: u32 = 1024;
+/// Largest list a worker scans for primes in place rather than on a separate thread.
+pub const INLINE_NUMBERS_MAX: usize = 1_000;
 
 /// Longest failure message a worker reports for an attempt (longer ones are cut), so every result
 /// fits a frame.

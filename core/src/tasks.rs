@@ -17,14 +17,25 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::dataparallel::{is_prime, primes_in_range, split_list, split_range};
 use crate::ids::Attempt;
 use crate::limits::{
-    ATTEMPTS_MAX, INLINE_PRIME_LIMIT_MAX, INLINE_TEXT_BYTES_MAX, PRIME_COUNT_LIMIT_MAX,
-    SLEEP_MILLIS_MAX, TASK_TEXT_BYTES_MAX,
+    ATTEMPTS_MAX, INLINE_NUMBERS_MAX, INLINE_PRIME_LIMIT_MAX, INLINE_TEXT_BYTES_MAX,
+    PRIME_COUNT_LIMIT_MAX, PRIME_SUM_SPAN_MAX, SLEEP_MILLIS_MAX, TASK_NUMBERS_MAX,
+    TASK_TEXT_BYTES_MAX,
 };
 
 /// Every task kind, by its wire name, in the order they are listed in error messages.
-pub const TASK_KINDS: [&str; 5] = ["sleep", "word-count", "sha256", "prime-count", "fail"];
+pub const TASK_KINDS: [&str; 8] = [
+    "sleep",
+    "word-count",
+    "sha256",
+    "prime-count",
+    "fail",
+    "max",
+    "prime-count-list",
+    "prime-sum",
+];
 
 /// Longest piece of client-supplied text (an unknown kind or field name) echoed back in an error.
 const ECHO_BYTES_MAX: usize = 64;
@@ -64,6 +75,23 @@ pub enum TaskSpec {
     Fail {
         /// First attempt that succeeds, in `1..=ATTEMPTS_MAX`.
         fail_until_attempt: u32,
+    },
+    /// The largest of `numbers` (data-parallel: a submission is split into partitions).
+    Max {
+        /// At least one and at most [`TASK_NUMBERS_MAX`] numbers.
+        numbers: Vec<i64>,
+    },
+    /// How many of `numbers` are prime (data-parallel). An empty list counts 0.
+    PrimeCountList {
+        /// At most [`TASK_NUMBERS_MAX`] numbers.
+        numbers: Vec<i64>,
+    },
+    /// The primes `p` with `start <= p <= end`: how many, and their exact sum (data-parallel).
+    PrimeSum {
+        /// First number of the range.
+        start: i64,
+        /// Last number of the range; `start <= end`, spanning at most [`PRIME_SUM_SPAN_MAX`].
+        end: i64,
     },
 }
 
@@ -116,6 +144,44 @@ pub enum TaskOutput {
         /// The attempt that succeeded.
         attempt: u32,
     },
+    /// A `max` task's answer.
+    Max {
+        /// The largest number.
+        max: i64,
+    },
+    /// A `prime-count-list` task's answer.
+    PrimeCountList {
+        /// How many of the numbers are prime.
+        count: u64,
+    },
+    /// A `prime-sum` task's answer.
+    PrimeSum {
+        /// How many primes the range holds.
+        count: u64,
+        /// Their sum, exact. A decimal string on the wire, since it can exceed 2^64 (and
+        /// JavaScript's 2^53).
+        #[serde(with = "decimal_u128")]
+        sum: u128,
+    },
+}
+
+/// `u128` as a decimal JSON string.
+mod decimal_u128 {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &u128, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(value)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u128, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(D::Error::custom(format!(
+                "expected a decimal string of digits, found {text:?}"
+            )));
+        }
+        text.parse().map_err(D::Error::custom)
+    }
 }
 
 impl fmt::Display for TaskOutput {
@@ -132,6 +198,17 @@ impl fmt::Display for TaskOutput {
                 if *count == 1 { "prime" } else { "primes" }
             ),
             TaskOutput::Succeeded { attempt } => write!(f, "succeeded on attempt {attempt}"),
+            TaskOutput::Max { max } => write!(f, "max {max}"),
+            TaskOutput::PrimeCountList { count } => write!(
+                f,
+                "{count} {}",
+                if *count == 1 { "prime" } else { "primes" }
+            ),
+            TaskOutput::PrimeSum { count, sum } => write!(
+                f,
+                "sum {sum} of {count} {}",
+                if *count == 1 { "prime" } else { "primes" }
+            ),
         }
     }
 }
@@ -247,6 +324,65 @@ pub enum TaskError {
         /// Largest allowed length in bytes.
         max: usize,
     },
+    /// A list element is not a 64-bit signed integer.
+    #[error("{kind} task field \"numbers\" element {index} is {found}; every element must be an integer in {}..={}", i64::MIN, i64::MAX)]
+    BadNumber {
+        /// Task kind.
+        kind: &'static str,
+        /// Position of the element, from 0.
+        index: usize,
+        /// What was found, e.g. "a string" or the number as serde_json renders it.
+        found: String,
+    },
+    /// A field that must be a 64-bit signed integer is not one.
+    #[error(
+        "{kind} task field \"{field}\" is {found}; it must be an integer in {}..={}",
+        i64::MIN,
+        i64::MAX
+    )]
+    NotI64 {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// What was found.
+        found: String,
+    },
+    /// Too many numbers.
+    #[error("{kind} task has {count} numbers; at most {max} are allowed")]
+    TooManyNumbers {
+        /// Task kind.
+        kind: &'static str,
+        /// Numbers given.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// `max` of an empty list has no answer.
+    #[error("max task needs at least one number")]
+    EmptyList,
+    /// `prime-sum` with `start > end`.
+    #[error("prime-sum task needs start <= end, but start is {start} and end is {end}")]
+    EmptyRange {
+        /// First number asked for.
+        start: i64,
+        /// Last number asked for.
+        end: i64,
+    },
+    /// `prime-sum` over a range wider than [`PRIME_SUM_SPAN_MAX`].
+    #[error(
+        "prime-sum task range {start}..={end} spans {span} numbers; at most {max} are allowed"
+    )]
+    RangeTooWide {
+        /// First number asked for.
+        start: i64,
+        /// Last number asked for.
+        end: i64,
+        /// `end - start + 1`.
+        span: u128,
+        /// The limit.
+        max: u64,
+    },
     /// The object has a field the kind does not take.
     #[error(
         "{kind} task has an unexpected field {field:?}; it takes only \"kind\" and \"{allowed}\""
@@ -273,6 +409,8 @@ fn field_rule(field: &str) -> String {
         "limit" => format!("an integer in 0..={PRIME_COUNT_LIMIT_MAX}"),
         "fail_until_attempt" => format!("an integer in 1..={ATTEMPTS_MAX}"),
         "text" => format!("a string of at most {TASK_TEXT_BYTES_MAX} bytes"),
+        "numbers" => format!("an array of at most {TASK_NUMBERS_MAX} integers"),
+        "start" | "end" => format!("an integer in {}..={}", i64::MIN, i64::MAX),
         _ => "valid".to_string(),
     }
 }
@@ -309,6 +447,9 @@ enum Kind {
     Sha256,
     PrimeCount,
     Fail,
+    Max,
+    PrimeCountList,
+    PrimeSum,
 }
 
 impl Kind {
@@ -319,6 +460,9 @@ impl Kind {
             "sha256" => Some(Kind::Sha256),
             "prime-count" => Some(Kind::PrimeCount),
             "fail" => Some(Kind::Fail),
+            "max" => Some(Kind::Max),
+            "prime-count-list" => Some(Kind::PrimeCountList),
+            "prime-sum" => Some(Kind::PrimeSum),
             _ => None,
         }
     }
@@ -331,18 +475,76 @@ impl Kind {
             Kind::Sha256 => "sha256",
             Kind::PrimeCount => "prime-count",
             Kind::Fail => "fail",
+            Kind::Max => "max",
+            Kind::PrimeCountList => "prime-count-list",
+            Kind::PrimeSum => "prime-sum",
         }
     }
 
-    /// The one field the kind takes besides `"kind"`.
-    fn field(self) -> &'static str {
+    /// The fields the kind takes besides `"kind"`.
+    fn fields(self) -> &'static [&'static str] {
         match self {
-            Kind::Sleep => "milliseconds",
-            Kind::WordCount | Kind::Sha256 => "text",
-            Kind::PrimeCount => "limit",
-            Kind::Fail => "fail_until_attempt",
+            Kind::Sleep => &["milliseconds"],
+            Kind::WordCount | Kind::Sha256 => &["text"],
+            Kind::PrimeCount => &["limit"],
+            Kind::Fail => &["fail_until_attempt"],
+            Kind::Max | Kind::PrimeCountList => &["numbers"],
+            Kind::PrimeSum => &["start", "end"],
         }
     }
+
+    /// The allowed fields as error messages quote them: `limit`, or `start" and "end`.
+    fn allowed(self) -> &'static str {
+        match self {
+            Kind::PrimeSum => "start\" and \"end",
+            _ => self.fields().first().copied().unwrap_or(""),
+        }
+    }
+}
+
+/// Reads a list of 64-bit signed integers strictly.
+fn parse_numbers(kind: &'static str, value: &Value) -> Result<Vec<i64>, TaskError> {
+    let Value::Array(items) = value else {
+        return Err(TaskError::WrongType {
+            kind,
+            field: "numbers",
+            expected: "array",
+            found: json_type(value),
+        });
+    };
+    if items.len() > TASK_NUMBERS_MAX {
+        return Err(TaskError::TooManyNumbers {
+            kind,
+            count: items.len(),
+            max: TASK_NUMBERS_MAX,
+        });
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            item.as_i64().ok_or_else(|| TaskError::BadNumber {
+                kind,
+                index,
+                found: match item {
+                    Value::Number(n) => n.to_string(),
+                    other => json_type(other).to_string(),
+                },
+            })
+        })
+        .collect()
+}
+
+/// Reads a 64-bit signed integer field strictly.
+fn parse_i64(kind: &'static str, field: &'static str, value: &Value) -> Result<i64, TaskError> {
+    value.as_i64().ok_or_else(|| TaskError::NotI64 {
+        kind,
+        field,
+        found: match value {
+            Value::Number(n) => n.to_string(),
+            other => json_type(other).to_string(),
+        },
+    })
 }
 
 /// Reads a string field, refusing an oversized one before copying it.
@@ -440,17 +642,24 @@ impl TaskSpec {
         let kind = Kind::from_name(kind_name).ok_or_else(|| TaskError::UnknownKind {
             kind: echo(kind_name),
         })?;
-        let (name, field) = (kind.name(), kind.field());
-        if let Some(extra) = object.keys().find(|key| *key != "kind" && *key != field) {
+        let (name, fields) = (kind.name(), kind.fields());
+        if let Some(extra) = object
+            .keys()
+            .find(|key| *key != "kind" && !fields.contains(&key.as_str()))
+        {
             return Err(TaskError::UnexpectedField {
                 kind: name,
                 field: echo(extra),
-                allowed: field,
+                allowed: kind.allowed(),
             });
         }
-        let raw = object
-            .get(field)
-            .ok_or(TaskError::MissingField { kind: name, field })?;
+        let get = |field: &'static str| {
+            object
+                .get(field)
+                .ok_or(TaskError::MissingField { kind: name, field })
+        };
+        let field = fields.first().copied().unwrap_or("");
+        let raw = get(field)?;
         let integer = |min, max| parse_integer(name, field, raw, min, max);
         let spec = match kind {
             Kind::Sleep => TaskSpec::Sleep {
@@ -478,6 +687,16 @@ impl TaskSpec {
                 })?;
                 TaskSpec::Fail { fail_until_attempt }
             }
+            Kind::Max => TaskSpec::Max {
+                numbers: parse_numbers(name, raw)?,
+            },
+            Kind::PrimeCountList => TaskSpec::PrimeCountList {
+                numbers: parse_numbers(name, raw)?,
+            },
+            Kind::PrimeSum => TaskSpec::PrimeSum {
+                start: parse_i64(name, "start", raw)?,
+                end: parse_i64(name, "end", get("end")?)?,
+            },
         };
         spec.validate()?;
         Ok(spec)
@@ -523,6 +742,87 @@ impl TaskSpec {
                 1,
                 u64::from(ATTEMPTS_MAX),
             ),
+            TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
+                if numbers.len() > TASK_NUMBERS_MAX {
+                    Err(TaskError::TooManyNumbers {
+                        kind,
+                        count: numbers.len(),
+                        max: TASK_NUMBERS_MAX,
+                    })
+                } else if numbers.is_empty() && matches!(self, TaskSpec::Max { .. }) {
+                    Err(TaskError::EmptyList)
+                } else {
+                    Ok(())
+                }
+            }
+            TaskSpec::PrimeSum { start, end } => {
+                if start > end {
+                    return Err(TaskError::EmptyRange {
+                        start: *start,
+                        end: *end,
+                    });
+                }
+                let span = range_span(*start, *end);
+                if span > u128::from(PRIME_SUM_SPAN_MAX) {
+                    return Err(TaskError::RangeTooWide {
+                        start: *start,
+                        end: *end,
+                        span,
+                        max: PRIME_SUM_SPAN_MAX,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// True for the data-parallel kinds (`max`, `prime-count-list`, `prime-sum`): a submission
+    /// of one becomes a parent job split into partition jobs.
+    pub fn is_data_parallel(&self) -> bool {
+        matches!(
+            self,
+            TaskSpec::Max { .. } | TaskSpec::PrimeCountList { .. } | TaskSpec::PrimeSum { .. }
+        )
+    }
+
+    /// How many items a data-parallel spec splits over (list elements, or range numbers,
+    /// saturating); 1 for any other spec.
+    pub fn items(&self) -> u64 {
+        match self {
+            TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
+                numbers.len() as u64
+            }
+            TaskSpec::PrimeSum { start, end } if start <= end => {
+                u64::try_from(range_span(*start, *end)).unwrap_or(u64::MAX)
+            }
+            TaskSpec::PrimeSum { .. } => 0,
+            _ => 1,
+        }
+    }
+
+    /// Splits a data-parallel spec into `min(partitions, items)` balanced contiguous pieces,
+    /// in order (the first pieces take one extra item each when it does not divide evenly).
+    /// Every item lands in exactly one piece. Any other spec is one piece: itself.
+    pub fn split(&self, partitions: u32) -> Vec<TaskSpec> {
+        let partitions = partitions.max(1);
+        match self {
+            TaskSpec::Max { numbers } => split_list(numbers.len(), partitions as usize)
+                .into_iter()
+                .map(|r| TaskSpec::Max {
+                    numbers: numbers.get(r).unwrap_or_default().to_vec(),
+                })
+                .collect(),
+            TaskSpec::PrimeCountList { numbers } => split_list(numbers.len(), partitions as usize)
+                .into_iter()
+                .map(|r| TaskSpec::PrimeCountList {
+                    numbers: numbers.get(r).unwrap_or_default().to_vec(),
+                })
+                .collect(),
+            TaskSpec::PrimeSum { start, end } => split_range(*start, *end, u64::from(partitions))
+                .into_iter()
+                .map(|(start, end)| TaskSpec::PrimeSum { start, end })
+                .collect(),
+            other => vec![other.clone()],
         }
     }
 
@@ -534,13 +834,25 @@ impl TaskSpec {
             TaskSpec::Sha256 { .. } => "sha256",
             TaskSpec::PrimeCount { .. } => "prime-count",
             TaskSpec::Fail { .. } => "fail",
+            TaskSpec::Max { .. } => "max",
+            TaskSpec::PrimeCountList { .. } => "prime-count-list",
+            TaskSpec::PrimeSum { .. } => "prime-sum",
         }
     }
 
     /// The wire form; identical to the derived `Serialize` and accepted back by
     /// [`TaskSpec::from_json`] whenever the spec is valid.
     pub fn to_json(&self) -> Value {
+        let mut object = Map::new();
+        object.insert("kind".to_string(), Value::from(self.kind()));
         let (field, value) = match self {
+            TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
+                ("numbers", Value::from(numbers.clone()))
+            }
+            TaskSpec::PrimeSum { start, end } => {
+                object.insert("start".to_string(), Value::from(*start));
+                ("end", Value::from(*end))
+            }
             TaskSpec::Sleep { milliseconds } => ("milliseconds", Value::from(*milliseconds)),
             TaskSpec::WordCount { text } | TaskSpec::Sha256 { text } => {
                 ("text", Value::from(text.as_str()))
@@ -550,8 +862,6 @@ impl TaskSpec {
                 ("fail_until_attempt", Value::from(*fail_until_attempt))
             }
         };
-        let mut object = Map::new();
-        object.insert("kind".to_string(), Value::from(self.kind()));
         object.insert(field.to_string(), value);
         Value::Object(object)
     }
@@ -573,7 +883,16 @@ impl TaskSpec {
                 TaskPlan::Inline
             }
             TaskSpec::PrimeCount { limit } if *limit <= INLINE_PRIME_LIMIT_MAX => TaskPlan::Inline,
-            TaskSpec::Fail { .. } => TaskPlan::Inline,
+            TaskSpec::Fail { .. } | TaskSpec::Max { .. } => TaskPlan::Inline,
+            TaskSpec::PrimeCountList { numbers } if numbers.len() <= INLINE_NUMBERS_MAX => {
+                TaskPlan::Inline
+            }
+            TaskSpec::PrimeSum { start, end }
+                if start <= end
+                    && range_span(*start, *end) <= u128::from(INLINE_PRIME_LIMIT_MAX) =>
+            {
+                TaskPlan::Inline
+            }
             _ => TaskPlan::Compute,
         }
     }
@@ -586,10 +905,38 @@ impl TaskSpec {
 /// [`TaskSpec::validate`] (one that bypassed [`TaskSpec::from_json`]) is not run: it fails with
 /// the validation message, so an oversized request cannot tie up a worker.
 pub fn execute(spec: &TaskSpec, attempt: Attempt) -> Result<TaskOutput, TaskFailure> {
-    if let Err(error) = spec.validate() {
-        return Err(TaskFailure::new(format!("invalid task: {error}")));
+    match execute_until(spec, attempt, &mut || false) {
+        Some(outcome) => outcome,
+        None => Err(TaskFailure::new("stopped")),
     }
-    match spec {
+}
+
+/// [`execute`], asking `should_stop` now and then during long computations (a `prime-sum`
+/// range); `None` if it said stop. Lets a worker cancel a long attempt cooperatively.
+pub fn execute_until(
+    spec: &TaskSpec,
+    attempt: Attempt,
+    should_stop: &mut dyn FnMut() -> bool,
+) -> Option<Result<TaskOutput, TaskFailure>> {
+    if let Err(error) = spec.validate() {
+        return Some(Err(TaskFailure::new(format!("invalid task: {error}"))));
+    }
+    Some(match spec {
+        TaskSpec::Max { numbers } => numbers
+            .iter()
+            .max()
+            .map(|&max| TaskOutput::Max { max })
+            .ok_or_else(|| TaskFailure::new("max of an empty list")),
+        TaskSpec::PrimeCountList { numbers } => Ok(TaskOutput::PrimeCountList {
+            count: numbers.iter().filter(|&&n| is_prime(n)).count() as u64,
+        }),
+        TaskSpec::PrimeSum { start, end } => {
+            let stats = primes_in_range(*start, *end, should_stop)?;
+            Ok(TaskOutput::PrimeSum {
+                count: stats.count,
+                sum: stats.sum,
+            })
+        }
         TaskSpec::Sleep { milliseconds } => Ok(TaskOutput::Slept {
             milliseconds: *milliseconds,
         }),
@@ -613,6 +960,61 @@ pub fn execute(spec: &TaskSpec, attempt: Attempt) -> Result<TaskOutput, TaskFail
                 Ok(TaskOutput::Succeeded { attempt: attempt.0 })
             }
         }
+    })
+}
+
+/// `end - start + 1` for `start <= end`, exact for any pair of `i64` (up to 2^64 numbers).
+pub fn range_span(start: i64, end: i64) -> u128 {
+    (i128::from(end) - i128::from(start) + 1).max(0) as u128
+}
+
+/// Combines the outputs of a data-parallel spec's pieces, in partition order, into the output
+/// the whole spec would have given: the max of the maxima, the sum of the counts, the sum of the
+/// sums (exact in `u128`). `Err` if a piece's output is of the wrong kind, or a `max` has no
+/// pieces (a valid `max` always has at least one).
+pub fn aggregate(spec: &TaskSpec, pieces: &[&TaskOutput]) -> Result<TaskOutput, String> {
+    let wrong = |piece: &TaskOutput| {
+        Err(format!(
+            "a {} partition reported a {piece:?} result",
+            spec.kind()
+        ))
+    };
+    match spec {
+        TaskSpec::Max { .. } => {
+            let mut best: Option<i64> = None;
+            for piece in pieces {
+                match piece {
+                    TaskOutput::Max { max } => best = Some(best.map_or(*max, |b| b.max(*max))),
+                    other => return wrong(other),
+                }
+            }
+            best.map(|max| TaskOutput::Max { max })
+                .ok_or_else(|| "max over no partitions".to_string())
+        }
+        TaskSpec::PrimeCountList { .. } => {
+            let mut total: u64 = 0;
+            for piece in pieces {
+                match piece {
+                    TaskOutput::PrimeCountList { count } => total = total.saturating_add(*count),
+                    other => return wrong(other),
+                }
+            }
+            Ok(TaskOutput::PrimeCountList { count: total })
+        }
+        TaskSpec::PrimeSum { .. } => {
+            let (mut count, mut sum): (u64, u128) = (0, 0);
+            for piece in pieces {
+                match piece {
+                    TaskOutput::PrimeSum { count: c, sum: s } => {
+                        count = count.saturating_add(*c);
+                        sum = sum.saturating_add(*s);
+                    }
+                    other => return wrong(other),
+                }
+            }
+            Ok(TaskOutput::PrimeSum { count, sum })
+        }
+        other => Err(format!("{} is not a data-parallel task", other.kind())),
     }
 }
 
@@ -1221,6 +1623,9 @@ mod tests {
             TaskSpec::Fail {
                 fail_until_attempt: 1,
             },
+            TaskSpec::Max { numbers: vec![1] },
+            TaskSpec::PrimeCountList { numbers: vec![] },
+            TaskSpec::PrimeSum { start: 1, end: 2 },
         ];
         let kinds: Vec<&str> = specs.iter().map(TaskSpec::kind).collect();
         assert_eq!(kinds, TASK_KINDS);
@@ -1275,7 +1680,7 @@ mod tests {
         );
         assert_eq!(
             error.to_string(),
-            "unknown task kind \"nope\"; known kinds: sleep, word-count, sha256, prime-count, fail"
+            "unknown task kind \"nope\"; known kinds: sleep, word-count, sha256, prime-count, fail, max, prime-count-list, prime-sum"
         );
         // Kinds are case-sensitive and kebab-case.
         assert!(matches!(

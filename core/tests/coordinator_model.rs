@@ -820,6 +820,7 @@ impl Model {
                 let key = key.map(|k| KEYS[k].to_owned());
                 self.send_client(
                     ClientRequest::Submit {
+                        partitions: None,
                         request_id,
                         task: spec(*choice).to_json(),
                         max_attempts: *max_attempts,
@@ -1452,6 +1453,7 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
             Instant::ZERO,
             ConnectionId(1),
             ClientRequest::Submit {
+                partitions: None,
                 request_id: RequestId(request),
                 task: spec(1).to_json(),
                 max_attempts: None,

@@ -177,6 +177,8 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     result,
                     error,
                     idempotency_key,
+                    partition_of: None,
+                    partitions: None,
                 }
             },
         )
@@ -325,6 +327,7 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
         )
             .prop_map(|(request_id, task, max_attempts, idempotency_key)| {
                 ClientRequest::Submit {
+                    partitions: None,
                     request_id,
                     task,
                     max_attempts,
@@ -956,6 +959,7 @@ fn coordinator_to_worker_wire_forms() {
 fn submit_wire_form_with_and_without_optional_fields() {
     assert_wire_form(
         ClientRequest::Submit {
+            partitions: None,
             request_id: RequestId(5),
             task: TaskSpec::Sleep { milliseconds: 250 }.to_json(),
             max_attempts: Some(4),
@@ -972,6 +976,7 @@ fn submit_wire_form_with_and_without_optional_fields() {
     // Absent options are left out entirely, not sent as null.
     assert_wire_form(
         ClientRequest::Submit {
+            partitions: None,
             request_id: RequestId(6),
             task: TaskSpec::Fail {
                 fail_until_attempt: 2,
@@ -1065,6 +1070,8 @@ fn client_reply_wire_forms() {
                 result: Some(TaskOutput::WordCount { words: 2 }),
                 error: None,
                 idempotency_key: None,
+                partition_of: None,
+                partitions: None,
             },
         },
         json!({

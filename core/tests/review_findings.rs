@@ -145,6 +145,7 @@ impl Harness {
             self.now,
             CLIENT,
             ClientRequest::Submit {
+                partitions: None,
                 request_id,
                 task: TaskSpec::Sha256 { text: "x".into() }.to_json(),
                 max_attempts: Some(max_attempts),

@@ -176,6 +176,7 @@ impl Concretizer {
                 let job_id = JobId(uuid::Uuid::from_u128(self.next_job));
                 self.submitted.push(job_id);
                 Command::Submit {
+                    partitions: Vec::new(),
                     job_id,
                     task: spec(*choice),
                     max_attempts: *max_attempts,
@@ -469,6 +470,7 @@ fn check_step(
             task,
             max_attempts,
             idempotency_key,
+            partitions: _,
             max_active_jobs,
         } => {
             let bound = idempotency_key.as_ref().and_then(|key| {
@@ -614,7 +616,7 @@ fn replay(start: JobTable, log: &[Command]) -> (JobTable, Vec<Applied>) {
     let mut outcomes = Vec::with_capacity(log.len());
     for command in log {
         let index = table.applied_index().next();
-        outcomes.push(table.apply(index, command));
+        outcomes.push(table.apply(index, command).applied);
     }
     (table, outcomes)
 }
@@ -634,7 +636,7 @@ fn run(ops: &[Op]) -> Result<Run, TestCaseError> {
         let command = concretizer.command(&table, op);
         let before = snapshot(&table);
         let index = table.applied_index().next();
-        let applied = table.apply(index, &command);
+        let applied = table.apply(index, &command).applied;
         prop_assert_eq!(table.applied_index(), index);
         check_state(&table)?;
         check_step(&before, &command, &applied, &table)?;
@@ -705,6 +707,7 @@ proptest! {
 
 fn submit(id: u128, key: Option<&str>, max_attempts: u32, limit: u64) -> Command {
     Command::Submit {
+        partitions: Vec::new(),
         job_id: JobId(uuid::Uuid::from_u128(id)),
         task: spec(0),
         max_attempts,
@@ -728,7 +731,7 @@ fn apply_all(table: &mut JobTable, log: &[Command]) -> Vec<Applied> {
     log.iter()
         .map(|command| {
             let index = table.applied_index().next();
-            let applied = table.apply(index, command);
+            let applied = table.apply(index, command).applied;
             table.check_invariants().expect("invariants hold");
             applied
         })

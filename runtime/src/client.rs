@@ -113,6 +113,7 @@ impl HerderClient {
         options: SubmitOptions,
     ) -> Result<Submitted, CallError> {
         let op = Operation::Submit {
+            partitions: None,
             task: task.to_json(),
             max_attempts: options.max_attempts,
             idempotency_key: options.idempotency_key,

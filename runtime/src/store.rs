@@ -325,6 +325,8 @@ mod tests {
             retry_delay_millis: 0,
             submitted_at: LogIndex(n as u64),
             queue_seq: n as u64,
+            partition_of: None,
+            partitions: Vec::new(),
         }
     }
 

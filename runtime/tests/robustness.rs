@@ -254,6 +254,7 @@ async fn unknown_jobs_and_invalid_submissions_get_typed_errors_and_create_nothin
     ];
     for task in invalid_tasks {
         let op = Operation::Submit {
+            partitions: None,
             task: task.clone(),
             max_attempts: None,
             idempotency_key: None,
@@ -265,6 +266,7 @@ async fn unknown_jobs_and_invalid_submissions_get_typed_errors_and_create_nothin
         );
     }
     let bad_attempts = Operation::Submit {
+        partitions: None,
         task: TaskSpec::Sha256 { text: "x".into() }.to_json(),
         max_attempts: Some(0),
         idempotency_key: None,
@@ -475,6 +477,7 @@ async fn out_of_range_request_parameters_are_refused_with_typed_errors() {
     let sha = TaskSpec::Sha256 { text: "x".into() };
 
     let submit_op = |max_attempts: Option<u32>, key: Option<String>| Operation::Submit {
+        partitions: None,
         task: sha.to_json(),
         max_attempts,
         idempotency_key: key,
@@ -496,6 +499,7 @@ async fn out_of_range_request_parameters_are_refused_with_typed_errors() {
         text: "a".repeat(300 * 1024),
     };
     let op = Operation::Submit {
+        partitions: None,
         task: long.to_json(),
         max_attempts: None,
         idempotency_key: None,

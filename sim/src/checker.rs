@@ -7,12 +7,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use herder_core::command::{Command, JobTable, LogEntry};
+use herder_core::command::{Applied, Command, JobTable, LogEntry};
 use herder_core::coordinator::{DurableState, Output, Record, WorkerEntry};
-use herder_core::ids::{JobId, LeaseId, LogIndex, WorkerId};
+use herder_core::ids::{Attempt, JobId, LeaseId, LogIndex, WorkerId};
 use herder_core::job::{Job, JobState};
 use herder_core::protocol::{CancelReason, ClientReply, CoordinatorToWorker, JobView};
-use herder_core::tasks;
+use herder_core::tasks::{self, TaskSpec};
 
 pub type Check = Result<(), String>;
 
@@ -78,7 +78,12 @@ pub struct Facts {
     pub submits: HashSet<JobId>,
     pub assigns: HashMap<(JobId, LeaseId), WorkerId>,
     pub settles: HashSet<(JobId, LeaseId)>,
+    /// Jobs a durable entry cancelled: by a `Cancel` of the job (or of its data-parallel parent),
+    /// or because a sibling partition failed for good.
     pub cancels: HashSet<JobId>,
+    /// The table the durable log alone produces, applied entry by entry as entries become
+    /// durable, so cascades (a parent's cancel cancelling its partitions) are known exactly.
+    pub durable_table: JobTable,
 }
 
 /// Who a coordinator connection belongs to, as the world knows it.
@@ -137,10 +142,16 @@ impl Checker {
                 | Command::Abandon { job_id, lease_id } => {
                     self.facts.settles.insert((*job_id, *lease_id));
                 }
-                Command::Cancel { job_id } => {
-                    self.facts.cancels.insert(*job_id);
+                Command::Cancel { .. } | Command::Requeue { .. } => {}
+            }
+            let table = &mut self.facts.durable_table;
+            if entry.index == table.applied_index().next() {
+                let outcome = table.apply(entry.index, &entry.command);
+                for applied in std::iter::once(&outcome.applied).chain(&outcome.follow_on) {
+                    if let Applied::Cancelled { job_id, .. } = applied {
+                        self.facts.cancels.insert(*job_id);
+                    }
                 }
-                Command::Requeue { .. } => {}
             }
         }
     }
@@ -347,9 +358,74 @@ impl Checker {
                 .cloned()
                 .collect();
             for job in fresh {
-                self.check_newly_terminal(&job)?;
+                if job.is_parent() {
+                    self.check_parent_terminal(&job, table)?;
+                } else {
+                    self.check_newly_terminal(&job)?;
+                }
                 self.terminal.insert(job.id, job);
             }
+        }
+        Ok(())
+    }
+
+    /// SPEC invariant 7: a data-parallel job that completed holds exactly the sequential answer
+    /// over its whole input, and its partitions cover that input exactly once, in order, each
+    /// completed; one that failed has a partition that failed for good.
+    pub fn check_parent_terminal(&mut self, job: &Job, table: &JobTable) -> Check {
+        let parts: Vec<&Job> = job
+            .partitions
+            .iter()
+            .map(|id| {
+                table
+                    .get(id)
+                    .ok_or_else(|| format!("job {}: partition {id} is missing", job.id))
+            })
+            .collect::<Result<_, _>>()?;
+        match job.state {
+            JobState::Completed => {
+                self.completions += 1;
+                let expected = tasks::execute(&job.task, Attempt(0));
+                ensure!(
+                    expected.as_ref().ok() == job.result.as_ref(),
+                    "data-parallel job {} completed with {:?} over {} partitions, but the whole input gives {:?}",
+                    job.id,
+                    job.result,
+                    parts.len(),
+                    expected
+                );
+                let pieces = job.task.split(parts.len() as u32);
+                ensure!(
+                    pieces.len() == parts.len(),
+                    "data-parallel job {} has {} partitions but its input splits into {}",
+                    job.id,
+                    parts.len(),
+                    pieces.len()
+                );
+                for (index, (part, piece)) in parts.iter().zip(&pieces).enumerate() {
+                    ensure!(
+                        part.task == *piece && part.state == JobState::Completed,
+                        "data-parallel job {}: partition {index} ({}) is {} over {:?}, expected COMPLETED over {:?}",
+                        job.id,
+                        part.id,
+                        part.state,
+                        part.task,
+                        piece
+                    );
+                }
+                ensure!(
+                    covers_exactly_once(&job.task, &pieces),
+                    "data-parallel job {}: its partitions do not cover its input exactly once",
+                    job.id
+                );
+            }
+            JobState::Failed => ensure!(
+                parts.iter().any(|p| p.state == JobState::Failed),
+                "data-parallel job {} failed ({:?}) but none of its partitions did",
+                job.id,
+                job.error
+            ),
+            _ => {}
         }
         Ok(())
     }
@@ -383,6 +459,38 @@ impl Checker {
             job.attempt
         );
         Ok(())
+    }
+}
+
+/// Whether `pieces`, in order, hold every item of `whole` exactly once: joined lists equal
+/// the list; ranges abut with no gap or overlap from `start` to `end`.
+fn covers_exactly_once(whole: &TaskSpec, pieces: &[TaskSpec]) -> bool {
+    match whole {
+        TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
+            let mut joined = Vec::new();
+            for piece in pieces {
+                match piece {
+                    TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
+                        joined.extend_from_slice(numbers)
+                    }
+                    _ => return false,
+                }
+            }
+            joined == *numbers
+        }
+        TaskSpec::PrimeSum { start, end } => {
+            let mut next = i128::from(*start);
+            for piece in pieces {
+                match piece {
+                    TaskSpec::PrimeSum { start: a, end: b } if i128::from(*a) == next && a <= b => {
+                        next = i128::from(*b) + 1;
+                    }
+                    _ => return false,
+                }
+            }
+            next == i128::from(*end) + 1
+        }
+        _ => false,
     }
 }
 

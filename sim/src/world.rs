@@ -15,7 +15,8 @@ use herder_core::ids::{ConnectionId, JobId, LeaseId, RequestId, WorkerId};
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::protocol::codec::{encode_frame, FrameDecoder, WireMessage};
 use herder_core::protocol::{
-    AttemptOutcome, ClientReply, ClientRequest, CoordinatorToWorker, WorkerToCoordinator,
+    AttemptOutcome, ClientReply, ClientRequest, CoordinatorToWorker, Partitions,
+    WorkerToCoordinator,
 };
 use herder_core::tasks::{self, TaskSpec};
 use herder_core::time::Instant;
@@ -455,6 +456,9 @@ fn event_name(event: &Event) -> &'static str {
         Event::AttemptReadopted { .. } => "coordinator: attempt re-adopted",
         Event::AttemptAbandoned { .. } => "coordinator: attempt abandoned",
         Event::MalformedFrame { .. } => "coordinator: malformed frame",
+        Event::JobSplit { .. } => "coordinator: data-parallel job split",
+        Event::ParentCompleted { .. } => "coordinator: data-parallel job completed",
+        Event::ParentFailed { .. } => "coordinator: data-parallel job failed",
     }
 }
 
@@ -513,7 +517,45 @@ fn repeatable_down(msg: &Down) -> bool {
     }
 }
 
+/// A small data-parallel task: a list of up to 40 numbers (some empty, some negative, some
+/// large primes), or a range of up to 50,000 numbers that may start below zero.
+fn random_parallel_spec(rng: &mut SimRng) -> TaskSpec {
+    let numbers = |rng: &mut SimRng| {
+        let len = rng.below(41) as usize;
+        (0..len)
+            .map(|_| match rng.below(4) {
+                0 => rng.range(0, 200) as i64 - 100,
+                1 => 1_000_000_007,
+                2 => rng.range(0, 1 << 40) as i64,
+                _ => rng.range(0, 1_000) as i64,
+            })
+            .collect::<Vec<i64>>()
+    };
+    match rng.below(3) {
+        0 => {
+            let mut list = numbers(rng);
+            if list.is_empty() {
+                list.push(-7);
+            }
+            TaskSpec::Max { numbers: list }
+        }
+        1 => TaskSpec::PrimeCountList {
+            numbers: numbers(rng),
+        },
+        _ => {
+            let start = rng.range(0, 20_000) as i64 - 1_000;
+            TaskSpec::PrimeSum {
+                start,
+                end: start + rng.range(0, 50_000) as i64,
+            }
+        }
+    }
+}
+
 fn random_spec(rng: &mut SimRng) -> TaskSpec {
+    if rng.chance(0.2) {
+        return random_parallel_spec(rng);
+    }
     match rng.below(7) {
         0..=2 => TaskSpec::Sleep {
             milliseconds: rng.range(0, 200),
@@ -1921,10 +1963,15 @@ impl World {
                     },
                     None => random_spec(rng),
                 };
+                let partitions = spec.is_data_parallel().then(|| match rng.below(3) {
+                    0 => Partitions::Auto,
+                    _ => Partitions::Count(rng.range(1, 5) as u32),
+                });
                 Operation::Submit {
                     task: spec.to_json(),
                     max_attempts: rng.chance(0.5).then(|| rng.range(1, 4) as u32),
                     idempotency_key: key,
+                    partitions,
                 }
             }
         }

@@ -118,6 +118,7 @@ fn lease_id(n: u8) -> LeaseId {
 fn completed_table(spec: TaskSpec, output: TaskOutput) -> (JobTable, Vec<Record>) {
     let commands = vec![
         Command::Submit {
+            partitions: Vec::new(),
             job_id: job_id(1),
             task: spec,
             max_attempts: 3,

@@ -41,6 +41,21 @@ pub enum Event {
         active_jobs: u64,
         max_active_jobs: u64,
     },
+    /// A data-parallel job was split: `partitions` child jobs were queued.
+    JobSplit {
+        job_id: JobId,
+        partitions: usize,
+    },
+    /// Every partition of a data-parallel job completed; its result is the aggregate.
+    ParentCompleted {
+        job_id: JobId,
+        partitions: usize,
+    },
+    /// A data-parallel job failed (a partition failed for good); the rest were cancelled.
+    ParentFailed {
+        job_id: JobId,
+        error: String,
+    },
     WorkerRegistered {
         worker: WorkerId,
         incarnation: Incarnation,
@@ -192,6 +207,20 @@ impl fmt::Display for Event {
                 worker,
                 attempts,
             } => write!(f, "Job completed: jobId={job_id} workerId={worker} attempts={attempts}"),
+            Event::JobSplit {
+                job_id,
+                partitions,
+            } => write!(f, "Job split: jobId={job_id} partitions={partitions}"),
+            Event::ParentCompleted {
+                job_id,
+                partitions,
+            } => write!(
+                f,
+                "Job completed: jobId={job_id} partitions={partitions} (aggregated)"
+            ),
+            Event::ParentFailed { job_id, error } => {
+                write!(f, "Job failed: jobId={job_id} error=\"{error}\"")
+            }
             Event::JobFailed {
                 job_id,
                 attempts,

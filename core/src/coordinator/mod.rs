@@ -54,13 +54,13 @@ use crate::limits::{
     ACTIVE_JOBS_CEILING, ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, CONFIG_MILLIS_MAX,
     FRAME_BYTES_MAX_CEILING, FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, IDEMPOTENCY_KEY_BYTES_MAX,
     LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX,
-    PERSIST_BATCH_RECORDS_MAX, REPORTED_FINISHED_MAX, WAITERS_MAX, WAIT_MILLIS_MAX, WORKERS_MAX,
-    WORKER_CAPACITY_MAX,
+    PARTITIONS_MAX, PERSIST_BATCH_RECORDS_MAX, REPORTED_FINISHED_MAX, WAITERS_MAX, WAIT_MILLIS_MAX,
+    WORKERS_MAX, WORKER_CAPACITY_MAX,
 };
 use crate::protocol::codec::FrameError;
 use crate::protocol::{
     AttemptOutcome, CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode,
-    RegisterRejection, RunningAttempt, WorkerToCoordinator,
+    Partitions, RegisterRejection, RunningAttempt, WorkerToCoordinator,
 };
 use crate::tasks::TaskSpec;
 use crate::time::{as_millis_u64, Instant};
@@ -379,10 +379,8 @@ impl Coordinator {
             coordinator.log.restore(entry);
         }
         while let Some(entry) = coordinator.log.pop_committed() {
-            let applied = coordinator.table.apply(entry.index, &entry.command);
-            if let Some(job_id) = applied.changed_job() {
-                coordinator.dirty.insert(job_id);
-            }
+            let outcome = coordinator.table.apply(entry.index, &entry.command);
+            coordinator.dirty.extend(outcome.changed_jobs());
         }
         coordinator.take_over(now);
         Ok(coordinator)
@@ -677,12 +675,17 @@ impl Coordinator {
                 task,
                 max_attempts,
                 idempotency_key,
-            } => self.submit(conn, request_id, &task, max_attempts, idempotency_key),
-            ClientRequest::Status { request_id, job_id } => match self.table.get(&job_id) {
-                Some(job) => {
-                    let job = job.view();
-                    self.send_client(conn, ClientReply::Job { request_id, job });
-                }
+                partitions,
+            } => self.submit(
+                conn,
+                request_id,
+                &task,
+                max_attempts,
+                idempotency_key,
+                partitions,
+            ),
+            ClientRequest::Status { request_id, job_id } => match self.table.view(&job_id) {
+                Some(job) => self.send_client(conn, ClientReply::Job { request_id, job }),
                 None => self.job_not_found(conn, request_id, job_id),
             },
             ClientRequest::Wait {
@@ -695,8 +698,19 @@ impl Coordinator {
                     .table
                     .get(&job_id)
                     .filter(|job| job.state.is_terminal())
-                    .map(Job::view);
-                if self.table.get(&job_id).is_none() {
+                    .and_then(|job| self.table.view(&job.id));
+                let partition_of = self.table.get(&job_id).and_then(|job| job.partition_of);
+                if let Some(of) = partition_of {
+                    self.client_error(
+                        conn,
+                        request_id,
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "job {job_id} is partition {} of job {}; cancel that job instead",
+                            of.index, of.parent
+                        ),
+                    );
+                } else if self.table.get(&job_id).is_none() {
                     self.job_not_found(conn, request_id, job_id);
                 } else if let Some(job) = terminal {
                     // Terminal is final: answer from the durable table without writing anything.
@@ -746,6 +760,7 @@ impl Coordinator {
         task: &serde_json::Value,
         max_attempts: Option<u32>,
         idempotency_key: Option<String>,
+        partitions: Option<Partitions>,
     ) {
         let task = match TaskSpec::from_json(task) {
             Ok(task) => task,
@@ -811,13 +826,33 @@ impl Coordinator {
         }
         // Shed load without touching the log when the applied table is already full. Apply checks
         // again, so submissions racing in one batch cannot overshoot the limit.
+        let pieces = match self.resolve_partitions(&task, partitions) {
+            Ok(pieces) => pieces,
+            Err(message) => {
+                return self.client_error(conn, request_id, ErrorCode::InvalidRequest, message)
+            }
+        };
         let limit = self.config.max_active_jobs;
-        if self.table.active_jobs() >= limit {
+        let slots = 1 + pieces as u64;
+        if slots > limit {
+            return self.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidRequest,
+                format!(
+                    "a job split into {pieces} partitions needs {slots} admission slots (the job and each partition), but --max-active-jobs is {limit}; ask for fewer partitions"
+                ),
+            );
+        }
+        if self.table.active_jobs().saturating_add(slots) > limit {
             return self.reject_submission(conn, request_id, self.table.active_jobs(), limit);
         }
-        let mut job_id = JobId::random(&mut self.rng);
-        while self.table.get(&job_id).is_some() {
-            job_id = JobId::random(&mut self.rng);
+        let job_id = self.fresh_job_id(&[]);
+        let mut partitions = Vec::with_capacity(pieces);
+        for _ in 0..pieces {
+            let mut taken = partitions.clone();
+            taken.push(job_id);
+            partitions.push(self.fresh_job_id(&taken));
         }
         self.propose(
             Command::Submit {
@@ -826,9 +861,52 @@ impl Coordinator {
                 max_attempts,
                 idempotency_key,
                 max_active_jobs: limit,
+                partitions,
             },
             Some(Pending::Submit { conn, request_id }),
         );
+    }
+
+    /// A job id no job in the table (nor in `taken`) has.
+    fn fresh_job_id(&mut self, taken: &[JobId]) -> JobId {
+        loop {
+            let id = JobId::random(&mut self.rng);
+            if self.table.get(&id).is_none() && !taken.contains(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// How many partition jobs a submission becomes: `min(partitions, items)` for a
+    /// data-parallel task (`auto`, or no request, means one per live worker, at least one), 0
+    /// for any other task.
+    fn resolve_partitions(
+        &self,
+        task: &TaskSpec,
+        partitions: Option<Partitions>,
+    ) -> Result<usize, String> {
+        if !task.is_data_parallel() {
+            return match partitions {
+                None => Ok(0),
+                Some(_) => Err(format!(
+                    "partitions apply only to max, prime-count-list and prime-sum tasks, not {}",
+                    task.kind()
+                )),
+            };
+        }
+        let requested = match partitions.unwrap_or(Partitions::Auto) {
+            Partitions::Auto => {
+                let live = self.registry.iter().filter(|w| w.alive).count();
+                u32::try_from(live.max(1)).unwrap_or(PARTITIONS_MAX)
+            }
+            Partitions::Count(n) if (1..=PARTITIONS_MAX).contains(&n) => n,
+            Partitions::Count(n) => {
+                return Err(format!(
+                    "partitions must be between 1 and {PARTITIONS_MAX} (got {n})"
+                ))
+            }
+        };
+        Ok(task.split(requested.min(PARTITIONS_MAX)).len())
     }
 
     fn reject_submission(
@@ -896,7 +974,9 @@ impl Coordinator {
             return self.job_not_found(conn, request_id, job_id);
         };
         if job.state.is_terminal() {
-            let job = job.view();
+            let Some(job) = self.table.view(&job_id) else {
+                return;
+            };
             return self.send_client(
                 conn,
                 ClientReply::WaitResult {
@@ -942,8 +1022,7 @@ impl Coordinator {
             return;
         }
         self.waiter_count -= removed;
-        if let Some(job) = self.table.get(&job_id) {
-            let job = job.view();
+        if let Some(job) = self.table.view(&job_id) {
             self.send_client(
                 conn,
                 ClientReply::WaitResult {
@@ -959,7 +1038,7 @@ impl Coordinator {
         let Some(list) = self.waiters.remove(&job_id) else {
             return;
         };
-        let Some(job) = self.table.get(&job_id).map(Job::view) else {
+        let Some(job) = self.table.view(&job_id) else {
             return;
         };
         self.waiter_count -= list.len();
@@ -1020,7 +1099,7 @@ impl Coordinator {
             .newest_first()
             .filter(|job| state.is_none_or(|s| job.state == s))
             .take(limit as usize)
-            .map(Job::view)
+            .filter_map(|job| self.table.view(&job.id))
             .collect();
         self.send_client(conn, ClientReply::JobList { request_id, jobs });
     }
@@ -1582,7 +1661,27 @@ impl Coordinator {
             .take(self.registry.iter().map(|w| w.free_slots() as usize).sum())
             .collect();
         for job_id in candidates {
-            let Some(worker) = self.registry.least_loaded() else {
+            // Partitions of one job go to distinct workers where capacity allows.
+            let parent = self
+                .table
+                .get(&job_id)
+                .and_then(|job| job.partition_of)
+                .map(|of| of.parent);
+            let table = &self.table;
+            let siblings_on = |worker: &WorkerEntry| match parent {
+                Some(parent) => worker
+                    .leases
+                    .values()
+                    .filter(|id| {
+                        table
+                            .get(id)
+                            .and_then(|job| job.partition_of)
+                            .is_some_and(|of| of.parent == parent)
+                    })
+                    .count(),
+                None => 0,
+            };
+            let Some(worker) = self.registry.least_loaded_by(siblings_on) else {
                 break;
             };
             let worker_id = worker.id.clone();
@@ -1606,12 +1705,13 @@ impl Coordinator {
 
     fn apply_committed(&mut self) {
         while let Some(entry) = self.log.pop_committed() {
-            let applied = self.table.apply(entry.index, &entry.command);
-            if let Some(job_id) = applied.changed_job() {
-                self.dirty.insert(job_id);
-            }
+            let outcome = self.table.apply(entry.index, &entry.command);
+            self.dirty.extend(outcome.changed_jobs());
             let pending = self.pending.remove(&entry.index);
-            self.on_applied(&entry.command, applied, pending);
+            self.on_applied(&entry.command, outcome.applied, pending);
+            for follow_on in outcome.follow_on {
+                self.on_outcome(follow_on, None);
+            }
         }
     }
 
@@ -1639,17 +1739,46 @@ impl Coordinator {
             }
             _ => {}
         }
+        self.on_outcome(applied, pending);
+    }
+
+    /// The visible effects of one job's change: replies, events, timers, cancels.
+    fn on_outcome(&mut self, applied: Applied, pending: Option<Pending>) {
         match applied {
             Applied::Submitted { job_id } => {
                 if let Some(job) = self.table.get(&job_id) {
                     let (kind, max_attempts) = (job.task.kind(), job.max_attempts);
+                    let partitions = job.is_parent().then_some(job.partitions.len());
                     self.event(Event::JobSubmitted {
                         job_id,
                         kind,
                         max_attempts,
                     });
+                    if let Some(partitions) = partitions {
+                        self.event(Event::JobSplit { job_id, partitions });
+                    }
                 }
                 self.answer_submit(pending, job_id, false);
+            }
+            Applied::PartitionCreated { .. } => {}
+            Applied::ParentCompleted { job_id } => {
+                let partitions = self.table.get(&job_id).map_or(0, |j| j.partitions.len());
+                self.event(Event::ParentCompleted { job_id, partitions });
+                self.wake_waiters(job_id);
+            }
+            Applied::ParentFailed { job_id, error } => {
+                self.event(Event::ParentFailed { job_id, error });
+                self.wake_waiters(job_id);
+            }
+            Applied::SubmitInvalid { job_id, reason } => {
+                if let Some(Pending::Submit { conn, request_id }) = pending {
+                    self.client_error(
+                        conn,
+                        request_id,
+                        ErrorCode::InvalidRequest,
+                        format!("job {job_id} was not created: {reason}"),
+                    );
+                }
             }
             Applied::IdempotentReplay { job_id } => self.answer_submit(pending, job_id, true),
             Applied::IdempotencyConflict { existing } => {
@@ -1929,8 +2058,7 @@ impl Coordinator {
 
     fn answer_cancel(&mut self, pending: Option<Pending>, job_id: JobId, cancelled: bool) {
         if let Some(Pending::Cancel { conn, request_id }) = pending {
-            if let Some(job) = self.table.get(&job_id) {
-                let job = job.view();
+            if let Some(job) = self.table.view(&job_id) {
                 self.send_client(
                     conn,
                     ClientReply::CancelResult {

@@ -129,13 +129,19 @@ impl Registry {
     /// The live worker with a free slot and the fewest attempts in hand (ties: most free slots,
     /// then the smallest id, so the choice is deterministic).
     pub fn least_loaded(&self) -> Option<&WorkerEntry> {
+        self.least_loaded_by(|_| 0)
+    }
+
+    /// [`Self::least_loaded`], but first minimising `penalty` (e.g. how many partitions of the
+    /// same job a worker already runs, so partitions spread across workers).
+    pub fn least_loaded_by(&self, penalty: impl Fn(&WorkerEntry) -> usize) -> Option<&WorkerEntry> {
         self.workers
             .values()
             .filter(|w| w.alive && w.conn.is_some() && w.free_slots() > 0)
             .min_by(|a, b| {
-                a.leases
-                    .len()
-                    .cmp(&b.leases.len())
+                penalty(a)
+                    .cmp(&penalty(b))
+                    .then(a.leases.len().cmp(&b.leases.len()))
                     .then(b.free_slots().cmp(&a.free_slots()))
                     .then(a.id.cmp(&b.id))
             })

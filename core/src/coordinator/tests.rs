@@ -248,6 +248,7 @@ impl Harness {
     ) -> ClientReply {
         let request_id = self.request_id();
         self.client_says(ClientRequest::Submit {
+            partitions: None,
             request_id,
             task,
             max_attempts,
@@ -499,6 +500,7 @@ fn nothing_is_revealed_before_its_records_are_durable() {
     h.hold_writes = true;
     let request_id = h.request_id();
     h.client_says(ClientRequest::Submit {
+        partitions: None,
         request_id,
         task: sha("abc"),
         max_attempts: None,
@@ -563,6 +565,7 @@ fn a_crash_before_the_write_loses_only_unacknowledged_work() {
     h.hold_writes = true;
     let request_id = h.request_id();
     h.client_says(ClientRequest::Submit {
+        partitions: None,
         request_id,
         task: sha("lost"),
         max_attempts: None,
@@ -901,6 +904,7 @@ fn the_lease_check_lives_in_apply() {
     };
     let commands = [
         Command::Submit {
+            partitions: Vec::new(),
             job_id,
             task: TaskSpec::Sha256 { text: "x".into() },
             max_attempts: 3,
@@ -934,7 +938,7 @@ fn the_lease_check_lives_in_apply() {
         },
     };
     assert_eq!(
-        table.apply(LogIndex(6), &stale),
+        table.apply(LogIndex(6), &stale).applied,
         Applied::Stale {
             job_id,
             lease_id: lease(10).id,
@@ -1027,6 +1031,7 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
     h.hold_writes = true;
     let submit = h.request_id();
     h.client_says(ClientRequest::Submit {
+        partitions: None,
         request_id: submit,
         task: sha("x"),
         max_attempts: None,
@@ -1144,6 +1149,7 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
                 h.now,
                 ConnectionId(10 + i),
                 ClientRequest::Submit {
+                    partitions: None,
                     request_id,
                     task: sha(&format!("{i}")),
                     max_attempts: None,
@@ -1253,6 +1259,7 @@ fn duplicate_keys_in_one_batch_create_one_job() {
     let b = h.request_id();
     for request_id in [a, b] {
         h.client_says(ClientRequest::Submit {
+            partitions: None,
             request_id,
             task: sha("x"),
             max_attempts: None,
@@ -1501,6 +1508,7 @@ fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
             index: LogIndex(1),
             term: Term(1),
             command: Command::Submit {
+                partitions: Vec::new(),
                 job_id: job,
                 task: TaskSpec::Sha256 { text: "x".into() },
                 max_attempts: 3,
@@ -1699,6 +1707,7 @@ fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per
             h.now,
             ConnectionId(10 + i % 4),
             ClientRequest::Submit {
+                partitions: None,
                 request_id,
                 task: sha(&format!("job {i}")),
                 max_attempts: None,

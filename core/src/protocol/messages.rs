@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::codec::WireMessage;
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, NodeId, RequestId, WorkerId};
-use crate::job::JobState;
+use crate::job::{JobState, PartitionOf};
 use crate::tasks::{TaskOutput, TaskSpec};
 
 /// Implements `WireMessage` for a `type`-tagged enum by listing its variants once.
@@ -187,6 +187,9 @@ pub enum ClientRequest {
         max_attempts: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         idempotency_key: Option<String>,
+        /// How many partitions a data-parallel task is split into; absent means `"auto"`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        partitions: Option<Partitions>,
     },
     Status {
         request_id: RequestId,
@@ -335,6 +338,85 @@ pub struct JobView {
     pub result: Option<TaskOutput>,
     pub error: Option<String>,
     pub idempotency_key: Option<String>,
+    /// On a partition of a data-parallel job: its parent and position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_of: Option<PartitionOf>,
+    /// On a data-parallel parent: how its partitions are doing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<PartitionsView>,
+}
+
+/// How many partitions a data-parallel job asks for: a number, or `"auto"` (one per live
+/// worker when the coordinator receives the submission).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "serde_json::Value", into = "serde_json::Value")]
+pub enum Partitions {
+    Auto,
+    Count(u32),
+}
+
+impl From<Partitions> for serde_json::Value {
+    fn from(partitions: Partitions) -> serde_json::Value {
+        match partitions {
+            Partitions::Auto => serde_json::Value::from("auto"),
+            Partitions::Count(n) => serde_json::Value::from(n),
+        }
+    }
+}
+
+impl TryFrom<serde_json::Value> for Partitions {
+    type Error = String;
+
+    fn try_from(value: serde_json::Value) -> Result<Partitions, String> {
+        if value.as_str() == Some("auto") {
+            return Ok(Partitions::Auto);
+        }
+        value
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Partitions::Count)
+            .ok_or_else(|| {
+                format!("partitions must be \"auto\" or a positive integer, found {value}")
+            })
+    }
+}
+
+impl std::str::FromStr for Partitions {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Partitions, String> {
+        if raw == "auto" {
+            return Ok(Partitions::Auto);
+        }
+        raw.parse()
+            .map(Partitions::Count)
+            .map_err(|_| format!("partitions must be \"auto\" or a positive integer, not {raw:?}"))
+    }
+}
+
+/// A data-parallel parent's partitions, as clients see them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionsView {
+    /// Partitions `COMPLETED` so far.
+    pub done: u32,
+    pub total: u32,
+    /// Each partition, in order.
+    pub pieces: Vec<PartitionView>,
+}
+
+/// One partition of a data-parallel job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionView {
+    pub index: u32,
+    pub job_id: JobId,
+    pub state: JobState,
+    /// Attempts started so far (more than 1: the partition ran again).
+    pub attempt: u32,
+    /// The worker running the current attempt, or the last one that ran it.
+    pub worker: Option<WorkerId>,
+    pub result: Option<TaskOutput>,
 }
 
 /// A worker as clients see it.
