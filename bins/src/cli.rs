@@ -157,6 +157,10 @@ pub struct SubmitArgs {
     /// Wait until the job is terminal and print it.
     #[arg(long, global = true)]
     pub wait: bool,
+    /// For max, prime-count over a list and prime-sum: how many partition jobs to split the
+    /// input into, or `auto` (one per live worker).
+    #[arg(long, global = true)]
+    pub partitions: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -179,10 +183,25 @@ pub enum TaskCommand {
         #[arg(long)]
         text: String,
     },
-    /// Count primes up to the limit.
+    /// Count primes up to --limit, or how many of a list of numbers are prime (--numbers or
+    /// --file; split into partitions across workers).
     PrimeCount {
+        #[arg(long, allow_negative_numbers = true, conflicts_with_all = ["numbers", "file"])]
+        limit: Option<i64>,
+        #[command(flatten)]
+        list: NumberList,
+    },
+    /// The largest of a list of numbers (--numbers or --file; split across workers).
+    Max {
+        #[command(flatten)]
+        list: NumberList,
+    },
+    /// Count and sum the primes p with start <= p <= end (split across workers).
+    PrimeSum {
         #[arg(long, allow_negative_numbers = true)]
-        limit: i64,
+        start: i64,
+        #[arg(long, allow_negative_numbers = true)]
+        end: i64,
     },
     /// Fail every attempt before the given one (for watching retries).
     Fail {
@@ -191,21 +210,64 @@ pub enum TaskCommand {
     },
 }
 
+/// A list of numbers, inline or from a file (header lines, `,` `;` and whitespace separators).
+#[derive(Args, Debug, Clone)]
+pub struct NumberList {
+    /// Numbers separated by `,` `;` or spaces, e.g. `2,4,5,11`.
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "file")]
+    pub numbers: Option<String>,
+    /// A file of numbers (CSV-like: header lines, `,` `;` and whitespace separators).
+    #[arg(long)]
+    pub file: Option<std::path::PathBuf>,
+}
+
+impl NumberList {
+    /// The numbers, or a message naming the file, line and column of the first bad token.
+    /// `None` when neither flag was given.
+    fn read(&self) -> Result<Option<Vec<i64>>, String> {
+        let (text, source) = match (&self.numbers, &self.file) {
+            (Some(text), _) => (text.clone(), "--numbers".to_string()),
+            (None, Some(path)) => match std::fs::read_to_string(path) {
+                Ok(text) => (text, path.display().to_string()),
+                Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+            },
+            (None, None) => return Ok(None),
+        };
+        herder_core::dataparallel::parse_numbers(&text)
+            .map(Some)
+            .map_err(|error| format!("{source}: {error}"))
+    }
+}
+
 impl TaskCommand {
-    /// The wire payload; the coordinator (and `TaskSpec::from_json` here) validates it.
-    pub fn payload(&self) -> serde_json::Value {
+    /// The wire payload; the coordinator (and `TaskSpec::from_json` here) validates it. `Err`
+    /// for input that cannot be read or parsed (a bad number names its line and column).
+    pub fn payload(&self) -> Result<serde_json::Value, String> {
         use serde_json::json;
-        match self {
+        Ok(match self {
             TaskCommand::Sleep { milliseconds } => {
                 json!({"kind": "sleep", "milliseconds": milliseconds})
             }
             TaskCommand::WordCount { text } => json!({"kind": "word-count", "text": text}),
             TaskCommand::Sha256 { text } => json!({"kind": "sha256", "text": text}),
-            TaskCommand::PrimeCount { limit } => json!({"kind": "prime-count", "limit": limit}),
+            TaskCommand::PrimeCount { limit, list } => match (limit, list.read()?) {
+                (Some(limit), _) => json!({"kind": "prime-count", "limit": limit}),
+                (None, Some(numbers)) => json!({"kind": "prime-count-list", "numbers": numbers}),
+                (None, None) => {
+                    return Err("prime-count needs --limit, --numbers or --file".to_string())
+                }
+            },
+            TaskCommand::Max { list } => match list.read()? {
+                Some(numbers) => json!({"kind": "max", "numbers": numbers}),
+                None => return Err("max needs --numbers or --file".to_string()),
+            },
+            TaskCommand::PrimeSum { start, end } => {
+                json!({"kind": "prime-sum", "start": start, "end": end})
+            }
             TaskCommand::Fail { fail_until_attempt } => {
                 json!({"kind": "fail", "fail_until_attempt": fail_until_attempt})
             }
-        }
+        })
     }
 }
 

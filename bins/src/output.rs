@@ -12,7 +12,10 @@ pub fn job_for_people(job: &JobView) -> String {
     let mut out = format!("Job {}\n", job.id);
     out += &format!("  State:    {}\n", job.state);
     out += &format!("  Task:     {}\n", describe_task(job));
-    out += &format!("  Attempt:  {}/{}\n", job.attempt, job.max_attempts);
+    // A data-parallel parent has no attempts of its own; its partitions are listed below.
+    if job.partitions.is_none() {
+        out += &format!("  Attempt:  {}/{}\n", job.attempt, job.max_attempts);
+    }
     if let Some(worker) = &job.worker {
         out += &format!("  Worker:   {worker}\n");
     }
@@ -25,6 +28,28 @@ pub fn job_for_people(job: &JobView) -> String {
     if let Some(key) = &job.idempotency_key {
         out += &format!("  Key:      {key}\n");
     }
+    if let Some(of) = &job.partition_of {
+        out += &format!("  Part of:  job {} (partition {})\n", of.parent, of.index);
+    }
+    if let Some(parts) = &job.partitions {
+        out += &format!("  Partitions: {}/{} done\n", parts.done, parts.total);
+        for piece in &parts.pieces {
+            let worker = piece.worker.as_ref().map_or("-", |w| w.as_str());
+            let result = piece
+                .result
+                .as_ref()
+                .map_or(String::new(), |r| format!("  {r}"));
+            let again = if piece.attempt > 1 {
+                "  (ran again)"
+            } else {
+                ""
+            };
+            out += &format!(
+                "    #{:<3} {:<10} attempt {}  worker {worker}{result}{again}\n",
+                piece.index, piece.state, piece.attempt
+            );
+        }
+    }
     out
 }
 
@@ -36,6 +61,9 @@ fn describe_task(job: &JobView) -> String {
             let value = match value {
                 serde_json::Value::String(s) if s.chars().count() > 40 => {
                     format!("{:?}…", s.chars().take(40).collect::<String>())
+                }
+                serde_json::Value::Array(items) if items.len() > 8 => {
+                    format!("[{} numbers]", items.len())
                 }
                 other => other.to_string(),
             };

@@ -8,7 +8,7 @@ use herder_core::client::ClientConfig;
 use herder_core::coordinator::CoordinatorConfig;
 use herder_core::ids::{JobId, NodeId, WorkerId};
 use herder_core::job::JobState;
-use herder_core::protocol::JobView;
+use herder_core::protocol::{JobView, Partitions};
 use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
 use herder_runtime::client::{HerderClient, SubmitOptions};
@@ -168,12 +168,26 @@ fn job_exit(job: &JobView) -> u8 {
 
 pub async fn submit(args: SubmitArgs) -> u8 {
     let as_json = args.client.json;
-    let payload = args.task.payload();
+    let payload = match args.task.payload() {
+        Ok(payload) => payload,
+        Err(error) => return usage_error(&error, as_json),
+    };
     // Validate here with the coordinator's own rules, so bad input never leaves the machine.
     let task = match TaskSpec::from_json(&payload) {
         Ok(task) => task,
         Err(error) => return usage_error(&error.to_string(), as_json),
     };
+    let partitions = match args.partitions.as_deref().map(str::parse::<Partitions>) {
+        None => None,
+        Some(Ok(partitions)) => Some(partitions),
+        Some(Err(error)) => return usage_error(&error, as_json),
+    };
+    if partitions.is_some() && !task.is_data_parallel() {
+        return usage_error(
+            "--partitions applies only to max, prime-count over a list, and prime-sum",
+            as_json,
+        );
+    }
     let mut config = ClientConfig::new(args.client.coordinator.clone());
     config.submit_retries = args.submit_retries;
     config.submit_retry_base = Duration::from_millis(args.submit_retry_base_millis.max(1));
@@ -184,6 +198,7 @@ pub async fn submit(args: SubmitArgs) -> u8 {
     );
     let client = HerderClient::new(config);
     let options = SubmitOptions {
+        partitions,
         max_attempts: args.max_attempts,
         idempotency_key: args.idempotency_key.clone(),
     };

@@ -26,7 +26,7 @@ use herder_core::client::{
 use herder_core::ids::JobId;
 use herder_core::job::JobState;
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
-use herder_core::protocol::{ClientReply, JobView, WorkerView};
+use herder_core::protocol::{ClientReply, JobView, Partitions, WorkerView};
 use herder_core::tasks::TaskSpec;
 use tokio::sync::{mpsc, oneshot};
 
@@ -49,6 +49,8 @@ pub enum CallError {
 pub struct SubmitOptions {
     pub max_attempts: Option<u32>,
     pub idempotency_key: Option<String>,
+    /// For a data-parallel task: how many partitions (`None`: one per live worker).
+    pub partitions: Option<Partitions>,
 }
 
 /// A durable submission.
@@ -113,7 +115,7 @@ impl HerderClient {
         options: SubmitOptions,
     ) -> Result<Submitted, CallError> {
         let op = Operation::Submit {
-            partitions: None,
+            partitions: options.partitions,
             task: task.to_json(),
             max_attempts: options.max_attempts,
             idempotency_key: options.idempotency_key,

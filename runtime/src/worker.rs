@@ -3,9 +3,10 @@
 //!
 //! - `sleep` tasks wait on a timer; CPU tasks run on tokio's blocking pool, so the driver loop —
 //!   and with it heartbeats — never waits behind a busy slot.
-//! - Cancellation is cooperative: a sleeping task stops at once; a CPU task is bounded by its
-//!   payload limits (about a second at most) and reports `cancelled` when it returns, so its slot
-//!   is only freed once the CPU is really free.
+//! - Cancellation is cooperative: a sleeping task stops at once; a `prime-sum` range checks for
+//!   a cancel between sieve segments; any other CPU task is bounded by its payload limits (about
+//!   a second at most). A cancelled CPU task reports `cancelled` when it returns, so its slot is
+//!   only freed once the CPU is really free.
 //! - Reconnecting, heartbeats, capacity and result retransmission are decided by core.
 
 use std::collections::HashMap;
@@ -13,7 +14,7 @@ use std::collections::HashMap;
 use herder_core::ids::LeaseId;
 use herder_core::ids::WorkerId;
 use herder_core::protocol::{AttemptOutcome, CoordinatorToWorker};
-use herder_core::tasks::{execute, TaskFailure, TaskOutput, TaskPlan, TaskSpec};
+use herder_core::tasks::{execute, execute_until, TaskFailure, TaskOutput, TaskPlan, TaskSpec};
 use herder_core::worker::{
     ConnectAttempt, Worker, WorkerConfig, WorkerConfigError, WorkerEvent, WorkerOutput,
 };
@@ -227,13 +228,18 @@ async fn run_task(
             _ = cancel.wait_for(|cancelled| *cancelled) => AttemptOutcome::Cancelled {},
         },
         TaskPlan::Compute | TaskPlan::Inline => {
-            let compute = tokio::task::spawn_blocking(move || execute(&task, attempt));
+            let flag = cancel.clone();
+            let compute = tokio::task::spawn_blocking(move || {
+                execute_until(&task, attempt, &mut || *flag.borrow())
+            });
             let result = compute.await;
             if *cancel.borrow_and_update() {
                 return AttemptOutcome::Cancelled {};
             }
             match result {
-                Ok(result) => outcome_of(result),
+                Ok(Some(result)) => outcome_of(result),
+                // Stopped by a cancel (the flag was seen above unless it raced; either way).
+                Ok(None) => AttemptOutcome::Cancelled {},
                 Err(join) => AttemptOutcome::Failed {
                     error: format!("task panicked: {join}"),
                 },

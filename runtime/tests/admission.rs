@@ -59,6 +59,7 @@ async fn complete_next(fake: &mut FakeWorker) -> herder_core::ids::JobId {
 
 fn keyed(key: &str, max_attempts: Option<u32>) -> SubmitOptions {
     SubmitOptions {
+        partitions: None,
         max_attempts,
         idempotency_key: Some(key.into()),
     }

@@ -537,6 +537,7 @@ async fn a_request_larger_than_a_frame_fails_alone() {
 
     for key in [None, Some("huge-1".to_owned())] {
         let options = herder_runtime::client::SubmitOptions {
+            partitions: None,
             max_attempts: None,
             idempotency_key: key.clone(),
         };
@@ -649,6 +650,7 @@ async fn a_request_over_the_coordinators_frame_limit_fails_instead_of_being_rese
 
     for key in [None, Some("big-but-keyed".to_owned())] {
         let options = herder_runtime::client::SubmitOptions {
+            partitions: None,
             max_attempts: None,
             idempotency_key: key.clone(),
         };

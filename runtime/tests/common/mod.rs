@@ -228,6 +228,7 @@ pub async fn submit_with(client: &HerderClient, task: TaskSpec, options: SubmitO
 
 pub fn attempts(n: u32) -> SubmitOptions {
     SubmitOptions {
+        partitions: None,
         max_attempts: Some(n),
         idempotency_key: None,
     }
