@@ -562,6 +562,16 @@ impl JobTable {
                 ),
             };
         }
+        let mut distinct = BTreeSet::new();
+        if !partitions
+            .iter()
+            .all(|id| *id != job_id && distinct.insert(*id))
+        {
+            return Applied::SubmitInvalid {
+                job_id,
+                reason: "a partition id repeats another partition's or the job's own id".into(),
+            };
+        }
         // A data-parallel job takes a slot for the parent and one per partition; each frees its
         // own slot when it becomes terminal.
         let slots = 1 + partitions.len() as u64;
