@@ -896,8 +896,10 @@ impl Coordinator {
         }
         let requested = match partitions.unwrap_or(Partitions::Auto) {
             Partitions::Auto => {
-                let live = self.registry.iter().filter(|w| w.alive).count();
-                u32::try_from(live.max(1)).unwrap_or(PARTITIONS_MAX)
+                // One per live worker, but never more than the admission limit leaves room for.
+                let live = self.registry.iter().filter(|w| w.alive).count() as u64;
+                let room = self.config.max_active_jobs.saturating_sub(1).max(1);
+                u32::try_from(live.clamp(1, room)).unwrap_or(PARTITIONS_MAX)
             }
             Partitions::Count(n) if (1..=PARTITIONS_MAX).contains(&n) => n,
             Partitions::Count(n) => {
