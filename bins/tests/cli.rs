@@ -1,88 +1,11 @@
 //! Black-box tests of the `herder` command: exit codes, usage, `--json` shapes and bad input,
 //! against real coordinator and dev-cluster processes on loopback ephemeral ports.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
-use serde_json::Value;
-
-const HERDER: &str = env!("CARGO_BIN_EXE_herder");
-
-fn herder(args: &[&str]) -> Output {
-    Command::new(HERDER)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run herder")
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("exited normally")
-}
-
-fn stdout_json(output: &Output) -> Value {
-    let text = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "--json prints exactly one line, got {text:?}"
-    );
-    serde_json::from_str(lines[0]).expect("stdout is one JSON object")
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("herder-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-/// A server process that is killed when the test ends.
-struct Server {
-    child: Child,
-    client_addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `herder ARGS` and waits (bounded) for the stderr line naming its client address.
-fn start_server(args: &[&str], marker: &str) -> Server {
-    let mut child = Command::new(HERDER)
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start herder");
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (tx, rx) = mpsc::channel();
-    let marker = marker.to_owned();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split(&marker).nth(1) {
-                let addr: String = rest
-                    .trim_start_matches(['=', ' '])
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                    .collect();
-                let _ = tx.send(addr);
-            }
-        }
-    });
-    let client_addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the server announced its client address");
-    Server { child, client_addr }
-}
+use common::{code, herder, start_server, stdout_json, temp_dir, Server};
 
 fn dev_cluster(name: &str) -> (Server, PathBuf) {
     let dir = temp_dir(name);
