@@ -84,8 +84,8 @@ pub async fn run(args: DevArgs) -> u8 {
     code
 }
 
-/// One job of each built-in kind, including one that fails before it succeeds, so the output
-/// shows scheduling, results and a retry.
+/// One job of each built-in kind, including one that fails before it succeeds and two split
+/// across the workers, so the output shows scheduling, results, a retry and aggregation.
 async fn demo(client_addr: &str) -> u8 {
     let client = HerderClient::new(ClientConfig::new(vec![client_addr.to_owned()]));
     let tasks = [
@@ -99,6 +99,14 @@ async fn demo(client_addr: &str) -> u8 {
         TaskSpec::Sleep { milliseconds: 500 },
         TaskSpec::Fail {
             fail_until_attempt: 2,
+        },
+        // Data-parallel: split into one partition per worker and aggregated.
+        TaskSpec::PrimeSum {
+            start: 1,
+            end: 100_000,
+        },
+        TaskSpec::Max {
+            numbers: vec![2, 4, 5, 11, -3, 7],
         },
     ];
     let mut submitted = Vec::new();

@@ -2003,4 +2003,154 @@ mod tests {
             prop_assert_eq!(count_words(&text), words);
         }
     }
+
+    // ---- data-parallel kinds ----
+
+    #[test]
+    fn data_parallel_validation_follows_seed_b() {
+        assert_eq!(
+            parse(json!({"kind":"max","numbers":[]})),
+            Err(TaskError::EmptyList)
+        );
+        assert_eq!(
+            parse(json!({"kind":"prime-count-list","numbers":[]})),
+            Ok(TaskSpec::PrimeCountList { numbers: vec![] })
+        );
+        assert_eq!(
+            parse(json!({"kind":"prime-sum","start":5,"end":4})),
+            Err(TaskError::EmptyRange { start: 5, end: 4 })
+        );
+        assert_eq!(
+            parse(json!({"kind":"prime-sum","start":-3,"end":-3})),
+            Ok(TaskSpec::PrimeSum { start: -3, end: -3 })
+        );
+        let wide = parse(json!({"kind":"prime-sum","start":0,"end":PRIME_SUM_SPAN_MAX}));
+        assert!(
+            matches!(wide, Err(TaskError::RangeTooWide { .. })),
+            "{wide:?}"
+        );
+        let edge = PRIME_SUM_SPAN_MAX as i64 - 1;
+        assert!(parse(json!({"kind":"prime-sum","start":0,"end":edge})).is_ok());
+        assert_eq!(
+            parse(json!({"kind":"max","numbers":[1, "2"]})),
+            Err(TaskError::BadNumber {
+                kind: "max",
+                index: 1,
+                found: "a string".into()
+            })
+        );
+        assert!(matches!(
+            parse(json!({"kind":"max","numbers":[1, 1.5]})),
+            Err(TaskError::BadNumber { index: 1, .. })
+        ));
+        assert!(matches!(
+            parse(json!({"kind":"max","numbers":[18446744073709551615u64]})),
+            Err(TaskError::BadNumber { index: 0, .. })
+        ));
+        assert!(matches!(
+            parse(json!({"kind":"prime-sum","start":"1","end":2})),
+            Err(TaskError::NotI64 { field: "start", .. })
+        ));
+        assert!(matches!(
+            parse(json!({"kind":"prime-sum","start":1})),
+            Err(TaskError::MissingField { field: "end", .. })
+        ));
+        let extra = parse(json!({"kind":"prime-sum","start":1,"end":2,"step":1})).unwrap_err();
+        assert_eq!(
+            extra.to_string(),
+            "prime-sum task has an unexpected field \"step\"; it takes only \"kind\" and \"start\" and \"end\""
+        );
+    }
+
+    #[test]
+    fn data_parallel_known_answers() {
+        let run = |spec: TaskSpec| execute(&spec, Attempt(1));
+        assert_eq!(
+            run(TaskSpec::PrimeSum {
+                start: 1,
+                end: 100_000
+            }),
+            Ok(TaskOutput::PrimeSum {
+                count: 9_592,
+                sum: 454_396_537
+            })
+        );
+        assert_eq!(
+            run(TaskSpec::Max {
+                numbers: vec![2, 4, 5, 11, -3]
+            }),
+            Ok(TaskOutput::Max { max: 11 })
+        );
+        assert_eq!(
+            run(TaskSpec::PrimeCountList {
+                numbers: vec![2, 4, 5, 11, -3, 1, 0]
+            }),
+            Ok(TaskOutput::PrimeCountList { count: 3 })
+        );
+    }
+
+    #[test]
+    fn a_prime_sum_output_carries_its_sum_as_a_decimal_string() {
+        let output = TaskOutput::PrimeSum {
+            count: 1,
+            sum: u128::from(u64::MAX) + 1,
+        };
+        let json = serde_json::to_value(&output).unwrap();
+        assert_eq!(
+            json,
+            json!({"kind":"prime-sum","count":1,"sum":"18446744073709551616"})
+        );
+        assert_eq!(serde_json::from_value::<TaskOutput>(json).unwrap(), output);
+        for bad in [json!(12), json!("-1"), json!("1e3"), json!("")] {
+            let value = json!({"kind":"prime-sum","count":1,"sum":bad});
+            assert!(serde_json::from_value::<TaskOutput>(value).is_err());
+        }
+    }
+
+    fn data_parallel_spec() -> impl Strategy<Value = TaskSpec> {
+        let numbers = || {
+            proptest::collection::vec(
+                prop_oneof![any::<i64>(), -50i64..200, Just(2_147_483_647i64)],
+                0..60,
+            )
+        };
+        prop_oneof![
+            numbers()
+                .prop_filter("max needs a number", |n| !n.is_empty())
+                .prop_map(|numbers| TaskSpec::Max { numbers }),
+            numbers().prop_map(|numbers| TaskSpec::PrimeCountList { numbers }),
+            (-2_000i64..20_000, 0i64..5_000).prop_map(|(start, width)| TaskSpec::PrimeSum {
+                start,
+                end: start + width
+            }),
+            (0i64..3_000).prop_map(|width| TaskSpec::PrimeSum {
+                start: i64::MAX - width,
+                end: i64::MAX
+            }),
+        ]
+    }
+
+    proptest! {
+        /// Split any valid input any number of ways, run every piece, aggregate: the answer is
+        /// the sequential one, and the pieces are `min(P, items)` many.
+        #[test]
+        fn aggregating_the_pieces_gives_the_sequential_answer(
+            spec in data_parallel_spec(),
+            partitions in 1u32..12,
+        ) {
+            let whole = execute(&spec, Attempt(1));
+            let pieces = spec.split(partitions);
+            prop_assert_eq!(pieces.len() as u64, u64::from(partitions).min(spec.items()));
+            let outputs: Vec<TaskOutput> = pieces
+                .iter()
+                .map(|piece| execute(piece, Attempt(1)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| TestCaseError::fail(e.message))?;
+            let refs: Vec<&TaskOutput> = outputs.iter().collect();
+            match aggregate(&spec, &refs) {
+                Ok(combined) => prop_assert_eq!(Ok(combined), whole),
+                Err(error) => prop_assert!(false, "aggregate failed: {}", error),
+            }
+        }
+    }
 }

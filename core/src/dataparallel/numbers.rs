@@ -8,7 +8,7 @@
 
 /// Most numbers one list may hold. The frame limit usually binds first: a 1 MiB frame holds at
 /// most about 500,000 numbers as a JSON array.
-pub const NUMBERS_MAX: usize = 1_000_000;
+pub const NUMBERS_MAX: usize = crate::limits::TASK_NUMBERS_MAX;
 
 /// Longest token, in characters, quoted back in an error.
 const TOKEN_ECHO_CHARS_MAX: usize = 40;
