@@ -14,8 +14,9 @@ use common::*;
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 use herder_core::coordinator::CoordinatorConfig;
 use herder_core::job::JobState;
-use herder_core::protocol::{AttemptOutcome, CancelReason, RunningAttempt};
+use herder_core::protocol::{AttemptOutcome, CancelReason, Partitions, RunningAttempt};
 use herder_core::tasks::{TaskOutput, TaskSpec};
+use herder_runtime::client::SubmitOptions;
 
 /// A RUNNING attempt whose worker never comes back is requeued with the attempt counted; if it
 /// was the job's final attempt the job fails instead.
@@ -456,5 +457,74 @@ async fn a_new_worker_process_reporting_an_old_attempt_is_told_to_stop_it() {
         "{job:?}"
     );
 
+    second.shutdown().await.expect("clean shutdown");
+}
+
+/// A data-parallel job survives a coordinator restart in the middle: the parent and its
+/// partitions come back from disk, running partitions are re-adopted (or retried), the queued one
+/// runs afterwards, and the parent still completes with the exact aggregate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_job_completes_exactly_across_a_coordinator_restart() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let dir = TestDir::new("restart-partitioned");
+    let config = CoordinatorConfig {
+        readoption_window: Some(Duration::from_secs(5)),
+        ..fast_config()
+    };
+    let first = start_coordinator(config.clone(), dir.path()).await;
+    let (worker_addr, client_addr) = (first.worker_addr(), first.client_addr());
+    let client1 = client(client_addr);
+    let w1 = start_worker("worker-1", 1, worker_addr);
+    let w2 = start_worker("worker-2", 1, worker_addr);
+    wait_alive(&client1, &["worker-1", "worker-2"]).await;
+
+    let job = submit_with(
+        &client1,
+        TaskSpec::PrimeSum {
+            start: 1,
+            end: 1_000_000_000,
+        },
+        SubmitOptions {
+            partitions: Some(Partitions::Count(3)),
+            ..SubmitOptions::default()
+        },
+    )
+    .await;
+    // Two partitions computing (one per worker), the third queued behind them.
+    let before = wait_job(&client1, job, "two partitions running", |view| {
+        view.partitions.as_ref().is_some_and(|p| {
+            p.pieces
+                .iter()
+                .filter(|piece| piece.state == JobState::Running)
+                .count()
+                == 2
+        })
+    })
+    .await;
+    assert_eq!(before.state, JobState::Running);
+
+    first.shutdown().await.expect("clean shutdown");
+    let second = restart_coordinator(config, dir.path(), worker_addr, client_addr).await;
+    let client2 = client(client_addr);
+
+    let done = wait_terminal(&client2, job).await;
+    assert_eq!(done.state, JobState::Completed, "{done:?}");
+    assert_eq!(
+        done.result,
+        Some(TaskOutput::PrimeSum {
+            count: 50_847_534,
+            sum: 24_739_512_092_254_535,
+        }),
+        "the primes up to 10^9"
+    );
+    let partitions = done.partitions.expect("a parent lists its partitions");
+    assert_eq!((partitions.done, partitions.total), (3, 3));
+    assert!(partitions
+        .pieces
+        .iter()
+        .all(|piece| piece.state == JobState::Completed));
+
+    w1.shutdown().await;
+    w2.shutdown().await;
     second.shutdown().await.expect("clean shutdown");
 }
