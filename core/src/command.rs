@@ -581,8 +581,14 @@ impl JobTable {
                 max_active_jobs,
             };
         }
-        for id in std::iter::once(&job_id).chain(partitions) {
-            assert!(!self.jobs.contains_key(id), "job id {id} proposed twice");
+        if let Some(taken) = std::iter::once(&job_id)
+            .chain(partitions)
+            .find(|id| self.jobs.contains_key(id))
+        {
+            return Applied::SubmitInvalid {
+                job_id,
+                reason: format!("job id {taken} is already taken"),
+            };
         }
         let new_job = |id: JobId, task: TaskSpec, queue_seq: u64| Job {
             id,

@@ -49,9 +49,19 @@ pub const PRIME_COUNT_LIMIT_MAX: u64 = 1_000_000_000;
 /// Most numbers a `max` or `prime-count-list` task carries. The frame limit (1 MiB by default,
 /// about 50,000 large numbers) usually binds first.
 pub const TASK_NUMBERS_MAX: usize = 1_000_000;
-/// Most numbers a `prime-sum` range may span (`end - start + 1`): about ten seconds of sieving
-/// on one core, before it is split across workers.
+/// Most numbers a `prime-sum` range may span (`end - start + 1`) while `end` is at most
+/// [`PRIME_SUM_SIEVE_ONLY_END`]: about ten seconds of sieving on one core, before it is split
+/// across workers.
 pub const PRIME_SUM_SPAN_MAX: u64 = 10_000_000_000;
+/// Largest `end` the range sieve settles by sieving alone (its sieving primes reach 2^22). Above
+/// it every survivor is confirmed by Miller–Rabin, about a hundred times slower per number.
+pub const PRIME_SUM_SIEVE_ONLY_END: i64 = 1 << 44;
+/// Most numbers a `prime-sum` range may span when `end` is above [`PRIME_SUM_SIEVE_ONLY_END`]:
+/// about ten seconds on one core near `i64::MAX`.
+pub const PRIME_SUM_SPAN_MAX_HIGH: u64 = 100_000_000;
+/// Most bytes one partition adds to its parent's job view (`partitions.pieces`): ids, state,
+/// attempt, a worker id of up to 64 bytes and the largest output.
+pub const PARTITION_VIEW_BYTES_MAX: usize = 400;
 /// Most partitions a data-parallel job may be split into.
 pub const PARTITIONS_MAX: u32 = 1024;
 /// Largest list a worker scans for primes in place rather than on a separate thread.

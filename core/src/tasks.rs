@@ -21,8 +21,8 @@ use crate::dataparallel::{is_prime, primes_in_range, split_list, split_range};
 use crate::ids::Attempt;
 use crate::limits::{
     ATTEMPTS_MAX, INLINE_NUMBERS_MAX, INLINE_PRIME_LIMIT_MAX, INLINE_TEXT_BYTES_MAX,
-    PRIME_COUNT_LIMIT_MAX, PRIME_SUM_SPAN_MAX, SLEEP_MILLIS_MAX, TASK_NUMBERS_MAX,
-    TASK_TEXT_BYTES_MAX,
+    PRIME_COUNT_LIMIT_MAX, PRIME_SUM_SIEVE_ONLY_END, PRIME_SUM_SPAN_MAX, PRIME_SUM_SPAN_MAX_HIGH,
+    SLEEP_MILLIS_MAX, TASK_NUMBERS_MAX, TASK_TEXT_BYTES_MAX,
 };
 
 /// Every task kind, by its wire name, in the order they are listed in error messages.
@@ -763,12 +763,13 @@ impl TaskSpec {
                     });
                 }
                 let span = range_span(*start, *end);
-                if span > u128::from(PRIME_SUM_SPAN_MAX) {
+                let max = prime_sum_span_max(*end);
+                if span > u128::from(max) {
                     return Err(TaskError::RangeTooWide {
                         start: *start,
                         end: *end,
                         span,
-                        max: PRIME_SUM_SPAN_MAX,
+                        max,
                     });
                 }
                 Ok(())
@@ -961,6 +962,16 @@ pub fn execute_until(
             }
         }
     })
+}
+
+/// The widest `prime-sum` range allowed to end at `end`: wide while sieving alone settles it,
+/// narrower above [`PRIME_SUM_SIEVE_ONLY_END`], where each candidate costs a Miller–Rabin test.
+pub fn prime_sum_span_max(end: i64) -> u64 {
+    if end > PRIME_SUM_SIEVE_ONLY_END {
+        PRIME_SUM_SPAN_MAX_HIGH
+    } else {
+        PRIME_SUM_SPAN_MAX
+    }
 }
 
 /// `end - start + 1` for `start <= end`, exact for any pair of `i64` (up to 2^64 numbers).

@@ -20,11 +20,14 @@ use herder_core::ids::{
     Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerId,
 };
 use herder_core::job::{Job, JobState, Lease, PartitionOf};
+use herder_core::limits::{
+    ATTEMPT_ERROR_BYTES_MAX, PRIME_SUM_SIEVE_ONLY_END, PRIME_SUM_SPAN_MAX_HIGH,
+};
 use herder_core::protocol::{
     AttemptOutcome, CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode,
     JobView, Partitions, WorkerToCoordinator,
 };
-use herder_core::tasks::{aggregate, execute, TaskOutput, TaskSpec};
+use herder_core::tasks::{aggregate, execute, TaskError, TaskOutput, TaskSpec};
 use herder_core::time::Instant;
 
 // =============================================================================================
@@ -1826,4 +1829,139 @@ fn status_of_a_parent_shows_its_partitions() {
     assert_eq!(view.state, JobState::Completed);
     assert_eq!(view.partitions, None);
     assert_eq!(view.partition_of.map(|of| of.parent), Some(parent));
+}
+
+// ---- Found by review: replies that could not be framed, ranges too slow to finish, order ----
+
+/// A reply about a data-parallel job carries the whole task and a line per partition, so the
+/// coordinator refuses a submission whose replies could outgrow the frame limit.
+#[test]
+fn a_split_whose_replies_could_not_be_framed_is_refused() {
+    let mut h = Harness::with(CoordinatorConfig {
+        max_frame_bytes: 16 * 1024,
+        ..config()
+    });
+    h.register("w1", 2);
+    let numbers: Vec<i64> = (0..300).map(|n| 1_000_000_000 + n).collect();
+    let task = json!({"kind": "max", "numbers": numbers});
+    let refused = h.submit_request(task.clone(), None, Some(Partitions::Count(30)));
+    match h.reply_to(refused) {
+        ClientReply::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::InvalidTask);
+            assert!(message.contains("frame limit"), "{message}");
+        }
+        other => panic!("expected INVALID_TASK, got {other:?}"),
+    }
+    // The same input in one partition fits, and its status can be sent.
+    let job = h.submit(task, None, Some(Partitions::Count(1)));
+    let view = h.status(job);
+    let bytes = serde_json::to_vec(&view).expect("a view serialises").len();
+    assert!(bytes < 16 * 1024, "{bytes} bytes");
+}
+
+/// Partition requests are checked before an idempotency key is looked up, so a replay cannot
+/// smuggle a request that would be refused without the key.
+#[test]
+fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
+    let mut h = Harness::new();
+    h.register("w1", 2);
+    let task = json!({"kind": "sha256", "text": "abc"});
+    let first = h.request_id();
+    h.client_says(ClientRequest::Submit {
+        request_id: first,
+        task: task.clone(),
+        max_attempts: None,
+        idempotency_key: Some("k".into()),
+        partitions: None,
+    });
+    assert!(matches!(
+        h.reply_to(first),
+        ClientReply::SubmitAccepted {
+            existing: false,
+            ..
+        }
+    ));
+    for partitions in [Partitions::Count(3), Partitions::Count(5_000)] {
+        let again = h.request_id();
+        h.client_says(ClientRequest::Submit {
+            request_id: again,
+            task: task.clone(),
+            max_attempts: None,
+            idempotency_key: Some("k".into()),
+            partitions: Some(partitions),
+        });
+        match h.reply_to(again) {
+            ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
+            other => panic!("expected INVALID_REQUEST for {partitions:?}, got {other:?}"),
+        }
+    }
+}
+
+/// Above 2^44 each sieve survivor needs a Miller–Rabin test, so ranges ending there may span
+/// less: a range that could never finish within a task timeout is refused up front.
+#[test]
+fn prime_sum_ranges_near_the_top_are_narrower() {
+    let top = i64::MAX;
+    let high_max = PRIME_SUM_SPAN_MAX_HIGH as i64;
+    let ok =
+        TaskSpec::from_json(&json!({"kind": "prime-sum", "start": top - high_max + 1, "end": top}));
+    assert!(ok.is_ok(), "{ok:?}");
+    let wide =
+        TaskSpec::from_json(&json!({"kind": "prime-sum", "start": top - high_max, "end": top}));
+    assert!(
+        matches!(wide, Err(TaskError::RangeTooWide { max, .. }) if max == PRIME_SUM_SPAN_MAX_HIGH),
+        "{wide:?}"
+    );
+    let low = PRIME_SUM_SIEVE_ONLY_END;
+    let low_ok = TaskSpec::from_json(
+        &json!({"kind": "prime-sum", "start": low - 9_999_999_999, "end": low}),
+    );
+    assert!(low_ok.is_ok(), "{low_ok:?}");
+}
+
+/// Apply is total: a `Submit` naming an id the table already has is refused, not a panic.
+#[test]
+fn a_submit_reusing_a_job_id_is_refused_and_changes_nothing() {
+    let mut t = Table::new();
+    let parent = job_id(1);
+    t.submit(parent, prime_sum(1, 100), &partition_ids(1, 2), 3, 100);
+    let before = t.snapshot();
+    let reused = t.submit(job_id(2), prime_sum(1, 100), &[parent], 3, 100);
+    assert!(
+        matches!(reused.applied, Applied::SubmitInvalid { .. }),
+        "{reused:?}"
+    );
+    let again = t.submit(parent, prime_sum(1, 10), &partition_ids(9, 1), 3, 100);
+    assert!(
+        matches!(again.applied, Applied::SubmitInvalid { .. }),
+        "{again:?}"
+    );
+    assert_eq!(t.snapshot(), before);
+}
+
+/// A worker that does not cut its failure message has it cut by the coordinator, so the job's
+/// views stay within the bound the submission was checked against.
+#[test]
+fn an_overlong_worker_error_is_cut() {
+    let (mut h, parent, assigned) = three_workers_one_split_job();
+    let (name, job, lease, _, _) = assigned[0].clone();
+    h.report(
+        name,
+        job,
+        lease,
+        AttemptOutcome::Failed {
+            error: "x".repeat(100_000),
+        },
+    );
+    let partition = h.status(job);
+    let error = partition.error.expect("the failure is recorded");
+    assert!(
+        error.len() <= ATTEMPT_ERROR_BYTES_MAX + 100,
+        "{} bytes",
+        error.len()
+    );
+    assert!(h
+        .status(parent)
+        .error
+        .is_none_or(|e| e.len() <= ATTEMPT_ERROR_BYTES_MAX + 200));
 }

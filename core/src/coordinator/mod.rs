@@ -51,11 +51,12 @@ use crate::ids::{
 };
 use crate::job::{Job, JobState, Lease};
 use crate::limits::{
-    ACTIVE_JOBS_CEILING, ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, CONFIG_MILLIS_MAX,
-    FRAME_BYTES_MAX_CEILING, FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, IDEMPOTENCY_KEY_BYTES_MAX,
-    LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX,
-    PARTITIONS_MAX, PERSIST_BATCH_RECORDS_MAX, REPORTED_FINISHED_MAX, WAITERS_MAX, WAIT_MILLIS_MAX,
-    WORKERS_MAX, WORKER_CAPACITY_MAX,
+    ACTIVE_JOBS_CEILING, ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX,
+    CONFIG_MILLIS_MAX, FRAME_BYTES_MAX_CEILING, FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN,
+    IDEMPOTENCY_KEY_BYTES_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, MATERIALIZE_DIRTY_JOBS_MAX,
+    MATERIALIZE_LOG_ENTRIES_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX,
+    PERSIST_BATCH_RECORDS_MAX, REPORTED_FINISHED_MAX, WAITERS_MAX, WAIT_MILLIS_MAX, WORKERS_MAX,
+    WORKER_CAPACITY_MAX,
 };
 use crate::protocol::codec::FrameError;
 use crate::protocol::{
@@ -794,6 +795,9 @@ impl Coordinator {
                 format!("max_attempts must be between 1 and {ATTEMPTS_MAX} (got {max_attempts})"),
             );
         }
+        if let Err(message) = check_partitions_request(&task, partitions) {
+            return self.client_error(conn, request_id, ErrorCode::InvalidRequest, message);
+        }
         if let Some(key) = &idempotency_key {
             if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
                 return self.client_error(
@@ -826,12 +830,25 @@ impl Coordinator {
         }
         // Shed load without touching the log when the applied table is already full. Apply checks
         // again, so submissions racing in one batch cannot overshoot the limit.
-        let pieces = match self.resolve_partitions(&task, partitions) {
-            Ok(pieces) => pieces,
-            Err(message) => {
-                return self.client_error(conn, request_id, ErrorCode::InvalidRequest, message)
-            }
-        };
+        let pieces = self.resolve_partitions(&task, partitions);
+        // Every reply about the job must fit a frame: the parent's view carries the whole task,
+        // a line per partition and at most one worker's error.
+        let view_bytes = encoded
+            .saturating_add(pieces.saturating_mul(PARTITION_VIEW_BYTES_MAX))
+            .saturating_add(ATTEMPT_ERROR_BYTES_MAX)
+            .saturating_add(idempotency_key.as_ref().map_or(0, String::len))
+            .saturating_add(ASSIGN_ENVELOPE_BYTES);
+        if task.is_data_parallel() && view_bytes > self.config.max_frame_bytes {
+            return self.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidTask,
+                format!(
+                    "the task is {encoded} bytes as JSON; split {pieces} ways, a reply showing the job could need {view_bytes} bytes, over the frame limit of {} bytes; submit a smaller input or fewer partitions",
+                    self.config.max_frame_bytes
+                ),
+            );
+        }
         let limit = self.config.max_active_jobs;
         let slots = 1 + pieces as u64;
         if slots > limit {
@@ -840,7 +857,7 @@ impl Coordinator {
                 request_id,
                 ErrorCode::InvalidRequest,
                 format!(
-                    "a job split into {pieces} partitions needs {slots} admission slots (the job and each partition), but --max-active-jobs is {limit}; ask for fewer partitions"
+                    "a job split into {pieces} partitions needs {slots} admission slots (the job and each partition), but --max-active-jobs is {limit}; ask for fewer partitions or raise the limit"
                 ),
             );
         }
@@ -878,21 +895,12 @@ impl Coordinator {
     }
 
     /// How many partition jobs a submission becomes: `min(partitions, items)` for a
-    /// data-parallel task (`auto`, or no request, means one per live worker, at least one), 0
-    /// for any other task.
-    fn resolve_partitions(
-        &self,
-        task: &TaskSpec,
-        partitions: Option<Partitions>,
-    ) -> Result<usize, String> {
+    /// data-parallel task (`auto`, or no request, means one per live worker, at least one, at
+    /// most what admission leaves room for), 0 for any other task. The request was checked by
+    /// [`check_partitions_request`].
+    fn resolve_partitions(&self, task: &TaskSpec, partitions: Option<Partitions>) -> usize {
         if !task.is_data_parallel() {
-            return match partitions {
-                None => Ok(0),
-                Some(_) => Err(format!(
-                    "partitions apply only to max, prime-count-list and prime-sum tasks, not {}",
-                    task.kind()
-                )),
-            };
+            return 0;
         }
         let requested = match partitions.unwrap_or(Partitions::Auto) {
             Partitions::Auto => {
@@ -901,14 +909,9 @@ impl Coordinator {
                 let room = self.config.max_active_jobs.saturating_sub(1).max(1);
                 u32::try_from(live.clamp(1, room)).unwrap_or(PARTITIONS_MAX)
             }
-            Partitions::Count(n) if (1..=PARTITIONS_MAX).contains(&n) => n,
-            Partitions::Count(n) => {
-                return Err(format!(
-                    "partitions must be between 1 and {PARTITIONS_MAX} (got {n})"
-                ))
-            }
+            Partitions::Count(n) => n,
         };
-        Ok(task.split(requested.min(PARTITIONS_MAX)).len())
+        task.split(requested.clamp(1, PARTITIONS_MAX)).len()
     }
 
     fn reject_submission(
@@ -1625,6 +1628,9 @@ impl Coordinator {
                 );
             }
             AttemptOutcome::Failed { error } => {
+                // Workers cut their messages; one that does not is cut here, so every job view
+                // stays within its bound.
+                let error = cut_to(&error, ATTEMPT_ERROR_BYTES_MAX);
                 let cause = format!("task failed on worker {worker}: {error}");
                 self.fail_attempt(job_id, lease_id, cause, pending);
             }
@@ -2085,3 +2091,26 @@ fn mix_seed(seed: u64, salt: u64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+/// A `partitions` request is for a data-parallel task and within `1..=PARTITIONS_MAX`.
+fn check_partitions_request(task: &TaskSpec, partitions: Option<Partitions>) -> Result<(), String> {
+    match partitions {
+        Some(_) if !task.is_data_parallel() => Err(format!(
+            "partitions apply only to max, prime-count-list and prime-sum tasks, not {}",
+            task.kind()
+        )),
+        Some(Partitions::Count(n)) if !(1..=PARTITIONS_MAX).contains(&n) => Err(format!(
+            "partitions must be between 1 and {PARTITIONS_MAX} (got {n})"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn cut_to(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
