@@ -86,6 +86,58 @@ fn bad_input_is_refused_before_anything_is_sent() {
 }
 
 #[test]
+fn bad_data_parallel_input_is_refused_with_its_position() {
+    let nowhere = ["--coordinator", "127.0.0.1:1"];
+    let dir = temp_dir("bad-numbers");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("numbers.csv");
+    std::fs::write(&file, "value\n1, 2;3\n4 5 six\n").expect("write the file");
+    let file = file.to_str().expect("utf-8 path").to_owned();
+    let cases: [(&[&str], &str); 8] = [
+        (&["submit", "max", "--file", &file], "line 3, column 5"),
+        (
+            &["submit", "prime-count", "--numbers", "2,x"],
+            "line 1, column 3",
+        ),
+        (&["submit", "max", "--numbers", ""], "at least one number"),
+        (&["submit", "max"], "--numbers or --file"),
+        (
+            &["submit", "prime-sum", "--start", "9", "--end", "2"],
+            "start <= end",
+        ),
+        (
+            &[
+                "submit",
+                "prime-sum",
+                "--start",
+                "1",
+                "--end",
+                "9",
+                "--partitions",
+                "zero",
+            ],
+            "partitions",
+        ),
+        (
+            &["submit", "sha256", "--text", "a", "--partitions", "2"],
+            "--partitions applies only",
+        ),
+        (
+            &["submit", "max", "--file", "/nonexistent/numbers.csv"],
+            "cannot read",
+        ),
+    ];
+    for (case, expected) in cases {
+        let args: Vec<&str> = case.iter().chain(nowhere.iter()).copied().collect();
+        let output = herder(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(code(&output), 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn an_unreachable_coordinator_exits_4_without_hanging() {
     let output = herder(&[
         "status",
