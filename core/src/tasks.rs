@@ -947,10 +947,14 @@ pub fn execute_until(
         TaskSpec::Sha256 { text } => Ok(TaskOutput::Sha256 {
             hex: sha256_hex(text),
         }),
-        TaskSpec::PrimeCount { limit } => Ok(TaskOutput::PrimeCount {
-            limit: *limit,
-            count: count_primes_up_to(*limit),
-        }),
+        TaskSpec::PrimeCount { limit } => {
+            let end = i64::try_from(*limit).unwrap_or(i64::MAX);
+            let stats = primes_in_range(2, end, should_stop)?;
+            Ok(TaskOutput::PrimeCount {
+                limit: *limit,
+                count: stats.count,
+            })
+        }
         TaskSpec::Fail { fail_until_attempt } => {
             if attempt.0 < *fail_until_attempt {
                 Err(TaskFailure::new(format!(
@@ -1046,115 +1050,13 @@ pub fn sha256_hex(text: &str) -> String {
     hex
 }
 
-/// 64-bit words in one sieve segment: 32 KiB, so a segment stays in a typical L1 data cache.
-const SEGMENT_WORDS: usize = 4096;
-
-/// Largest `r` with `r * r <= n`.
-fn integer_sqrt(n: u64) -> u64 {
-    // The float estimate is within one or two of the answer; correct it exactly in u128.
-    let mut root = (n as f64).sqrt() as u64;
-    while u128::from(root) * u128::from(root) > u128::from(n) {
-        root -= 1;
-    }
-    while u128::from(root + 1) * u128::from(root + 1) <= u128::from(n) {
-        root += 1;
-    }
-    root
-}
-
-/// The odd primes `p <= limit`, by a plain odd-only sieve (used for the sieving primes only).
-fn odd_primes_up_to(limit: u64) -> Vec<u64> {
-    if limit < 3 {
-        return Vec::new();
-    }
-    // Index i stands for the odd number 2i + 1; index 0 (the number 1) is never reported.
-    let last = ((limit - 1) / 2) as usize;
-    let mut composite = vec![false; last + 1];
-    let mut primes = Vec::new();
-    for i in 1..=last {
-        if composite[i] {
-            continue;
-        }
-        let p = 2 * i + 1;
-        primes.push(p as u64);
-        // Start at p * p, index (p * p - 1) / 2 = 2i(i + 1); consecutive odd multiples are p apart.
-        let mut j = 2 * i * (i + 1);
-        while j <= last {
-            composite[j] = true;
-            j += p;
-        }
-    }
-    primes
-}
-
-/// Number of primes `p <= limit`, by an odd-only segmented sieve of Eratosthenes.
-///
-/// Bit `i` of the sieve stands for the odd number `2i + 1`. The range is swept in segments of
-/// 4,096 64-bit words (32 KiB, 262,144 odd numbers), crossing off odd multiples of
-/// each odd prime up to `sqrt(limit)`, starting at its square.
-///
-/// Memory is the one 32 KiB segment plus the sieving primes: for `limit` =
-/// [`PRIME_COUNT_LIMIT_MAX`] (10^9) that is the 3,400 odd primes below 31,623 (two `u64` each,
-/// about 54 KiB) and a 16 KiB byte sieve to find them, so well under 1 MiB in total. Time is
-/// roughly linear in `limit`.
+/// Number of primes `p <= limit`, by the odd-only segmented range sieve of
+/// [`crate::dataparallel::primes`] (32 KiB segments, sieving primes up to `sqrt(limit)`), so
+/// memory stays well under 1 MiB up to [`PRIME_COUNT_LIMIT_MAX`] and time is roughly linear in
+/// `limit`. A limit above `i64::MAX` counts the primes up to `i64::MAX`.
 pub fn count_primes_up_to(limit: u64) -> u64 {
-    count_primes_segmented(limit, SEGMENT_WORDS)
-}
-
-/// [`count_primes_up_to`] with a chosen segment size, so tests can exercise tiny segments.
-fn count_primes_segmented(limit: u64, segment_words: usize) -> u64 {
-    let segment_bits = segment_words as u64 * 64;
-    if limit < 2 {
-        return 0;
-    }
-    // The prime 2; everything below counts odd primes.
-    let mut count = 1;
-    if limit < 3 {
-        return count;
-    }
-    let last = (limit - 1) / 2; // index of the largest odd number <= limit
-    let primes = odd_primes_up_to(integer_sqrt(limit));
-    // For each sieving prime p, the index of the next odd multiple still to cross off.
-    let mut next: Vec<u64> = primes.iter().map(|&p| (p * p - 1) / 2).collect();
-    let mut segment = vec![0u64; segment_words];
-    let mut low = 0u64;
-    while low <= last {
-        let high = last.min(low + (segment_bits - 1)); // inclusive
-        segment.fill(0);
-        if low == 0 {
-            segment[0] = 1; // the number 1 is not prime
-        }
-        // Only primes whose square lies in or before this segment have multiples to cross off
-        // here. (A prime's next multiple may lie beyond `high` even so, when the segment is short
-        // or the prime large; the loop below then does nothing for it.)
-        let active = primes.partition_point(|&p| (p * p - 1) / 2 <= high);
-        for (&p, next_index) in primes[..active].iter().zip(next.iter_mut()) {
-            let mut i = *next_index;
-            while i <= high {
-                let bit = (i - low) as usize;
-                segment[bit / 64] |= 1u64 << (bit % 64);
-                i += p;
-            }
-            *next_index = i;
-        }
-        let bits = (high - low + 1) as usize;
-        let full_words = bits / 64;
-        let crossed: u64 = segment[..full_words]
-            .iter()
-            .map(|word| u64::from(word.count_ones()))
-            .sum();
-        let mut candidates = (full_words * 64) as u64;
-        let mut crossed = crossed;
-        let tail = bits % 64;
-        if tail > 0 {
-            let mask = (1u64 << tail) - 1;
-            crossed += u64::from((segment[full_words] & mask).count_ones());
-            candidates += tail as u64;
-        }
-        count += candidates - crossed;
-        low += segment_bits;
-    }
-    count
+    let end = i64::try_from(limit).unwrap_or(i64::MAX);
+    primes_in_range(2, end, &mut || false).map_or(0, |stats| stats.count)
 }
 
 #[cfg(test)]
@@ -1249,8 +1151,8 @@ mod tests {
         true
     }
 
-    /// Odd numbers covered by one full-size segment (one bit each).
-    const SEGMENT_BITS: u64 = SEGMENT_WORDS as u64 * 64;
+    /// Odd numbers covered by one segment of the range sieve (32 KiB, one bit each).
+    const SEGMENT_BITS: u64 = 4096 * 64;
 
     /// Prefix counts of primes for 0..=REFERENCE_MAX by a plain sieve over all integers.
     const REFERENCE_MAX: usize = 2_000_000;
@@ -1329,33 +1231,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn tiny_segments_agree_with_the_reference() {
-        // One-word segments (128 integers) put sieving primes far beyond a segment's span and
-        // make many short final segments, as only huge limits would with the real size.
-        let counts = reference_counts();
-        for limit in (0..200_000u64).step_by(997).chain(199_000..199_300) {
-            for words in [1, 2, 3] {
-                assert_eq!(
-                    count_primes_segmented(limit, words),
-                    u64::from(counts[limit as usize]),
-                    "limit {limit}, {words} words"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn integer_sqrt_is_exact() {
-        for n in 0..=10_000u64 {
-            let r = integer_sqrt(n);
-            assert!(r * r <= n && (r + 1) * (r + 1) > n, "n {n}");
-        }
-        assert_eq!(integer_sqrt(u64::MAX), u64::from(u32::MAX));
-        assert_eq!(integer_sqrt(999_999_999_999_999_999), 999_999_999);
-        assert_eq!(integer_sqrt(1_000_000_000_000_000_000), 1_000_000_000);
     }
 
     #[test]

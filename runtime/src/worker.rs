@@ -3,9 +3,9 @@
 //!
 //! - `sleep` tasks wait on a timer; CPU tasks run on tokio's blocking pool, so the driver loop —
 //!   and with it heartbeats — never waits behind a busy slot.
-//! - Cancellation is cooperative: a sleeping task stops at once; a `prime-sum` range checks for
-//!   a cancel between sieve segments; any other CPU task is bounded by its payload limits (about
-//!   a second at most). A cancelled CPU task reports `cancelled` when it returns, so its slot is
+//! - Cancellation is cooperative: a sleeping task stops at once; `prime-count` and `prime-sum`
+//!   check for a cancel between sieve segments; any other CPU task is bounded by its payload
+//!   limits (about a second at most). A cancelled CPU task reports `cancelled` when it returns, so its slot is
 //!   only freed once the CPU is really free.
 //! - Reconnecting, heartbeats, capacity and result retransmission are decided by core.
 
