@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use herder_core::command::{Applied, Command, JobTable, LogEntry, Outcome, StaleReason};
+use herder_core::command::{Applied, Command, JobTable, Outcome, StaleReason};
 use herder_core::coordinator::{
-    Coordinator, CoordinatorConfig, DurableState, Output, PersistBatch, Record,
+    Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch, Record,
 };
 use herder_core::ids::{
     Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerId,
@@ -1071,46 +1071,12 @@ fn config() -> CoordinatorConfig {
     }
 }
 
-/// A disk that keeps exactly what the coordinator asked to persist.
-#[derive(Clone, Debug, Default)]
-struct Disk {
-    jobs: BTreeMap<JobId, Job>,
-    applied: LogIndex,
-    log: BTreeMap<LogIndex, LogEntry>,
-    /// Every log entry ever written, discarded or not.
-    entries_written: usize,
-}
-
-impl Disk {
-    fn write(&mut self, records: &[Record]) {
-        for record in records {
-            match record {
-                Record::Log(entry) => {
-                    self.entries_written += 1;
-                    self.log.insert(entry.index, entry.clone());
-                }
-                Record::Job(job) => {
-                    self.jobs.insert(job.id, job.clone());
-                }
-                Record::Applied(index) => self.applied = *index,
-                Record::DiscardLogThrough(index) => self.log.retain(|i, _| i > index),
-            }
-        }
-    }
-
-    fn durable_state(&self) -> DurableState {
-        DurableState {
-            jobs: self.jobs.values().cloned().collect(),
-            applied: self.applied,
-            log: self.log.values().cloned().collect(),
-        }
-    }
-}
-
 struct Harness {
     c: Coordinator,
     now: Instant,
-    disk: Disk,
+    disk: DiskImage,
+    /// Every log entry ever written, discarded or not.
+    entries_written: usize,
     hold: bool,
     held: Vec<PersistBatch>,
     sent: Vec<Output>,
@@ -1126,7 +1092,8 @@ impl Harness {
         let mut h = Harness {
             c: Coordinator::new(config, 42).expect("valid config"),
             now: Instant::ZERO,
-            disk: Disk::default(),
+            disk: DiskImage::default(),
+            entries_written: 0,
             hold: false,
             held: Vec::new(),
             sent: Vec::new(),
@@ -1141,10 +1108,7 @@ impl Harness {
         while let Some(output) = self.c.poll_output() {
             match output {
                 Output::Persist(batch) if self.hold => self.held.push(batch),
-                Output::Persist(batch) => {
-                    self.disk.write(&batch.records);
-                    self.c.handle_persisted(self.now, batch.id);
-                }
+                Output::Persist(batch) => self.make_durable(batch),
                 Output::Event(_) => {}
                 other => self.sent.push(other),
             }
@@ -1157,10 +1121,19 @@ impl Harness {
     fn release_writes(&mut self) {
         self.hold = false;
         for batch in std::mem::take(&mut self.held) {
-            self.disk.write(&batch.records);
-            self.c.handle_persisted(self.now, batch.id);
+            self.make_durable(batch);
         }
         self.pump();
+    }
+
+    fn make_durable(&mut self, batch: PersistBatch) {
+        self.entries_written += batch
+            .records
+            .iter()
+            .filter(|r| matches!(r, Record::Log(_)))
+            .count();
+        self.disk.write(&batch.records);
+        self.c.handle_persisted(self.now, batch.id);
     }
 
     fn conn_of(name: &str) -> ConnectionId {
@@ -1480,7 +1453,7 @@ fn invalid_partition_requests_are_refused_without_a_log_entry() {
     for name in WORKERS {
         h.register(name, 2);
     }
-    let written = h.disk.entries_written;
+    let written = h.entries_written;
     let cases = [
         (
             json!({"kind": "prime-sum", "start": 1, "end": 1000}),
@@ -1524,7 +1497,7 @@ fn invalid_partition_requests_are_refused_without_a_log_entry() {
         }
         assert!(h.held.is_empty(), "nothing to persist: {:?}", h.held);
         h.release_writes();
-        assert_eq!(h.disk.entries_written, written, "no log entry");
+        assert_eq!(h.entries_written, written, "no log entry");
         assert!(h.c.table().is_empty());
     }
     // None of them reached a worker.
@@ -1552,7 +1525,7 @@ fn the_coordinator_admits_a_split_job_only_with_a_slot_for_each_partition() {
     }
     // One ordinary job active: 1 + 3 more slots do not fit now, so a retryable rejection.
     h.submit(json!({"kind": "sleep", "milliseconds": 10}), None, None);
-    let written = h.disk.entries_written;
+    let written = h.entries_written;
     let request_id = h.submit_request(task.clone(), None, Some(Partitions::Count(3)));
     match h.reply_to(request_id) {
         ClientReply::SubmitRejected {
@@ -1566,7 +1539,7 @@ fn the_coordinator_admits_a_split_job_only_with_a_slot_for_each_partition() {
         }
         other => panic!("expected SUBMIT_REJECTED, got {other:?}"),
     }
-    assert_eq!(h.disk.entries_written, written, "no log entry");
+    assert_eq!(h.entries_written, written, "no log entry");
     // 1 + 2 fit exactly.
     let parent = h.submit(task, None, Some(Partitions::Count(2)));
     assert_eq!(h.c.job(&parent).expect("parent").partitions.len(), 2);
@@ -1626,7 +1599,7 @@ fn cancel_of_a_partition_is_refused_and_cancel_of_the_parent_revokes_every_lease
     assert_eq!(assigned.len(), 3);
 
     // CANCEL naming a partition: INVALID_REQUEST naming the parent, nothing written.
-    let written = h.disk.entries_written;
+    let written = h.entries_written;
     let (_, partition, ..) = assigned[1];
     let request_id = h.request_id();
     h.client_says(ClientRequest::Cancel {
@@ -1645,7 +1618,7 @@ fn cancel_of_a_partition_is_refused_and_cancel_of_the_parent_revokes_every_lease
         }
         other => panic!("expected ERROR, got {other:?}"),
     }
-    assert_eq!(h.disk.entries_written, written, "no log entry");
+    assert_eq!(h.entries_written, written, "no log entry");
     assert_eq!(
         h.c.job(&partition).expect("partition").state,
         JobState::Running

@@ -9,15 +9,11 @@
 //! - a worker ignores messages on a connection it has given up on (`ConnectAttempt` check), and
 //!   ignores `TASK_CANCEL` for a lease it is not running (it sends nothing back).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use herder_core::command::LogEntry;
-use herder_core::coordinator::{
-    Coordinator, CoordinatorConfig, DurableState, Output, PersistBatch, Record,
-};
-use herder_core::ids::{ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerId};
-use herder_core::job::{Job, JobState};
+use herder_core::coordinator::{Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch};
+use herder_core::ids::{ConnectionId, Incarnation, JobId, LeaseId, RequestId, WorkerId};
+use herder_core::job::JobState;
 use herder_core::protocol::{
     AttemptOutcome, ClientReply, ClientRequest, CoordinatorToWorker, RunningAttempt,
     WorkerToCoordinator,
@@ -38,42 +34,10 @@ fn config() -> CoordinatorConfig {
     }
 }
 
-#[derive(Clone, Debug, Default)]
-struct Disk {
-    jobs: BTreeMap<JobId, Job>,
-    applied: LogIndex,
-    log: BTreeMap<LogIndex, LogEntry>,
-}
-
-impl Disk {
-    fn write(&mut self, records: &[Record]) {
-        for record in records {
-            match record {
-                Record::Log(entry) => {
-                    self.log.insert(entry.index, entry.clone());
-                }
-                Record::Job(job) => {
-                    self.jobs.insert(job.id, job.clone());
-                }
-                Record::Applied(index) => self.applied = *index,
-                Record::DiscardLogThrough(index) => self.log.retain(|i, _| i > index),
-            }
-        }
-    }
-
-    fn durable_state(&self) -> DurableState {
-        DurableState {
-            jobs: self.jobs.values().cloned().collect(),
-            applied: self.applied,
-            log: self.log.values().cloned().collect(),
-        }
-    }
-}
-
 struct Harness {
     c: Coordinator,
     now: Instant,
-    disk: Disk,
+    disk: DiskImage,
     hold: bool,
     held: Vec<PersistBatch>,
     sent: Vec<Output>,
@@ -85,7 +49,7 @@ impl Harness {
         let mut h = Harness {
             c: Coordinator::new(config(), 7).expect("valid config"),
             now: Instant::ZERO,
-            disk: Disk::default(),
+            disk: DiskImage::default(),
             hold: false,
             held: Vec::new(),
             sent: Vec::new(),

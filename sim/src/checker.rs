@@ -7,9 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use herder_core::command::{Applied, Command, JobTable, LogEntry};
-use herder_core::coordinator::{DurableState, Output, Record, WorkerEntry};
-use herder_core::ids::{Attempt, JobId, LeaseId, LogIndex, WorkerId};
+use herder_core::command::{Applied, Command, JobTable};
+use herder_core::coordinator::{DiskImage, Output, Record, WorkerEntry};
+use herder_core::ids::{Attempt, JobId, LeaseId, WorkerId};
 use herder_core::job::{Job, JobState};
 use herder_core::protocol::{CancelReason, ClientReply, CoordinatorToWorker, JobView};
 use herder_core::tasks::{self, TaskSpec};
@@ -25,51 +25,7 @@ macro_rules! ensure {
 }
 
 /// A coordinator's disk: exactly the batches that became durable, applied in order.
-#[derive(Clone, Debug, Default)]
-pub struct Disk {
-    pub jobs: BTreeMap<JobId, Job>,
-    pub applied: LogIndex,
-    pub log: BTreeMap<LogIndex, LogEntry>,
-}
-
-impl Disk {
-    pub fn write(&mut self, records: &[Record]) {
-        for record in records {
-            match record {
-                Record::Log(entry) => {
-                    self.log.insert(entry.index, entry.clone());
-                }
-                Record::Job(job) => {
-                    self.jobs.insert(job.id, job.clone());
-                }
-                Record::Applied(index) => self.applied = *index,
-                Record::DiscardLogThrough(index) => self.log.retain(|i, _| i > index),
-            }
-        }
-    }
-
-    pub fn durable_state(&self) -> DurableState {
-        DurableState {
-            jobs: self.jobs.values().cloned().collect(),
-            applied: self.applied,
-            log: self.log.values().cloned().collect(),
-        }
-    }
-
-    /// The table a recovery from this disk would rebuild.
-    pub fn table(&self) -> Result<JobTable, String> {
-        let mut table = JobTable::from_rows(self.jobs.values().cloned().collect(), self.applied)
-            .map_err(|error| format!("the disk's rows do not load: {error}"))?;
-        for (index, entry) in self.log.range(self.applied.next()..) {
-            ensure!(
-                *index == table.applied_index().next(),
-                "the disk's log has a gap before entry {index}"
-            );
-            table.apply(*index, &entry.command);
-        }
-        Ok(table)
-    }
-}
+pub type Disk = DiskImage;
 
 /// Monotone facts about commands that reached a disk (log entries are discarded later, so the
 /// facts are collected as batches land).

@@ -831,7 +831,10 @@ impl World {
             if !coord.pending.is_empty() {
                 continue;
             }
-            let durable = coord.disk.table().map_err(|e| format!("coord-{c}: {e}"))?;
+            let durable = coord
+                .disk
+                .table()
+                .map_err(|e| format!("coord-{c}: the disk does not recover: {e}"))?;
             let live = machine.table();
             if durable.applied_index() != live.applied_index() {
                 return Err(format!(

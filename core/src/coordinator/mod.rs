@@ -32,6 +32,7 @@
 //! persisted. After a restart it is rebuilt conservatively: running attempts get a re-adoption
 //! window, backoffs restart from the moment of recovery.
 
+mod disk_image;
 mod events;
 mod registry;
 mod timers;
@@ -42,6 +43,7 @@ use std::time::Duration;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+pub use disk_image::DiskImage;
 pub use events::{Event, LossReason};
 pub use registry::WorkerEntry;
 

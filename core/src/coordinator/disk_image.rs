@@ -1,0 +1,62 @@
+//! What a coordinator's disk holds, as an executable definition: applying a batch's [`Record`]s
+//! to a [`DiskImage`] is exactly what a store must make durable, and [`DiskImage::durable_state`]
+//! is what it must hand back at the next start. The runtime's SQLite store implements the same
+//! meaning; the simulator and the tests use this image as their disk.
+
+use std::collections::BTreeMap;
+
+use super::{DurableState, Record, RecoveryError};
+use crate::command::{JobTable, LogEntry};
+use crate::ids::{JobId, LogIndex};
+use crate::job::Job;
+
+/// Job rows, the applied index and the log entries not yet discarded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskImage {
+    pub jobs: BTreeMap<JobId, Job>,
+    pub applied: LogIndex,
+    pub log: BTreeMap<LogIndex, LogEntry>,
+}
+
+impl DiskImage {
+    /// Makes one batch's records durable, in order.
+    pub fn write(&mut self, records: &[Record]) {
+        for record in records {
+            match record {
+                Record::Log(entry) => {
+                    self.log.insert(entry.index, entry.clone());
+                }
+                Record::Job(job) => {
+                    self.jobs.insert(job.id, job.clone());
+                }
+                Record::Applied(index) => self.applied = *index,
+                Record::DiscardLogThrough(index) => self.log.retain(|i, _| i > index),
+            }
+        }
+    }
+
+    /// What a coordinator starting on this disk is given.
+    pub fn durable_state(&self) -> DurableState {
+        DurableState {
+            jobs: self.jobs.values().cloned().collect(),
+            applied: self.applied,
+            log: self.log.values().cloned().collect(),
+        }
+    }
+
+    /// The job table a recovery from this disk rebuilds: the rows, then the log beyond them.
+    pub fn table(&self) -> Result<JobTable, RecoveryError> {
+        let mut table = JobTable::from_rows(self.jobs.values().cloned().collect(), self.applied)?;
+        for (index, entry) in self.log.range(self.applied.next()..) {
+            let expected = table.applied_index().next();
+            if *index != expected {
+                return Err(RecoveryError::LogGap {
+                    expected,
+                    found: *index,
+                });
+            }
+            table.apply(*index, &entry.command);
+        }
+        Ok(table)
+    }
+}
