@@ -327,7 +327,7 @@ struct ClientNode {
     started: u64,
     done: u64,
     /// Operations not yet answered: op id -> virtual time started.
-    open_ops: BTreeMap<u64, u64>,
+    open_ops: BTreeMap<u64, (u64, Operation)>,
     known: Vec<JobId>,
     timer_floor: u64,
     stuck: Option<Instant>,
@@ -935,7 +935,7 @@ impl World {
             .iter()
             .enumerate()
             .filter_map(|(c, client)| {
-                let (&op, &started) = client.open_ops.first_key_value()?;
+                let (&op, &(started, _)) = client.open_ops.first_key_value()?;
                 let due = started.max(self.fault_end) + self.call_bound_us;
                 Some((due, c, op, started))
             })
@@ -1833,19 +1833,53 @@ impl World {
                     self.note(node, format_args!("op {} done: {result:?}", op.0));
                     let client = &mut self.clients[c];
                     client.done += 1;
-                    if let Some(started) = client.open_ops.remove(&op.0) {
-                        if self.now > self.fault_end {
-                            let waited = self.now - started.max(self.fault_end);
-                            self.slowest_call_us = self.slowest_call_us.max(waited);
-                        }
+                    let Some((started, asked)) = client.open_ops.remove(&op.0) else {
+                        return Err(format!(
+                            "operation {} finished twice, or was never started",
+                            op.0
+                        ));
+                    };
+                    if self.now > self.fault_end {
+                        let waited = self.now - started.max(self.fault_end);
+                        self.slowest_call_us = self.slowest_call_us.max(waited);
+                    }
+                    if let Ok(reply) = &result {
+                        self.check_answer(op.0, &asked, reply)?;
                     }
                     if let Ok(ClientReply::SubmitAccepted { job_id, .. }) = result {
-                        client.known.push(job_id);
+                        self.clients[c].known.push(job_id);
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// A client operation must be answered with a reply to that operation: the right kind, about
+    /// the job it named, and for a submission the job that holds the submitted task.
+    fn check_answer(&self, op: u64, asked: &Operation, reply: &ClientReply) -> Check {
+        let fits = match (asked, reply) {
+            (Operation::Submit { task, .. }, ClientReply::SubmitAccepted { job_id, .. }) => {
+                let submitted = TaskSpec::from_json(task).ok();
+                let durable = self.checker.facts.durable_table.get(job_id);
+                durable.is_some_and(|job| Some(&job.task) == submitted.as_ref())
+            }
+            (Operation::Status { job_id }, ClientReply::Job { job, .. })
+            | (Operation::Wait { job_id, .. }, ClientReply::WaitResult { job, .. })
+            | (Operation::Cancel { job_id }, ClientReply::CancelResult { job, .. }) => {
+                job.id == *job_id
+            }
+            (Operation::List { .. }, ClientReply::JobList { .. })
+            | (Operation::Workers, ClientReply::WorkerList { .. }) => true,
+            _ => false,
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "operation {op} ({asked:?}) was answered with {reply:?}"
+            ))
+        }
     }
 
     fn schedule_connect(&mut self, peer: Peer, gen: u64, attempt: ConnectAttempt, address: &str) {
@@ -1922,7 +1956,7 @@ impl World {
         client.started += 1;
         let local = client.clock.local(self.now);
         let id = client.machine.start(local, op.clone());
-        client.open_ops.insert(id.0, self.now);
+        client.open_ops.insert(id.0, (self.now, op.clone()));
         if client.ops_left > 0 {
             let span = self.scenario.fault_span_us / self.scenario.ops_per_client.max(1) as u64;
             let gap = client.rng.range(0, 2 * span);
