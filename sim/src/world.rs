@@ -205,10 +205,6 @@ enum Ev {
         conn: usize,
         msg: Up,
     },
-    ResendDown {
-        conn: usize,
-        msg: Down,
-    },
     Heal {
         id: u64,
     },
@@ -383,6 +379,8 @@ pub struct World {
     next_partition: u64,
     next_token: u64,
     submit_keys: HashMap<(usize, RequestId), String>,
+    /// (client, request id) -> the job its submission created: one operation, one job.
+    created_by: HashMap<(usize, RequestId), JobId>,
     key_specs: BTreeMap<String, TaskSpec>,
     hash: Fnv,
     trace: Option<Vec<String>>,
@@ -474,47 +472,30 @@ fn address_coordinator(address: &str) -> usize {
 }
 
 /// How long after faults stop a client call may stay unanswered: one silently dead
-/// connection noticed by the request timeout, the longest `WAIT`, a full round of connect
-/// passes with their backoff, every admission retry at its longest pause, a coordinator
-/// restart, plus a few seconds for messages and disks.
+/// connection noticed by the request timeout, the longest `WAIT`, a coordinator still
+/// restarting, one connect attempt and the longest pause between attempts, every admission
+/// retry at its longest pause, plus a few seconds for messages and disks. (Nothing fails once
+/// faults stop, so at most one connection can still die silently on a call's way.)
 fn call_bound_us(config: &ClientConfig, scenario: &Scenario) -> u64 {
     let micros = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 16);
     micros(config.request_timeout)
         + WAIT_MILLIS_MAX * 1_000
-        + u64::from(config.connect_rounds)
-            * (micros(config.connect_timeout) + micros(config.connect_backoff_max))
-        + u64::from(scenario.submit_retries) * micros(config.submit_retry_max)
         + COORDINATOR_DOWN_MAX_US
+        + micros(config.connect_timeout)
+        + micros(config.connect_backoff_max)
+        + u64::from(scenario.submit_retries) * micros(config.submit_retry_max)
         + 5_000_000
 }
 
-/// Messages the protocol allows a sender to repeat (a retransmitted result, an extra
-/// heartbeat, a keyed submission sent again, a repeated query). An unkeyed submission or a
-/// registration is never repeated by a correct client or worker.
+/// Messages a correct sender may repeat on one connection: a worker reports a finished attempt
+/// until a `RESULT_ACK` names its lease, and heartbeats are idempotent. Nothing else is ever
+/// sent twice on one connection (a client resends only on a new connection, which its machine
+/// does by itself; the coordinator never repeats a reply), so nothing else is repeated here.
 fn repeatable_up(msg: &Up) -> bool {
-    match msg {
-        Up::Worker(m) => matches!(
-            m,
-            WorkerToCoordinator::TaskResult { .. } | WorkerToCoordinator::Heartbeat {}
-        ),
-        Up::Client(ClientRequest::Submit {
-            idempotency_key, ..
-        }) => idempotency_key.is_some(),
-        Up::Client(_) => true,
-    }
-}
-
-/// Coordinator messages a peer must tolerate twice: acknowledgements, cancels and replies.
-fn repeatable_down(msg: &Down) -> bool {
-    match msg {
-        Down::Worker(m) => matches!(
-            m,
-            CoordinatorToWorker::ResultAck { .. }
-                | CoordinatorToWorker::TaskCancel { .. }
-                | CoordinatorToWorker::HeartbeatAck {}
-        ),
-        Down::Client(_) => true,
-    }
+    matches!(
+        msg,
+        Up::Worker(WorkerToCoordinator::TaskResult { .. } | WorkerToCoordinator::Heartbeat {})
+    )
 }
 
 /// A small data-parallel task: a list of up to 40 numbers (some empty, some negative, some
@@ -671,6 +652,7 @@ impl World {
             next_partition: 0,
             next_token: 0,
             submit_keys: HashMap::new(),
+            created_by: HashMap::new(),
             key_specs: BTreeMap::new(),
             hash: Fnv::new(),
             trace: trace.then(Vec::new),
@@ -1080,6 +1062,11 @@ impl World {
                 ..
             } => NodeRef::Worker(*w),
             Ev::TaskDone { worker, .. } => NodeRef::Worker(*worker),
+            // A paused worker sends nothing, repeats included.
+            Ev::ResendUp { conn, .. } => match self.conns[*conn].peer {
+                Peer::Worker(w) => NodeRef::Worker(w),
+                Peer::Client(_) => return None,
+            },
             Ev::Down { conn, .. } | Ev::ClosedAtPeer { conn } => match self.conns[*conn].peer {
                 Peer::Worker(w) => NodeRef::Worker(w),
                 Peer::Client(_) => return None,
@@ -1202,11 +1189,6 @@ impl World {
                 self.note(peer, format_args!("-> again (conn {conn}) {msg:?}"));
                 (peer, self.send_up(conn, msg, false))
             }
-            Ev::ResendDown { conn, msg } => {
-                let coord = NodeRef::Coordinator(self.conns[conn].coord);
-                self.note(coord, format_args!("-> again (conn {conn}) {msg:?}"));
-                (coord, self.send_down(conn, msg, false))
-            }
             Ev::Heal { id } => (NodeRef::World, self.heal(Some(id))),
             Ev::Flush { conn, dir } => self.flush(conn, dir),
             Ev::FaultsEnd => (NodeRef::World, self.faults_end()),
@@ -1309,13 +1291,9 @@ impl World {
         Ok(())
     }
 
-    fn send_down(&mut self, conn: usize, msg: Down, may_repeat: bool) -> Check {
+    fn send_down(&mut self, conn: usize, msg: Down) -> Check {
         if !self.conns.get(conn).is_some_and(|c| c.open) {
             return Ok(());
-        }
-        if let Some(after) = self.duplicate_after(may_repeat && repeatable_down(&msg)) {
-            let copy = msg.clone();
-            self.push(self.now + after, Ev::ResendDown { conn, msg: copy });
         }
         let msg = if self.scenario.codec {
             match msg {
@@ -1457,12 +1435,15 @@ impl World {
     fn deliver_up(&mut self, conn: usize, msg: Up) -> Check {
         let Conn {
             coord,
+            coord_gen,
             open,
             up_live,
             peer,
             ..
         } = self.conns[conn];
-        if !up_live {
+        // Data for a coordinator process that has since died died with it: the restarted
+        // process never had this connection.
+        if !up_live || self.coords[coord].gen != coord_gen {
             return Ok(());
         }
         if !open {
@@ -1651,11 +1632,12 @@ impl World {
             match output {
                 Output::ToWorker { conn, message } => {
                     self.note(node, format_args!("-> conn {conn} {message:?}"));
-                    self.send_down(conn.0 as usize, Down::Worker(message), true)?;
+                    self.send_down(conn.0 as usize, Down::Worker(message))?;
                 }
                 Output::ToClient { conn, message } => {
                     self.note(node, format_args!("-> conn {conn} {message:?}"));
-                    self.send_down(conn.0 as usize, Down::Client(message), true)?;
+                    self.check_one_job_per_submission(conn, &message)?;
+                    self.send_down(conn.0 as usize, Down::Client(message))?;
                 }
                 Output::Close { conn } => {
                     self.note(node, format_args!("close conn {conn}"));
@@ -1853,6 +1835,30 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// One client submission creates at most one job, however often it is resent: an unkeyed
+    /// submission must never be resent blindly, and a keyed one maps to the same job.
+    fn check_one_job_per_submission(&mut self, conn: ConnectionId, reply: &ClientReply) -> Check {
+        let ClientReply::SubmitAccepted {
+            request_id,
+            job_id,
+            existing: false,
+        } = reply
+        else {
+            return Ok(());
+        };
+        let Some(Peer::Client(c)) = self.conns.get(conn.0 as usize).map(|c| c.peer) else {
+            return Ok(());
+        };
+        let first = *self.created_by.entry((c, *request_id)).or_insert(*job_id);
+        if first == *job_id {
+            Ok(())
+        } else {
+            Err(format!(
+                "client-{c}'s submission {request_id} created two jobs, {first} and {job_id}"
+            ))
+        }
     }
 
     /// A client operation must be answered with a reply to that operation: the right kind, about
@@ -2140,7 +2146,7 @@ impl World {
         } else {
             Close::Reset {
                 tell_coord: false,
-                tell_peer: true,
+                tell_peer: false,
             }
         };
         for conn in conns {
@@ -2268,20 +2274,21 @@ impl World {
         }
         node.paused = false;
         let stalled = std::mem::take(&mut node.stalled);
-        self.deliver_held(NodeRef::Worker(w), stalled);
-        Ok(())
+        self.deliver_held(NodeRef::Worker(w), stalled)
     }
 
-    /// A paused node resumes: everything that arrived for it meanwhile is delivered now.
-    fn deliver_held(&mut self, node: NodeRef, stalled: Vec<Ev>) {
+    /// A paused node resumes. What reached it meanwhile was already received, in order: it is
+    /// handled now, in that order, before anything else, and does not cross the network again.
+    fn deliver_held(&mut self, node: NodeRef, stalled: Vec<Ev>) -> Check {
         let count = stalled.len();
         self.note(
             node,
-            format_args!("resume ({count} held events delivered now)"),
+            format_args!("resume ({count} held events handled now)"),
         );
         for ev in stalled {
-            self.push(self.now, ev);
+            self.dispatch(ev).1?;
         }
+        Ok(())
     }
 
     /// Pauses are drawn relative to the heartbeat timeout, so they cross it sometimes.
@@ -2313,8 +2320,7 @@ impl World {
         }
         node.paused = false;
         let stalled = std::mem::take(&mut node.stalled);
-        self.deliver_held(NodeRef::Coordinator(c), stalled);
-        Ok(())
+        self.deliver_held(NodeRef::Coordinator(c), stalled)
     }
 
     /// Starts a partition of a randomly chosen shape; it heals after a span drawn around the
