@@ -866,13 +866,14 @@ impl Coordinator {
         if self.table.active_jobs().saturating_add(slots) > limit {
             return self.reject_submission(conn, request_id, self.table.active_jobs(), limit);
         }
-        let job_id = self.fresh_job_id(&[]);
-        let mut partitions = Vec::with_capacity(pieces);
-        for _ in 0..pieces {
-            let mut taken = partitions.clone();
-            taken.push(job_id);
-            partitions.push(self.fresh_job_id(&taken));
+        // The job's id first, then one per partition, each unlike any drawn before it.
+        let mut ids = Vec::with_capacity(1 + pieces);
+        for _ in 0..=pieces {
+            let id = self.fresh_job_id(&ids);
+            ids.push(id);
         }
+        let partitions = ids.split_off(1);
+        let job_id = ids[0];
         self.propose(
             Command::Submit {
                 job_id,
@@ -913,7 +914,10 @@ impl Coordinator {
             }
             Partitions::Count(n) => n,
         };
-        task.split(requested.clamp(1, PARTITIONS_MAX)).len()
+        // `TaskSpec::split` makes exactly `min(partitions, items)` pieces; counting them here
+        // spares copying the input, which apply splits once.
+        let pieces = u64::from(requested.clamp(1, PARTITIONS_MAX)).min(task.items());
+        usize::try_from(pieces).unwrap_or(PARTITIONS_MAX as usize)
     }
 
     fn reject_submission(
