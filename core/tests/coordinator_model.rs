@@ -31,9 +31,9 @@ use proptest::sample::Index;
 
 use herder_core::command::{Command, JobTable};
 use herder_core::coordinator::{
-    Coordinator, CoordinatorConfig, DurableState, Link, Output, PersistBatch, Record,
+    Coordinator, CoordinatorConfig, DiskImage, Link, Output, PersistBatch, Record,
 };
-use herder_core::ids::{ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerId};
+use herder_core::ids::{ConnectionId, Incarnation, JobId, LeaseId, RequestId, WorkerId};
 use herder_core::job::{Job, JobState};
 use herder_core::protocol::codec::FrameError;
 use herder_core::protocol::{
@@ -202,14 +202,6 @@ fn action() -> impl Strategy<Value = Action> {
 // The disk, and facts about what reached it
 // ---------------------------------------------------------------------------------------------
 
-/// Keeps exactly what the coordinator asked to persist, in batches made durable in order.
-#[derive(Clone, Debug, Default)]
-struct Disk {
-    jobs: BTreeMap<JobId, Job>,
-    applied: LogIndex,
-    log: BTreeMap<LogIndex, herder_core::command::LogEntry>,
-}
-
 /// Monotone facts about durable log entries (entries are discarded once reflected in rows, so
 /// the facts are recorded as batches land).
 #[derive(Clone, Debug, Default)]
@@ -224,66 +216,41 @@ struct Facts {
     cancels: BTreeSet<JobId>,
 }
 
-impl Disk {
-    fn write(&mut self, records: &[Record], facts: &mut Facts) {
+impl Facts {
+    /// Collects the facts a batch's log entries establish, as the batch becomes durable.
+    fn record(&mut self, records: &[Record]) {
         for record in records {
-            match record {
-                Record::Log(entry) => {
-                    match &entry.command {
-                        Command::Submit { job_id, .. } => {
-                            facts.submits.insert(*job_id);
-                        }
-                        Command::Assign { job_id, lease } => {
-                            facts
-                                .assigns
-                                .insert((*job_id, lease.id), lease.worker.clone());
-                        }
-                        Command::Complete {
-                            job_id, lease_id, ..
-                        }
-                        | Command::AttemptFailed {
-                            job_id, lease_id, ..
-                        }
-                        | Command::Abandon { job_id, lease_id } => {
-                            facts.settles.insert((*job_id, *lease_id));
-                        }
-                        Command::Cancel { job_id } => {
-                            facts.cancels.insert(*job_id);
-                        }
-                        Command::Requeue { .. } => {}
-                    }
-                    self.log.insert(entry.index, entry.clone());
+            let Record::Log(entry) = record else { continue };
+            match &entry.command {
+                Command::Submit { job_id, .. } => {
+                    self.submits.insert(*job_id);
                 }
-                Record::Job(job) => {
-                    self.jobs.insert(job.id, job.clone());
+                Command::Assign { job_id, lease } => {
+                    self.assigns
+                        .insert((*job_id, lease.id), lease.worker.clone());
                 }
-                Record::Applied(index) => self.applied = *index,
-                Record::DiscardLogThrough(index) => self.log.retain(|i, _| i > index),
+                Command::Complete {
+                    job_id, lease_id, ..
+                }
+                | Command::AttemptFailed {
+                    job_id, lease_id, ..
+                }
+                | Command::Abandon { job_id, lease_id } => {
+                    self.settles.insert((*job_id, *lease_id));
+                }
+                Command::Cancel { job_id } => {
+                    self.cancels.insert(*job_id);
+                }
+                Command::Requeue { .. } => {}
             }
         }
     }
+}
 
-    fn durable_state(&self) -> DurableState {
-        DurableState {
-            jobs: self.jobs.values().cloned().collect(),
-            applied: self.applied,
-            log: self.log.values().cloned().collect(),
-        }
-    }
-
-    /// The table a recovery from this disk would rebuild (rows, then the log beyond them).
-    fn table(&self) -> Result<JobTable, String> {
-        let mut table = JobTable::from_rows(self.jobs.values().cloned().collect(), self.applied)
-            .map_err(|error| format!("the disk's rows do not load: {error}"))?;
-        for (index, entry) in self.log.range(self.applied.next()..) {
-            ensure!(
-                *index == table.applied_index().next(),
-                "the disk's log has a gap before {index}"
-            );
-            table.apply(*index, &entry.command);
-        }
-        Ok(table)
-    }
+/// The table a recovery from `disk` would rebuild.
+fn durable_table(disk: &DiskImage) -> Result<JobTable, String> {
+    disk.table()
+        .map_err(|error| format!("the disk does not recover: {error}"))
 }
 
 fn rows(table: &JobTable) -> BTreeMap<JobId, Job> {
@@ -338,7 +305,7 @@ struct Model {
     epoch: u64,
     /// Client connections that were closed; no `WAIT_RESULT` may go to them afterwards.
     closed_clients: BTreeSet<ConnectionId>,
-    disk: Disk,
+    disk: DiskImage,
     facts: Facts,
     hold: bool,
     held: Vec<PersistBatch>,
@@ -379,7 +346,7 @@ impl Model {
             now: Instant::ZERO,
             epoch: 0,
             closed_clients: BTreeSet::new(),
-            disk: Disk::default(),
+            disk: DiskImage::default(),
             facts: Facts::default(),
             hold: false,
             held: Vec::new(),
@@ -481,7 +448,8 @@ impl Model {
     }
 
     fn write(&mut self, batch: &PersistBatch) {
-        self.disk.write(&batch.records, &mut self.facts);
+        self.facts.record(&batch.records);
+        self.disk.write(&batch.records);
     }
 
     fn observe(&mut self, output: Output) -> Check {
@@ -1074,7 +1042,7 @@ impl Model {
 
     /// A job view a client is shown must agree with what a recovery would find.
     fn check_view_is_durable(&self, what: &str, view: &JobView) -> Check {
-        let durable = self.disk.table()?;
+        let durable = durable_table(&self.disk)?;
         let Some(job) = durable.get(&view.id) else {
             return Err(format!(
                 "(vii) {what} shows job {} which is not on disk",
@@ -1114,7 +1082,7 @@ impl Model {
                     "(vii) SUBMIT_ACCEPTED for {job_id} before its Submit was durable"
                 );
                 ensure!(
-                    self.disk.table()?.get(job_id).is_some(),
+                    durable_table(&self.disk)?.get(job_id).is_some(),
                     "(vii) SUBMIT_ACCEPTED for {job_id}, which a recovery would not find"
                 );
                 if !existing {
@@ -1261,7 +1229,7 @@ impl Model {
     /// (ix): with nothing left to do, the disk rebuilds exactly the applied table. This holds
     /// while batches are held too: nothing in a held batch may have been applied yet.
     fn check_idle(&self) -> Check {
-        let durable = self.disk.table()?;
+        let durable = durable_table(&self.disk)?;
         ensure!(
             rows(&durable) == rows(self.c.table()),
             "(ix) recovery from disk would not rebuild the applied table ({} held batches)\n disk: {:?}\n applied: {:?}",
@@ -1448,7 +1416,7 @@ fn the_schedules_reach_the_interesting_cases() {
 fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
-    fn submit(c: &mut Coordinator, disk: &mut Disk, request: u64) -> Vec<ClientReply> {
+    fn submit(c: &mut Coordinator, disk: &mut DiskImage, request: u64) -> Vec<ClientReply> {
         c.handle_client_message(
             Instant::ZERO,
             ConnectionId(1),
@@ -1465,7 +1433,8 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
         while let Some(output) = c.poll_output() {
             match output {
                 Output::Persist(batch) => {
-                    disk.write(&batch.records, &mut facts);
+                    facts.record(&batch.records);
+                    disk.write(&batch.records);
                     c.handle_persisted(Instant::ZERO, batch.id);
                 }
                 Output::ToClient { message, .. } => replies.push(message),
@@ -1475,7 +1444,7 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
         replies
     }
 
-    let mut disk = Disk::default();
+    let mut disk = DiskImage::default();
     let mut first = Coordinator::new(config(), 42).expect("valid config");
     let accepted = submit(&mut first, &mut disk, 1);
     let [ClientReply::SubmitAccepted {

@@ -29,45 +29,12 @@ fn config() -> CoordinatorConfig {
     }
 }
 
-/// A disk that keeps exactly what the coordinator asked to persist.
-#[derive(Clone, Debug, Default)]
-struct Disk {
-    jobs: BTreeMap<JobId, Job>,
-    applied: LogIndex,
-    log: BTreeMap<LogIndex, LogEntry>,
-}
-
-impl Disk {
-    fn write(&mut self, records: &[Record]) {
-        for record in records {
-            match record {
-                Record::Log(entry) => {
-                    self.log.insert(entry.index, entry.clone());
-                }
-                Record::Job(job) => {
-                    self.jobs.insert(job.id, job.clone());
-                }
-                Record::Applied(index) => self.applied = *index,
-                Record::DiscardLogThrough(index) => self.log.retain(|i, _| i > index),
-            }
-        }
-    }
-
-    fn durable_state(&self) -> DurableState {
-        DurableState {
-            jobs: self.jobs.values().cloned().collect(),
-            applied: self.applied,
-            log: self.log.values().cloned().collect(),
-        }
-    }
-}
-
 /// Drives one coordinator: persists batches (immediately, unless told to hold them), collects
 /// every other output, and advances time.
 struct Harness {
     c: Coordinator,
     now: Instant,
-    disk: Disk,
+    disk: DiskImage,
     hold_writes: bool,
     held: Vec<PersistBatch>,
     sent: Vec<Output>,
@@ -84,7 +51,7 @@ impl Harness {
         let mut h = Harness {
             c,
             now: Instant::ZERO,
-            disk: Disk::default(),
+            disk: DiskImage::default(),
             hold_writes: false,
             held: Vec::new(),
             sent: Vec::new(),
