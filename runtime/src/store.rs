@@ -89,6 +89,14 @@ impl Store {
             detail,
         };
         let in_use = || StoreError::InUse { path: path.clone() };
+        // A busy file is another coordinator's; any other failure to read it means corruption.
+        let in_use_or_corrupt = |e: rusqlite::Error| {
+            if is_busy(&e) {
+                in_use()
+            } else {
+                corrupt(e.to_string())
+            }
+        };
         // One coordinator owns its database: exclusive locking holds the file lock for the life
         // of the connection (a second process is refused at once instead of interleaving with
         // us), and in WAL mode it keeps the WAL index in process memory instead of a shared
@@ -98,13 +106,7 @@ impl Store {
         // The first statement that reads the file tells us whether it is a database at all.
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .map_err(|e| {
-                if is_busy(&e) {
-                    in_use()
-                } else {
-                    corrupt(e.to_string())
-                }
-            })?;
+            .map_err(in_use_or_corrupt)?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::NewerSchema {
                 path,
@@ -118,13 +120,7 @@ impl Store {
             return Err(corrupt(format!("integrity check: {check}")));
         }
         conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| {
-                if is_busy(&e) {
-                    in_use()
-                } else {
-                    corrupt(e.to_string())
-                }
-            })?;
+            .map_err(in_use_or_corrupt)?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         // Take the write lock now, so a second coordinator on this directory fails at start.
         conn.execute_batch("BEGIN EXCLUSIVE; COMMIT;")
