@@ -378,21 +378,7 @@ async fn a_restarted_worker_process_does_not_readopt_and_its_old_attempt_is_retr
     let retry = new_process.expect_assign().await;
     assert_eq!((retry.job_id, retry.attempt.0), (job_id, 2));
     assert_ne!(retry.lease_id, old.lease_id);
-    new_process
-        .succeed(
-            &retry,
-            TaskOutput::Sha256 {
-                hex: sha256_hex("rise"),
-            },
-        )
-        .await;
-    assert!(new_process.expect_ack(retry.lease_id).await);
-    let job = wait_terminal(&client3, job_id).await;
-    assert_eq!(
-        (job.state, job.attempt),
-        (JobState::Completed, 2),
-        "{job:?}"
-    );
+    finish_retry(&mut new_process, &retry, &client3, job_id).await;
 
     third.shutdown().await.expect("clean shutdown");
 }
@@ -441,21 +427,7 @@ async fn a_new_worker_process_reporting_an_old_attempt_is_told_to_stop_it() {
         .await;
     let retry = new_process.expect_assign().await;
     assert_eq!((retry.job_id, retry.attempt.0), (job_id, 2));
-    new_process
-        .succeed(
-            &retry,
-            TaskOutput::Sha256 {
-                hex: sha256_hex("rise"),
-            },
-        )
-        .await;
-    assert!(new_process.expect_ack(retry.lease_id).await);
-    let job = wait_terminal(&client2, job_id).await;
-    assert_eq!(
-        (job.state, job.attempt),
-        (JobState::Completed, 2),
-        "{job:?}"
-    );
+    finish_retry(&mut new_process, &retry, &client2, job_id).await;
 
     second.shutdown().await.expect("clean shutdown");
 }
@@ -527,4 +499,29 @@ async fn a_partitioned_job_completes_exactly_across_a_coordinator_restart() {
     w1.shutdown().await;
     w2.shutdown().await;
     second.shutdown().await.expect("clean shutdown");
+}
+
+/// The retry of the "rise" job succeeds on `worker`, is acknowledged, and the job completes on
+/// attempt 2.
+async fn finish_retry(
+    worker: &mut FakeWorker,
+    retry: &Assignment,
+    client: &herder_runtime::client::HerderClient,
+    job_id: herder_core::ids::JobId,
+) {
+    worker
+        .succeed(
+            retry,
+            TaskOutput::Sha256 {
+                hex: sha256_hex("rise"),
+            },
+        )
+        .await;
+    assert!(worker.expect_ack(retry.lease_id).await);
+    let job = wait_terminal(client, job_id).await;
+    assert_eq!(
+        (job.state, job.attempt),
+        (JobState::Completed, 2),
+        "{job:?}"
+    );
 }
