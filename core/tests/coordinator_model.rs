@@ -1405,9 +1405,9 @@ fn the_schedules_reach_the_interesting_cases() {
 /// restarts a coordinator with the seed its previous process used (a fixed seed, as
 /// `herder_runtime::CoordinatorOptions::seed` allows, or a deterministic simulator restarting a
 /// node) makes the new process draw the same job and lease ids again. The first submission after
-/// such a restart proposes a job id that already exists, `JobTable::apply` panics ("job id ...
-/// proposed twice"), and because that `Submit` entry is already durable, every later recovery
-/// replays it and panics again: the disk is poisoned. SPEC 2.2 wants a fresh id per lease, and
+/// such a restart proposed a job id that already existed, `JobTable::apply` panicked (it now
+/// refuses such an entry instead), and because that `Submit` entry was already durable, every
+/// later recovery replayed it and panicked again: the disk was poisoned. SPEC 2.2 wants a fresh id per lease, and
 /// SPEC 2.3 says bad input never crashes or corrupts the coordinator.
 ///
 /// Minimal sequence: `new(seed 42)`, SUBMIT (durable, accepted), crash, `recover(seed 42)`,

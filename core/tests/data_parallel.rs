@@ -1015,8 +1015,8 @@ fn a_wrong_kind_of_partition_output_fails_the_parent() {
 #[test]
 fn partition_ids_must_be_distinct_from_each_other_and_from_the_parent() {
     // A Submit that names one id twice is a leader bug: apply must not silently build a
-    // table whose counters disagree with its rows. It may refuse (SubmitInvalid, nothing
-    // changed) or panic like it does for an id proposed twice; either way no broken table.
+    // table whose counters disagree with its rows. It refuses (SubmitInvalid, nothing
+    // changed); the test also tolerates a panic, and either way there is no broken table.
     let cases: Vec<(JobId, Vec<JobId>)> = vec![
         {
             let p = partition_ids(1, 1)[0];
