@@ -10,9 +10,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
+use std::time::Duration;
+
 use super::*;
-use crate::ids::Attempt;
-use crate::tasks::TaskOutput;
+use crate::command::{Applied, Command, LogEntry};
+use crate::ids::{Attempt, Incarnation, JobId, LeaseId, RequestId, WorkerId};
+use crate::job::{JobState, Lease};
+use crate::limits::ATTEMPTS_MAX;
+use crate::protocol::{AttemptOutcome, CancelReason, RegisterRejection, RunningAttempt};
+use crate::tasks::{TaskOutput, TaskSpec};
 
 const WORKER_CONN_BASE: u64 = 100;
 const CLIENT_CONN: ConnectionId = ConnectionId(1);

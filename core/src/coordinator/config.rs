@@ -1,0 +1,117 @@
+//! How a coordinator behaves, and the configurations it refuses.
+
+use std::time::Duration;
+
+use crate::ids::NodeId;
+use crate::limits::{
+    ACTIVE_JOBS_CEILING, ATTEMPTS_MAX, CONFIG_MILLIS_MAX, FRAME_BYTES_MAX_CEILING,
+    FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN,
+};
+
+/// How a coordinator behaves. Defaults are SPEC section 3's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoordinatorConfig {
+    pub node_id: NodeId,
+    /// Deadline of one attempt, measured on this coordinator's clock from assignment.
+    pub task_timeout: Duration,
+    /// How often workers are told to heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a worker is declared lost.
+    pub heartbeat_timeout: Duration,
+    /// Attempts a job gets when its submission does not say.
+    pub default_max_attempts: u32,
+    /// Retry backoff: full jitter in `[0, min(retry_max, retry_base * 2^(attempt-1))]`.
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    /// Admission limit on non-terminal jobs.
+    pub max_active_jobs: u64,
+    /// After recovery, how long a running attempt waits for its worker to come back and report
+    /// it. `None` means one heartbeat timeout.
+    pub readoption_window: Option<Duration>,
+    /// The frame limit of this coordinator's links: a task whose assignment could not be framed
+    /// is refused at submission instead of failing every worker it is sent to.
+    pub max_frame_bytes: usize,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> CoordinatorConfig {
+        CoordinatorConfig {
+            node_id: NodeId("coordinator-1".to_owned()),
+            task_timeout: Duration::from_millis(600_000),
+            heartbeat_interval: Duration::from_millis(2_000),
+            heartbeat_timeout: Duration::from_millis(6_000),
+            default_max_attempts: 3,
+            retry_base: Duration::from_millis(1_000),
+            retry_max: Duration::from_millis(60_000),
+            max_active_jobs: 10_000,
+            readoption_window: None,
+            max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{name} must be between 1 and {CONFIG_MILLIS_MAX} ms (got {millis} ms)")]
+    DurationOutOfRange { name: &'static str, millis: u128 },
+    #[error("the heartbeat interval ({interval} ms) must be shorter than the heartbeat timeout ({timeout} ms)")]
+    HeartbeatIntervalNotBelowTimeout { interval: u128, timeout: u128 },
+    #[error("the retry base ({base} ms) must not exceed the retry maximum ({max} ms)")]
+    RetryBaseAboveMax { base: u128, max: u128 },
+    #[error("max attempts must be between 1 and {ATTEMPTS_MAX} (got {0})")]
+    MaxAttemptsOutOfRange(u32),
+    #[error("max active jobs must be between 1 and {ACTIVE_JOBS_CEILING} (got {0})")]
+    MaxActiveJobsOutOfRange(u64),
+    #[error(
+        "max frame bytes must be between {FRAME_BYTES_MIN} and {FRAME_BYTES_MAX_CEILING} (got {0})"
+    )]
+    MaxFrameBytesOutOfRange(usize),
+}
+
+impl CoordinatorConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let durations = [
+            ("task timeout", self.task_timeout),
+            ("heartbeat interval", self.heartbeat_interval),
+            ("heartbeat timeout", self.heartbeat_timeout),
+            ("retry base", self.retry_base),
+            ("retry max", self.retry_max),
+            ("re-adoption window", self.readoption_window()),
+        ];
+        for (name, duration) in durations {
+            let millis = duration.as_millis();
+            if millis == 0 || millis > u128::from(CONFIG_MILLIS_MAX) {
+                return Err(ConfigError::DurationOutOfRange { name, millis });
+            }
+        }
+        if self.heartbeat_interval >= self.heartbeat_timeout {
+            return Err(ConfigError::HeartbeatIntervalNotBelowTimeout {
+                interval: self.heartbeat_interval.as_millis(),
+                timeout: self.heartbeat_timeout.as_millis(),
+            });
+        }
+        if self.retry_base > self.retry_max {
+            return Err(ConfigError::RetryBaseAboveMax {
+                base: self.retry_base.as_millis(),
+                max: self.retry_max.as_millis(),
+            });
+        }
+        if !(1..=ATTEMPTS_MAX).contains(&self.default_max_attempts) {
+            return Err(ConfigError::MaxAttemptsOutOfRange(
+                self.default_max_attempts,
+            ));
+        }
+        if !(1..=ACTIVE_JOBS_CEILING).contains(&self.max_active_jobs) {
+            return Err(ConfigError::MaxActiveJobsOutOfRange(self.max_active_jobs));
+        }
+        if !(FRAME_BYTES_MIN..=FRAME_BYTES_MAX_CEILING).contains(&self.max_frame_bytes) {
+            return Err(ConfigError::MaxFrameBytesOutOfRange(self.max_frame_bytes));
+        }
+        Ok(())
+    }
+
+    pub fn readoption_window(&self) -> Duration {
+        self.readoption_window.unwrap_or(self.heartbeat_timeout)
+    }
+}

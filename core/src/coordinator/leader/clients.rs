@@ -1,0 +1,462 @@
+//! The client link at the leader: submissions (validation, idempotency, admission, splitting),
+//! status, waits, cancels and listings.
+
+use std::time::Duration;
+
+use super::{LeaderState, Pending, Submission, Waiter};
+use crate::command::Command;
+use crate::coordinator::member::Member;
+use crate::coordinator::timers::Timer;
+use crate::coordinator::Event;
+use crate::ids::{ConnectionId, JobId, RequestId};
+use crate::job::JobState;
+use crate::limits::{
+    ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
+    LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX, WAITERS_MAX,
+    WAIT_MILLIS_MAX,
+};
+use crate::protocol::{ClientReply, ErrorCode, Partitions};
+use crate::tasks::TaskSpec;
+
+impl LeaderState {
+    pub(super) fn submit(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+        submission: Submission,
+    ) {
+        let Submission {
+            task,
+            max_attempts,
+            idempotency_key,
+            partitions,
+        } = submission;
+        let task = match TaskSpec::from_json(&task) {
+            Ok(task) => task,
+            Err(error) => {
+                return m.client_error(conn, request_id, ErrorCode::InvalidTask, error.to_string())
+            }
+        };
+        let encoded = serde_json::to_vec(&task).map_or(usize::MAX, |bytes| bytes.len());
+        if encoded.saturating_add(ASSIGN_ENVELOPE_BYTES) > m.config.max_frame_bytes {
+            return m.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidTask,
+                format!(
+                    "the task is {encoded} bytes as JSON; its assignment would not fit the frame limit of {} bytes",
+                    m.config.max_frame_bytes
+                ),
+            );
+        }
+        let max_attempts = max_attempts.unwrap_or(m.config.default_max_attempts);
+        if !(1..=ATTEMPTS_MAX).contains(&max_attempts) {
+            return m.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidRequest,
+                format!("max_attempts must be between 1 and {ATTEMPTS_MAX} (got {max_attempts})"),
+            );
+        }
+        if let Err(message) = check_partitions_request(&task, partitions) {
+            return m.client_error(conn, request_id, ErrorCode::InvalidRequest, message);
+        }
+        if let Some(key) = &idempotency_key {
+            if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
+                return m.client_error(
+                    conn,
+                    request_id,
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "idempotency key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes (got {})",
+                        key.len()
+                    ),
+                );
+            }
+            // A known key is answered from the applied (durable) table, with apply's own rule.
+            match m.table.check_idempotency(key, &task, max_attempts) {
+                Some(Ok(job_id)) => {
+                    return m.send_client(
+                        conn,
+                        ClientReply::SubmitAccepted {
+                            request_id,
+                            job_id,
+                            existing: true,
+                        },
+                    )
+                }
+                Some(Err(existing)) => {
+                    return self.idempotency_conflict(m, conn, request_id, existing)
+                }
+                None => {}
+            }
+        }
+        // Shed load without touching the log when the applied table is already full. Apply checks
+        // again, so submissions racing in one batch cannot overshoot the limit.
+        let pieces = self.resolve_partitions(m, &task, partitions);
+        // Every reply about the job must fit a frame: the parent's view carries the whole task,
+        // a line per partition and at most one worker's error.
+        let view_bytes = encoded
+            .saturating_add(pieces.saturating_mul(PARTITION_VIEW_BYTES_MAX))
+            .saturating_add(ATTEMPT_ERROR_BYTES_MAX)
+            .saturating_add(idempotency_key.as_ref().map_or(0, String::len))
+            .saturating_add(ASSIGN_ENVELOPE_BYTES);
+        if task.is_data_parallel() && view_bytes > m.config.max_frame_bytes {
+            return m.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidTask,
+                format!(
+                    "the task is {encoded} bytes as JSON; split {pieces} ways, a reply showing the job could need {view_bytes} bytes, over the frame limit of {} bytes; submit a smaller input or fewer partitions",
+                    m.config.max_frame_bytes
+                ),
+            );
+        }
+        let limit = m.config.max_active_jobs;
+        let slots = 1 + pieces as u64;
+        if slots > limit {
+            return m.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidRequest,
+                format!(
+                    "a job split into {pieces} partitions needs {slots} admission slots (the job and each partition), but --max-active-jobs is {limit}; ask for fewer partitions or raise the limit"
+                ),
+            );
+        }
+        if m.table.active_jobs().saturating_add(slots) > limit {
+            return self.reject_submission(m, conn, request_id, m.table.active_jobs(), limit);
+        }
+        // The job's id first, then one per partition, each unlike any drawn before it.
+        let mut ids = Vec::with_capacity(1 + pieces);
+        for _ in 0..=pieces {
+            let id = self.fresh_job_id(m, &ids);
+            ids.push(id);
+        }
+        let partitions = ids.split_off(1);
+        let job_id = ids[0];
+        self.propose(
+            m,
+            Command::Submit {
+                job_id,
+                task,
+                max_attempts,
+                idempotency_key,
+                max_active_jobs: limit,
+                partitions,
+            },
+            Some(Pending::Submit { conn, request_id }),
+        );
+    }
+
+    /// A job id no job in the table (nor in `taken`) has.
+    pub(super) fn fresh_job_id(&mut self, m: &mut Member, taken: &[JobId]) -> JobId {
+        loop {
+            let id = JobId::random(&mut m.rng);
+            if m.table.get(&id).is_none() && !taken.contains(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// How many partition jobs a submission becomes: `min(partitions, items)` for a
+    /// data-parallel task (`auto`, or no request, means one per live worker, at least one, at
+    /// most what admission leaves room for), 0 for any other task. The request was checked by
+    /// [`check_partitions_request`].
+    pub(super) fn resolve_partitions(
+        &self,
+        m: &Member,
+        task: &TaskSpec,
+        partitions: Option<Partitions>,
+    ) -> usize {
+        if !task.is_data_parallel() {
+            return 0;
+        }
+        let requested = match partitions.unwrap_or(Partitions::Auto) {
+            Partitions::Auto => {
+                // One per live worker, but never more than the admission limit leaves room for.
+                let live = self.registry.iter().filter(|w| w.alive).count() as u64;
+                let room = m.config.max_active_jobs.saturating_sub(1).max(1);
+                u32::try_from(live.clamp(1, room)).unwrap_or(PARTITIONS_MAX)
+            }
+            Partitions::Count(n) => n,
+        };
+        // `TaskSpec::split` makes exactly `min(partitions, items)` pieces; counting them here
+        // spares copying the input, which apply splits once.
+        let pieces = u64::from(requested.clamp(1, PARTITIONS_MAX)).min(task.items());
+        usize::try_from(pieces).unwrap_or(PARTITIONS_MAX as usize)
+    }
+
+    pub(super) fn reject_submission(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+        active_jobs: u64,
+        max_active_jobs: u64,
+    ) {
+        m.event(Event::SubmitRejected {
+            active_jobs,
+            max_active_jobs,
+        });
+        m.send_client(
+            conn,
+            ClientReply::SubmitRejected {
+                request_id,
+                retryable: true,
+                active_jobs,
+                max_active_jobs,
+                message: format!(
+                    "coordinator is at its limit of {max_active_jobs} active jobs; retry later"
+                ),
+            },
+        );
+    }
+
+    pub(super) fn idempotency_conflict(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+        existing: JobId,
+    ) {
+        m.client_error(
+            conn,
+            request_id,
+            ErrorCode::IdempotencyConflict,
+            format!(
+                "idempotency key is bound to job {existing} with a different task or max attempts; use a new key"
+            ),
+        );
+    }
+
+    pub(super) fn job_not_found(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+        job_id: JobId,
+    ) {
+        m.client_error(
+            conn,
+            request_id,
+            ErrorCode::JobNotFound,
+            format!("no job {job_id}"),
+        );
+    }
+
+    pub(super) fn wait(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+        job_id: JobId,
+        timeout_millis: Option<u64>,
+    ) {
+        let timeout_millis = timeout_millis.unwrap_or(WAIT_MILLIS_MAX);
+        if timeout_millis > WAIT_MILLIS_MAX {
+            return m.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidRequest,
+                format!("wait timeout must be at most {WAIT_MILLIS_MAX} ms (got {timeout_millis})"),
+            );
+        }
+        let Some(job) = m.table.get(&job_id) else {
+            return self.job_not_found(m, conn, request_id, job_id);
+        };
+        if job.state.is_terminal() {
+            let Some(job) = m.table.view(&job_id) else {
+                return;
+            };
+            return m.send_client(
+                conn,
+                ClientReply::WaitResult {
+                    request_id,
+                    job,
+                    timed_out: false,
+                },
+            );
+        }
+        if self.waiter_count >= WAITERS_MAX {
+            return m.client_error(
+                conn,
+                request_id,
+                ErrorCode::TooManyWaiters,
+                format!("{WAITERS_MAX} waits are already parked; poll with STATUS or retry later"),
+            );
+        }
+        let at = m.now.saturating_add(Duration::from_millis(timeout_millis));
+        let timer = self
+            .timers
+            .arm(at, Timer::WaitTimeout(conn, request_id, job_id));
+        self.waiters.entry(job_id).or_default().push(Waiter {
+            conn,
+            request_id,
+            timer,
+        });
+        self.waiter_count += 1;
+    }
+
+    pub(super) fn time_out_waiter(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+        job_id: JobId,
+    ) {
+        let Some(list) = self.waiters.get_mut(&job_id) else {
+            return;
+        };
+        let before = list.len();
+        list.retain(|w| !(w.conn == conn && w.request_id == request_id));
+        let removed = before - list.len();
+        if list.is_empty() {
+            self.waiters.remove(&job_id);
+        }
+        if removed == 0 {
+            return;
+        }
+        self.waiter_count -= removed;
+        if let Some(job) = m.table.view(&job_id) {
+            m.send_client(
+                conn,
+                ClientReply::WaitResult {
+                    request_id,
+                    job,
+                    timed_out: true,
+                },
+            );
+        }
+    }
+
+    pub(super) fn wake_waiters(&mut self, m: &mut Member, job_id: JobId) {
+        let Some(list) = self.waiters.remove(&job_id) else {
+            return;
+        };
+        let Some(job) = m.table.view(&job_id) else {
+            return;
+        };
+        self.waiter_count -= list.len();
+        for waiter in list {
+            self.timers.disarm(waiter.timer);
+            m.send_client(
+                waiter.conn,
+                ClientReply::WaitResult {
+                    request_id: waiter.request_id,
+                    job: job.clone(),
+                    timed_out: false,
+                },
+            );
+        }
+    }
+
+    pub(super) fn drop_waiters_of(&mut self, conn: ConnectionId) {
+        if self.waiter_count == 0 {
+            return;
+        }
+        let mut dropped = 0;
+        let mut timers = Vec::new();
+        self.waiters.retain(|_, list| {
+            list.retain(|w| {
+                let keep = w.conn != conn;
+                if !keep {
+                    timers.push(w.timer);
+                    dropped += 1;
+                }
+                keep
+            });
+            !list.is_empty()
+        });
+        for timer in timers {
+            self.timers.disarm(timer);
+        }
+        self.waiter_count -= dropped;
+    }
+
+    pub(super) fn list(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+        state: Option<JobState>,
+        limit: Option<u32>,
+    ) {
+        let limit = limit.unwrap_or(LIST_LIMIT_DEFAULT);
+        if limit > LIST_LIMIT_MAX {
+            return m.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidRequest,
+                format!("list limit must be at most {LIST_LIMIT_MAX} (got {limit})"),
+            );
+        }
+        let jobs = m
+            .table
+            .newest_first()
+            .filter(|job| state.is_none_or(|s| job.state == s))
+            .take(limit as usize)
+            .filter_map(|job| m.table.view(&job.id))
+            .collect();
+        m.send_client(conn, ClientReply::JobList { request_id, jobs });
+    }
+
+    pub(super) fn cancel(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+        job_id: JobId,
+    ) {
+        let terminal = m
+            .table
+            .get(&job_id)
+            .filter(|job| job.state.is_terminal())
+            .and_then(|job| m.table.view(&job.id));
+        let partition_of = m.table.get(&job_id).and_then(|job| job.partition_of);
+        if let Some(of) = partition_of {
+            m.client_error(
+                conn,
+                request_id,
+                ErrorCode::InvalidRequest,
+                format!(
+                    "job {job_id} is partition {} of job {}; cancel that job instead",
+                    of.index, of.parent
+                ),
+            );
+        } else if m.table.get(&job_id).is_none() {
+            self.job_not_found(m, conn, request_id, job_id);
+        } else if let Some(job) = terminal {
+            // Terminal is final: answer from the durable table without writing anything.
+            m.send_client(
+                conn,
+                ClientReply::CancelResult {
+                    request_id,
+                    job,
+                    cancelled: false,
+                },
+            );
+        } else {
+            self.propose(
+                m,
+                Command::Cancel { job_id },
+                Some(Pending::Cancel { conn, request_id }),
+            );
+        }
+    }
+}
+
+/// A `partitions` request is for a data-parallel task and within `1..=PARTITIONS_MAX`.
+fn check_partitions_request(task: &TaskSpec, partitions: Option<Partitions>) -> Result<(), String> {
+    match partitions {
+        Some(_) if !task.is_data_parallel() => Err(format!(
+            "partitions apply only to max, prime-count-list and prime-sum tasks, not {}",
+            task.kind()
+        )),
+        Some(Partitions::Count(n)) if !(1..=PARTITIONS_MAX).contains(&n) => Err(format!(
+            "partitions must be between 1 and {PARTITIONS_MAX} (got {n})"
+        )),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,439 @@
+//! What the leader does when a committed entry applies: the replies, assignments, cancels,
+//! acknowledgements, timers and events that the entry's outcome makes visible. Nothing here runs
+//! before the entry is committed, so nothing visible leaves before it is durable.
+
+use std::time::Duration;
+
+use super::{LeaderState, Pending};
+use crate::command::{Applied, Command, LogEntry, Outcome};
+use crate::coordinator::member::Member;
+use crate::coordinator::timers::Timer;
+use crate::coordinator::Event;
+use crate::ids::{ConnectionId, JobId, LeaseId};
+use crate::job::Lease;
+use crate::protocol::{CancelReason, ClientReply, CoordinatorToWorker, ErrorCode};
+use crate::time::as_millis_u64;
+
+impl LeaderState {
+    /// `entry` was committed and applied to the table with `outcome`: make it visible.
+    pub(in crate::coordinator) fn on_entry_applied(
+        &mut self,
+        m: &mut Member,
+        entry: &LogEntry,
+        outcome: Outcome,
+    ) {
+        let pending = self.pending.remove(&(entry.term, entry.index));
+        self.on_applied(m, &entry.command, outcome.applied, pending);
+        for follow_on in outcome.follow_on {
+            self.on_outcome(m, follow_on, None);
+        }
+    }
+
+    pub(super) fn on_applied(
+        &mut self,
+        m: &mut Member,
+        command: &Command,
+        applied: Applied,
+        pending: Option<Pending>,
+    ) {
+        if let Command::Assign { job_id, .. } = command {
+            self.assigning.remove(job_id);
+        }
+        match command {
+            Command::Complete { lease_id, .. } => {
+                self.settling.remove(lease_id);
+                self.answer_deferred_ack(m, *lease_id, pending.as_ref());
+            }
+            Command::AttemptFailed {
+                job_id, lease_id, ..
+            }
+            | Command::Abandon { job_id, lease_id } => {
+                self.settling.remove(lease_id);
+                self.answer_deferred_ack(m, *lease_id, pending.as_ref());
+                if pending.is_none() {
+                    // Revoked because its worker was lost or a restart interrupted it. If a
+                    // process has since reported the attempt, it is told to stop now that the
+                    // revocation is durable (never before).
+                    self.cancel_wherever_reported(m, *job_id, *lease_id);
+                }
+            }
+            _ => {}
+        }
+        self.on_outcome(m, applied, pending);
+    }
+
+    /// The visible effects of one job's change: replies, events, timers, cancels.
+    pub(super) fn on_outcome(
+        &mut self,
+        m: &mut Member,
+        applied: Applied,
+        pending: Option<Pending>,
+    ) {
+        match applied {
+            Applied::Submitted { job_id } => {
+                if let Some(job) = m.table.get(&job_id) {
+                    let (kind, max_attempts) = (job.task.kind(), job.max_attempts);
+                    let partitions = job.is_parent().then_some(job.partitions.len());
+                    m.event(Event::JobSubmitted {
+                        job_id,
+                        kind,
+                        max_attempts,
+                    });
+                    if let Some(partitions) = partitions {
+                        m.event(Event::JobSplit { job_id, partitions });
+                    }
+                }
+                self.answer_submit(m, pending, job_id, false);
+            }
+            Applied::PartitionCreated { .. } => {}
+            Applied::ParentCompleted { job_id } => {
+                let partitions = m.table.get(&job_id).map_or(0, |j| j.partitions.len());
+                m.event(Event::ParentCompleted { job_id, partitions });
+                self.wake_waiters(m, job_id);
+            }
+            Applied::ParentFailed { job_id, error } => {
+                m.event(Event::ParentFailed { job_id, error });
+                self.wake_waiters(m, job_id);
+            }
+            Applied::SubmitInvalid { job_id, reason } => {
+                if let Some(Pending::Submit { conn, request_id }) = pending {
+                    m.client_error(
+                        conn,
+                        request_id,
+                        ErrorCode::InvalidRequest,
+                        format!("job {job_id} was not created: {reason}"),
+                    );
+                }
+            }
+            Applied::IdempotentReplay { job_id } => self.answer_submit(m, pending, job_id, true),
+            Applied::IdempotencyConflict { existing } => {
+                if let Some(Pending::Submit { conn, request_id }) = pending {
+                    self.idempotency_conflict(m, conn, request_id, existing);
+                }
+            }
+            Applied::AdmissionRejected {
+                active_jobs,
+                max_active_jobs,
+            } => {
+                if let Some(Pending::Submit { conn, request_id }) = pending {
+                    self.reject_submission(m, conn, request_id, active_jobs, max_active_jobs);
+                }
+            }
+            Applied::Assigned {
+                job_id,
+                lease,
+                attempt,
+            } => self.on_assigned(m, job_id, lease, attempt),
+            Applied::AssignSkipped { lease, .. } => {
+                if let Some(entry) = self.registry.get_mut(&lease.worker) {
+                    entry.leases.remove(&lease.id);
+                }
+            }
+            Applied::Completed { job_id, lease } => {
+                self.disarm_lease_deadline(lease.id);
+                let attempts = m
+                    .table
+                    .get(&job_id)
+                    .map(|job| job.attempt)
+                    .unwrap_or_default();
+                m.event(Event::JobCompleted {
+                    job_id,
+                    worker: lease.worker.clone(),
+                    attempts,
+                });
+                self.ack_result(m, pending, job_id, lease.id, true);
+                self.wake_waiters(m, job_id);
+            }
+            Applied::RetryScheduled {
+                job_id,
+                lease,
+                attempt,
+                delay_millis,
+                cause,
+            } => {
+                self.disarm_lease_deadline(lease.id);
+                let max_attempts = m.table.get(&job_id).map_or(0, |job| job.max_attempts);
+                m.event(Event::RetryScheduled {
+                    job_id,
+                    attempt,
+                    max_attempts,
+                    delay_millis,
+                    cause,
+                });
+                let at = m.now.saturating_add(Duration::from_millis(delay_millis));
+                self.timers.arm(at, Timer::RetryDue(job_id));
+                self.settle_effects(m, pending, job_id, &lease);
+            }
+            Applied::FailedPermanently {
+                job_id,
+                lease,
+                error,
+            } => {
+                self.disarm_lease_deadline(lease.id);
+                let attempts = m
+                    .table
+                    .get(&job_id)
+                    .map(|job| job.attempt)
+                    .unwrap_or_default();
+                m.event(Event::JobFailed {
+                    job_id,
+                    attempts,
+                    error,
+                });
+                self.settle_effects(m, pending, job_id, &lease);
+                self.wake_waiters(m, job_id);
+            }
+            Applied::Requeued { job_id } => {
+                if let Some(job) = m.table.get(&job_id) {
+                    let (attempt, max_attempts) = (job.attempt, job.max_attempts);
+                    m.event(Event::JobRequeued {
+                        job_id,
+                        attempt,
+                        max_attempts,
+                    });
+                }
+            }
+            Applied::Cancelled {
+                job_id,
+                previous,
+                revoked,
+            } => {
+                m.event(Event::JobCancelled { job_id, previous });
+                if let Some(lease) = revoked {
+                    self.disarm_lease_deadline(lease.id);
+                    self.awaiting_readoption.remove(&lease.id);
+                    self.send_cancel(m, &lease, job_id, CancelReason::JobCancelled);
+                }
+                self.answer_cancel(m, pending, job_id, true);
+                self.wake_waiters(m, job_id);
+            }
+            Applied::CancelTooLate { job_id, .. } => self.answer_cancel(m, pending, job_id, false),
+            Applied::Stale {
+                job_id,
+                lease_id,
+                reason,
+            } => {
+                if let Some(Pending::Result { worker }) = &pending {
+                    let worker = worker.clone();
+                    m.event(Event::StaleResultRejected {
+                        job_id,
+                        lease_id,
+                        worker,
+                        reason: reason.to_string(),
+                    });
+                }
+                self.ack_result(m, pending, job_id, lease_id, false);
+            }
+            Applied::RequeueSkipped { .. } => {}
+            Applied::UnknownJob { job_id } => match pending {
+                Some(Pending::Submit { conn, request_id })
+                | Some(Pending::Cancel { conn, request_id }) => {
+                    self.job_not_found(m, conn, request_id, job_id)
+                }
+                _ => {}
+            },
+        }
+    }
+
+    pub(super) fn on_assigned(
+        &mut self,
+        m: &mut Member,
+        job_id: JobId,
+        lease: Lease,
+        attempt: crate::ids::Attempt,
+    ) {
+        let conn = self
+            .registry
+            .get(&lease.worker)
+            .filter(|w| {
+                w.alive && w.incarnation == lease.incarnation && w.leases.contains_key(&lease.id)
+            })
+            .and_then(|w| w.conn);
+        let Some(conn) = conn else {
+            // The worker was lost while the assignment was being made durable.
+            let cause = format!(
+                "worker {} lost before the assignment reached it",
+                lease.worker
+            );
+            self.fail_attempt(m, job_id, lease.id, cause, None);
+            return;
+        };
+        let Some(job) = m.table.get(&job_id) else {
+            return;
+        };
+        let message = CoordinatorToWorker::TaskAssign {
+            job_id,
+            lease_id: lease.id,
+            attempt,
+            max_attempts: job.max_attempts,
+            task: job.task.clone(),
+            timeout_millis: as_millis_u64(m.config.task_timeout),
+        };
+        let max_attempts = job.max_attempts;
+        self.arm_lease_deadline(m, job_id, lease.id);
+        m.event(Event::JobAssigned {
+            job_id,
+            worker: lease.worker.clone(),
+            attempt,
+            max_attempts,
+            lease_id: lease.id,
+        });
+        m.send_worker(conn, message);
+    }
+
+    /// Effects of a failed attempt settling: acknowledge the worker's report, or tell the worker
+    /// its lease was revoked.
+    pub(super) fn settle_effects(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        lease: &Lease,
+    ) {
+        match pending {
+            Some(Pending::Revoke { reason }) => self.send_cancel(m, lease, job_id, reason),
+            pending @ Some(Pending::Result { .. }) => {
+                self.ack_result(m, pending, job_id, lease.id, true)
+            }
+            _ => {}
+        }
+    }
+
+    /// Tells the worker holding `lease` (whichever process of that id reported it) to stop.
+    pub(super) fn send_cancel(
+        &mut self,
+        m: &mut Member,
+        lease: &Lease,
+        job_id: JobId,
+        reason: CancelReason,
+    ) {
+        let conn = self
+            .registry
+            .get(&lease.worker)
+            .filter(|w| w.alive && w.leases.contains_key(&lease.id))
+            .and_then(|w| w.conn);
+        if let Some(conn) = conn {
+            m.send_worker(
+                conn,
+                CoordinatorToWorker::TaskCancel {
+                    job_id,
+                    lease_id: lease.id,
+                    reason,
+                },
+            );
+        }
+    }
+
+    /// A result that arrived while its attempt was settling gets its (now durable) answer. The
+    /// settlement's own acknowledgement already covers a resend from the worker whose result it
+    /// was; anyone else learns their result did not count.
+    pub(super) fn answer_deferred_ack(
+        &mut self,
+        m: &mut Member,
+        lease_id: LeaseId,
+        pending: Option<&Pending>,
+    ) {
+        let Some((job_id, worker)) = self.deferred_acks.remove(&lease_id) else {
+            return;
+        };
+        if matches!(pending, Some(Pending::Result { worker: w }) if *w == worker) {
+            return;
+        }
+        self.ack_result(m, Some(Pending::Result { worker }), job_id, lease_id, false);
+    }
+
+    /// Sends `TASK_CANCEL` to any live worker that holds `lease_id` (a rare path: recovery only).
+    pub(super) fn cancel_wherever_reported(
+        &mut self,
+        m: &mut Member,
+        job_id: JobId,
+        lease_id: LeaseId,
+    ) {
+        let conns: Vec<ConnectionId> = self
+            .registry
+            .iter()
+            .filter(|w| w.alive && w.leases.contains_key(&lease_id))
+            .filter_map(|w| w.conn)
+            .collect();
+        for conn in conns {
+            m.send_worker(
+                conn,
+                CoordinatorToWorker::TaskCancel {
+                    job_id,
+                    lease_id,
+                    reason: CancelReason::LeaseNotCurrent,
+                },
+            );
+        }
+    }
+
+    /// Acknowledges a worker's result on the worker's current connection (it may have
+    /// reconnected while the result was being made durable).
+    pub(super) fn ack_result(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        lease_id: LeaseId,
+        accepted: bool,
+    ) {
+        let Some(Pending::Result { worker }) = pending else {
+            return;
+        };
+        let conn = self
+            .registry
+            .get(&worker)
+            .filter(|w| w.alive)
+            .and_then(|w| w.conn);
+        if let Some(conn) = conn {
+            m.send_worker(
+                conn,
+                CoordinatorToWorker::ResultAck {
+                    job_id,
+                    lease_id,
+                    accepted,
+                },
+            );
+        }
+    }
+
+    pub(super) fn answer_submit(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        existing: bool,
+    ) {
+        if let Some(Pending::Submit { conn, request_id }) = pending {
+            m.send_client(
+                conn,
+                ClientReply::SubmitAccepted {
+                    request_id,
+                    job_id,
+                    existing,
+                },
+            );
+        }
+    }
+
+    pub(super) fn answer_cancel(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        cancelled: bool,
+    ) {
+        if let Some(Pending::Cancel { conn, request_id }) = pending {
+            if let Some(job) = m.table.view(&job_id) {
+                m.send_client(
+                    conn,
+                    ClientReply::CancelResult {
+                        request_id,
+                        job,
+                        cancelled,
+                    },
+                );
+            }
+        }
+    }
+}

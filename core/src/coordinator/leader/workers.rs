@@ -1,0 +1,596 @@
+//! The worker link at the leader: registration (reconnects, duplicates, re-adoption after a
+//! takeover), heartbeats and loss, results and the lease check, deadlines and retries.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand_chacha::rand_core::RngCore;
+
+use super::{LeaderState, Pending, Registration};
+use crate::command::Command;
+use crate::coordinator::member::Member;
+use crate::coordinator::timers::Timer;
+use crate::coordinator::{Event, LossReason, WorkerEntry};
+use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
+use crate::limits::{
+    ATTEMPT_ERROR_BYTES_MAX, REPORTED_FINISHED_MAX, WORKERS_MAX, WORKER_CAPACITY_MAX,
+};
+use crate::protocol::{
+    AttemptOutcome, CancelReason, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
+};
+use crate::time::as_millis_u64;
+
+impl LeaderState {
+    pub(super) fn reject_unregistered(&mut self, m: &mut Member, conn: ConnectionId) {
+        m.send_worker(
+            conn,
+            CoordinatorToWorker::Error {
+                code: ErrorCode::NotRegistered,
+                message: "this connection has not registered (or was declared lost); reconnect and REGISTER".into(),
+            },
+        );
+        m.close(conn);
+    }
+
+    pub(super) fn refuse_registration(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        worker: WorkerId,
+        reason: RegisterRejection,
+        message: String,
+    ) {
+        m.event(Event::WorkerRejected {
+            worker,
+            reason: message.clone(),
+        });
+        m.send_worker(
+            conn,
+            CoordinatorToWorker::RegisterRejected { reason, message },
+        );
+        m.close(conn);
+    }
+
+    pub(super) fn register(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        registration: Registration,
+    ) {
+        let Registration {
+            worker_id,
+            incarnation,
+            capacity,
+            running,
+            finished,
+        } = registration;
+        if let Err(error) = WorkerId::parse(worker_id.as_str()) {
+            return self.refuse_registration(
+                m,
+                conn,
+                worker_id,
+                RegisterRejection::InvalidRegistration,
+                error.to_string(),
+            );
+        }
+        if !(1..=WORKER_CAPACITY_MAX).contains(&capacity) {
+            return self.refuse_registration(
+                m,
+                conn,
+                worker_id,
+                RegisterRejection::InvalidRegistration,
+                format!("capacity must be between 1 and {WORKER_CAPACITY_MAX} (got {capacity})"),
+            );
+        }
+        // An honest process cannot be running (or holding results of) more attempts than it has
+        // slots plus results waiting; bounding the report bounds what a peer can make us track.
+        let reported = running.len().saturating_add(finished.len());
+        let reportable = (capacity as usize).saturating_mul(2).max(1);
+        if running.len() > capacity as usize || reported > reportable.max(REPORTED_FINISHED_MAX) {
+            return self.refuse_registration(m,
+                conn,
+                worker_id,
+                RegisterRejection::InvalidRegistration,
+                format!(
+                    "reports {} running attempts with capacity {capacity} (and {} unacknowledged results)",
+                    running.len(),
+                    finished.len()
+                ),
+            );
+        }
+        if let Some(bound) = self.registry.worker_on(conn) {
+            if *bound != worker_id {
+                let message = format!("this connection is already registered as {bound}");
+                return self.refuse_registration(
+                    m,
+                    conn,
+                    worker_id,
+                    RegisterRejection::InvalidRegistration,
+                    message,
+                );
+            }
+        }
+        let existing = self
+            .registry
+            .get(&worker_id)
+            .map(|w| (w.alive, w.incarnation, w.conn));
+        match existing {
+            Some((true, known, old_conn)) if known == incarnation => {
+                // The same process on a new connection (the old one is half-open or just closing).
+                if old_conn != Some(conn) {
+                    self.registry.rebind(&worker_id, conn);
+                    if let Some(old) = old_conn {
+                        m.close(old);
+                    }
+                }
+                // Capacity is fixed for the life of a process; a reconnect cannot change it.
+                if let Some(entry) = self.registry.get_mut(&worker_id) {
+                    entry.last_heartbeat = m.now;
+                }
+                self.reconcile_slots(m, &worker_id, &running, &finished);
+                m.event(Event::WorkerRegistered {
+                    worker: worker_id.clone(),
+                    incarnation,
+                    capacity,
+                    reconnect: true,
+                });
+            }
+            Some((true, known, _)) => {
+                let message = format!(
+                    "worker id {worker_id} is held by a live process (incarnation {known}); pick another id or stop that process"
+                );
+                return self.refuse_registration(
+                    m,
+                    conn,
+                    worker_id,
+                    RegisterRejection::DuplicateWorkerId,
+                    message,
+                );
+            }
+            _ => {
+                if self.registry.get(&worker_id).is_none() && self.registry.len() >= WORKERS_MAX {
+                    self.registry.evict_lost(WORKERS_MAX - 1);
+                    if self.registry.len() >= WORKERS_MAX {
+                        let message =
+                            format!("the registry already tracks {WORKERS_MAX} live workers");
+                        return self.refuse_registration(
+                            m,
+                            conn,
+                            worker_id,
+                            RegisterRejection::TooManyWorkers,
+                            message,
+                        );
+                    }
+                }
+                self.next_registration += 1;
+                let registration = self.next_registration;
+                self.registry.insert(WorkerEntry {
+                    id: worker_id.clone(),
+                    incarnation,
+                    registration,
+                    capacity,
+                    conn: Some(conn),
+                    alive: true,
+                    last_heartbeat: m.now,
+                    leases: BTreeMap::new(),
+                });
+                self.timers.arm(
+                    m.now.saturating_add(m.config.heartbeat_timeout),
+                    Timer::HeartbeatCheck(worker_id.clone(), registration),
+                );
+                m.event(Event::WorkerRegistered {
+                    worker: worker_id.clone(),
+                    incarnation,
+                    capacity,
+                    reconnect: false,
+                });
+                self.abandon_other_incarnations(m, &worker_id, incarnation);
+            }
+        }
+        m.send_worker(
+            conn,
+            CoordinatorToWorker::Registered {
+                heartbeat_interval_millis: as_millis_u64(m.config.heartbeat_interval),
+                heartbeat_timeout_millis: as_millis_u64(m.config.heartbeat_timeout),
+            },
+        );
+        for attempt in running {
+            self.reconcile_reported(m, conn, &worker_id, attempt);
+        }
+    }
+
+    /// The same process came back on a new connection, saying what it holds. Messages on the old
+    /// connection may have been lost: an assignment it never got keeps a slot that nothing would
+    /// ever free, and its attempt would wait for its deadline. Whatever the worker neither runs
+    /// nor has a result for is given up now (the attempt is retried); an assignment still being
+    /// made durable is left alone, it goes out on the new connection.
+    pub(super) fn reconcile_slots(
+        &mut self,
+        m: &mut Member,
+        worker_id: &WorkerId,
+        running: &[RunningAttempt],
+        finished: &[RunningAttempt],
+    ) {
+        let Some(entry) = self.registry.get(worker_id) else {
+            return;
+        };
+        let held: BTreeSet<LeaseId> = running
+            .iter()
+            .chain(finished)
+            .map(|attempt| attempt.lease_id)
+            .collect();
+        let missing: Vec<(LeaseId, JobId)> = entry
+            .leases
+            .iter()
+            .filter(|(lease_id, job_id)| {
+                !held.contains(lease_id) && !self.assigning.contains(job_id)
+            })
+            .map(|(&lease_id, &job_id)| (lease_id, job_id))
+            .collect();
+        for (lease_id, job_id) in missing {
+            if let Some(entry) = self.registry.get_mut(worker_id) {
+                entry.leases.remove(&lease_id);
+            }
+            let cause = format!(
+                "worker {worker_id} reconnected without attempt {lease_id}: its assignment was lost with the old connection"
+            );
+            self.fail_attempt(m, job_id, lease_id, cause, None);
+        }
+    }
+
+    /// A registering worker says it is running `attempt`. Re-adopt it if it is a recovered
+    /// attempt of this very process; keep counting the slot of an attempt it already holds;
+    /// otherwise it is stale: tell the worker to stop it, and count its slot until it does.
+    pub(super) fn reconcile_reported(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        worker_id: &WorkerId,
+        attempt: RunningAttempt,
+    ) {
+        if self.try_readopt(m, worker_id, attempt.job_id, attempt.lease_id) {
+            return;
+        }
+        let still_current = m.table.is_current_lease(attempt.job_id, attempt.lease_id);
+        let Some(entry) = self.registry.get_mut(worker_id) else {
+            return;
+        };
+        if entry.leases.contains_key(&attempt.lease_id) {
+            if !still_current && !self.settling.contains(&attempt.lease_id) {
+                // Revoked while the old connection carried the cancel; it may have been lost.
+                m.send_worker(
+                    conn,
+                    CoordinatorToWorker::TaskCancel {
+                        job_id: attempt.job_id,
+                        lease_id: attempt.lease_id,
+                        reason: CancelReason::LeaseNotCurrent,
+                    },
+                );
+            }
+            return;
+        }
+        let job_id = attempt.job_id;
+        entry.leases.insert(attempt.lease_id, job_id);
+        if still_current {
+            // Its revocation is proposed but not yet durable; the cancel goes out when it applies
+            // (see `settle_effects`), never before.
+            return;
+        }
+        m.send_worker(
+            conn,
+            CoordinatorToWorker::TaskCancel {
+                job_id,
+                lease_id: attempt.lease_id,
+                reason: CancelReason::LeaseNotCurrent,
+            },
+        );
+    }
+
+    /// Re-adopts a recovered running attempt if `worker_id`'s live incarnation is the one the
+    /// lease was granted to.
+    pub(super) fn try_readopt(
+        &mut self,
+        m: &mut Member,
+        worker_id: &WorkerId,
+        job_id: JobId,
+        lease_id: LeaseId,
+    ) -> bool {
+        if self.awaiting_readoption.get(&lease_id) != Some(&job_id) {
+            return false;
+        }
+        let Some(lease) = m.table.get(&job_id).and_then(|job| job.lease.clone()) else {
+            return false;
+        };
+        let Some(entry) = self.registry.get_mut(worker_id) else {
+            return false;
+        };
+        if lease.id != lease_id
+            || lease.worker != *worker_id
+            || lease.incarnation != entry.incarnation
+            || !entry.alive
+        {
+            return false;
+        }
+        self.awaiting_readoption.remove(&lease_id);
+        entry.leases.insert(lease_id, job_id);
+        self.arm_lease_deadline(m, job_id, lease_id);
+        m.event(Event::AttemptReadopted {
+            job_id,
+            lease_id,
+            worker: worker_id.clone(),
+        });
+        true
+    }
+
+    /// A worker id came back as a new process: attempts the old process held cannot be re-adopted.
+    pub(super) fn abandon_other_incarnations(
+        &mut self,
+        m: &mut Member,
+        worker_id: &WorkerId,
+        incarnation: Incarnation,
+    ) {
+        let orphans: Vec<(LeaseId, JobId)> = self
+            .awaiting_readoption
+            .iter()
+            .filter(|(_, job_id)| {
+                m.table
+                    .get(job_id)
+                    .and_then(|job| job.lease.as_ref())
+                    .is_some_and(|lease| {
+                        lease.worker == *worker_id && lease.incarnation != incarnation
+                    })
+            })
+            .map(|(&lease_id, &job_id)| (lease_id, job_id))
+            .collect();
+        for (lease_id, job_id) in orphans {
+            self.abandon(m, job_id, lease_id);
+        }
+    }
+
+    pub(super) fn abandon(&mut self, m: &mut Member, job_id: JobId, lease_id: LeaseId) {
+        self.awaiting_readoption.remove(&lease_id);
+        if self.settling.contains(&lease_id) || !m.table.is_current_lease(job_id, lease_id) {
+            return;
+        }
+        let worker = m
+            .table
+            .get(&job_id)
+            .and_then(|job| job.lease.as_ref())
+            .map(|lease| lease.worker.clone())
+            .unwrap_or_else(|| WorkerId(String::new()));
+        m.event(Event::AttemptAbandoned {
+            job_id,
+            lease_id,
+            worker,
+        });
+        self.settling.insert(lease_id);
+        self.propose(m, Command::Abandon { job_id, lease_id }, None);
+    }
+
+    pub(super) fn end_readoption(&mut self, m: &mut Member) {
+        let leftovers: Vec<(LeaseId, JobId)> = self
+            .awaiting_readoption
+            .iter()
+            .map(|(&lease_id, &job_id)| (lease_id, job_id))
+            .collect();
+        for (lease_id, job_id) in leftovers {
+            self.abandon(m, job_id, lease_id);
+        }
+    }
+
+    pub(super) fn check_heartbeat(&mut self, m: &mut Member, worker: &WorkerId, registration: u64) {
+        let Some(entry) = self.registry.get(worker) else {
+            return;
+        };
+        // A check armed for an earlier registration dies here instead of re-arming forever.
+        if !entry.alive || entry.registration != registration {
+            return;
+        }
+        let deadline = entry
+            .last_heartbeat
+            .saturating_add(m.config.heartbeat_timeout);
+        if deadline <= m.now {
+            let silent_millis = as_millis_u64(m.now.saturating_since(entry.last_heartbeat));
+            self.lose_worker(m, worker, LossReason::HeartbeatTimeout { silent_millis });
+        } else {
+            self.timers.arm(
+                deadline,
+                Timer::HeartbeatCheck(worker.clone(), registration),
+            );
+        }
+    }
+
+    /// Declares `worker` lost: its connection is closed and every attempt it held is failed
+    /// (retried if attempts remain).
+    pub(super) fn lose_worker(&mut self, m: &mut Member, worker: &WorkerId, reason: LossReason) {
+        if !self.registry.get(worker).is_some_and(|w| w.alive) {
+            return;
+        }
+        let (conn, leases) = self.registry.mark_lost(worker);
+        if let Some(conn) = conn {
+            m.close(conn);
+        }
+        let cause = format!("worker {worker} lost ({reason})");
+        m.event(Event::WorkerLost {
+            worker: worker.clone(),
+            reason,
+        });
+        for (lease_id, job_id) in leases {
+            // Attempts with an `Assign` still in flight are failed when it applies (see `on_assigned`).
+            self.fail_attempt(m, job_id, lease_id, cause.clone(), None);
+        }
+    }
+
+    /// Proposes `AttemptFailed` for a current, not-yet-settling lease.
+    pub(super) fn fail_attempt(
+        &mut self,
+        m: &mut Member,
+        job_id: JobId,
+        lease_id: LeaseId,
+        cause: String,
+        pending: Option<Pending>,
+    ) -> bool {
+        if self.settling.contains(&lease_id) || !m.table.is_current_lease(job_id, lease_id) {
+            return false;
+        }
+        let attempt = m.table.get(&job_id).map_or(1, |job| job.attempt.0);
+        let retry_delay_millis = self.retry_delay_millis(m, attempt);
+        self.settling.insert(lease_id);
+        self.propose(
+            m,
+            Command::AttemptFailed {
+                job_id,
+                lease_id,
+                cause,
+                retry_delay_millis,
+            },
+            pending,
+        );
+        true
+    }
+
+    /// Full jitter: uniform in `[0, min(retry_max, retry_base * 2^(attempt-1))]`.
+    pub(super) fn retry_delay_millis(&mut self, m: &mut Member, attempt: u32) -> u64 {
+        let base = as_millis_u64(m.config.retry_base);
+        let cap = as_millis_u64(m.config.retry_max);
+        let exponent = attempt.saturating_sub(1).min(63);
+        let ceiling = base.saturating_mul(1u64 << exponent).min(cap);
+        m.rng.next_u64() % (ceiling + 1)
+    }
+
+    pub(super) fn expire_lease(&mut self, m: &mut Member, job_id: JobId, lease_id: LeaseId) {
+        self.lease_deadlines.remove(&lease_id);
+        let Some(worker) = m
+            .table
+            .get(&job_id)
+            .and_then(|job| job.lease.as_ref())
+            .filter(|lease| lease.id == lease_id)
+            .map(|lease| lease.worker.clone())
+        else {
+            return;
+        };
+        let cause = format!(
+            "attempt deadline of {} ms expired on worker {worker}",
+            as_millis_u64(m.config.task_timeout)
+        );
+        let revoke = Pending::Revoke {
+            reason: CancelReason::DeadlineExpired,
+        };
+        if self.fail_attempt(m, job_id, lease_id, cause, Some(revoke)) {
+            m.event(Event::LeaseExpired {
+                job_id,
+                lease_id,
+                worker,
+            });
+        }
+    }
+
+    pub(super) fn receive_result(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        job_id: JobId,
+        lease_id: LeaseId,
+        outcome: AttemptOutcome,
+    ) {
+        let Some(worker) = self.registry.worker_on(conn).cloned() else {
+            return self.reject_unregistered(m, conn);
+        };
+        // A result is as good as a report that the attempt is still ours: re-adopt, then settle.
+        self.try_readopt(m, &worker, job_id, lease_id);
+        // The slot is freed only by a report naming both the lease and the job it was granted for;
+        // a report that gets the pair wrong changes nothing.
+        let held = match self.registry.get_mut(&worker) {
+            Some(entry) if entry.leases.get(&lease_id) == Some(&job_id) => {
+                entry.leases.remove(&lease_id);
+                true
+            }
+            _ => false,
+        };
+        let current = m
+            .table
+            .get(&job_id)
+            .and_then(|job| job.lease.as_ref())
+            .is_some_and(|lease| lease.id == lease_id && lease.worker == worker);
+        if current && self.settling.contains(&lease_id) {
+            // The attempt's settlement is proposed but not yet durable. Answering now would reveal
+            // an outcome a crash could still undo (and the worker would drop its result); the
+            // answer goes out when the settlement applies.
+            self.deferred_acks.insert(lease_id, (job_id, worker));
+            return;
+        }
+        if !held || !current {
+            let answer = CoordinatorToWorker::ResultAck {
+                job_id,
+                lease_id,
+                accepted: false,
+            };
+            if held && matches!(outcome, AttemptOutcome::Cancelled {}) {
+                // The expected end of a revoked attempt: its slot is free again, nothing to report.
+                return m.send_worker(conn, answer);
+            }
+            // The lease is not current in the durable table, or not this worker's: leases never
+            // become current again, so this verdict is final; apply would reach the same one.
+            let reason = match m.table.get(&job_id) {
+                None => "unknown job".to_owned(),
+                Some(job) if job.state.is_terminal() => format!("job is already {}", job.state),
+                Some(_) => "lease is not the job's current lease".to_owned(),
+            };
+            m.event(Event::StaleResultRejected {
+                job_id,
+                lease_id,
+                worker,
+                reason,
+            });
+            return m.send_worker(conn, answer);
+        }
+        let pending = Some(Pending::Result {
+            worker: worker.clone(),
+        });
+        match outcome {
+            AttemptOutcome::Succeeded { output } => {
+                self.settling.insert(lease_id);
+                self.propose(
+                    m,
+                    Command::Complete {
+                        job_id,
+                        lease_id,
+                        output,
+                    },
+                    pending,
+                );
+            }
+            AttemptOutcome::Failed { error } => {
+                // Workers cut their messages; one that does not is cut here, so every job view
+                // stays within its bound.
+                let error = cut_to(&error, ATTEMPT_ERROR_BYTES_MAX);
+                let cause = format!("task failed on worker {worker}: {error}");
+                self.fail_attempt(m, job_id, lease_id, cause, pending);
+            }
+            AttemptOutcome::Cancelled {} => {
+                let cause = format!("worker {worker} stopped the attempt unasked");
+                self.fail_attempt(m, job_id, lease_id, cause, pending);
+            }
+        }
+    }
+
+    pub(super) fn arm_lease_deadline(&mut self, m: &mut Member, job_id: JobId, lease_id: LeaseId) {
+        let at = m.now.saturating_add(m.config.task_timeout);
+        let key = self.timers.arm(at, Timer::LeaseDeadline(job_id, lease_id));
+        self.lease_deadlines.insert(lease_id, key);
+    }
+
+    pub(super) fn disarm_lease_deadline(&mut self, lease_id: LeaseId) {
+        if let Some(key) = self.lease_deadlines.remove(&lease_id) {
+            self.timers.disarm(key);
+        }
+    }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn cut_to(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

@@ -1,0 +1,103 @@
+//! What every member of the coordinator group has, leader or not: its configuration and seeded
+//! RNG, the job table it applies committed entries to, its consensus replica, its persistence
+//! plumbing, and the queue of outputs for the driver.
+
+use std::collections::VecDeque;
+
+use rand_chacha::ChaCha8Rng;
+
+use super::persistence::Persistence;
+use super::{CoordinatorConfig, Event, Output};
+use crate::command::{Command, JobTable};
+use crate::ids::{ConnectionId, RequestId};
+use crate::protocol::{ClientReply, CoordinatorToWorker, ErrorCode};
+use crate::replica::{NotLeader, Proposal, Replica};
+use crate::time::Instant;
+
+pub(super) struct Member {
+    pub(super) config: CoordinatorConfig,
+    pub(super) rng: ChaCha8Rng,
+    pub(super) table: JobTable,
+    pub(super) replica: Replica,
+    pub(super) persistence: Persistence,
+    pub(super) outputs: VecDeque<Output>,
+    pub(super) now: Instant,
+}
+
+impl Member {
+    pub(super) fn event(&mut self, event: Event) {
+        self.outputs.push_back(Output::Event(event));
+    }
+
+    pub(super) fn send_worker(&mut self, conn: ConnectionId, message: CoordinatorToWorker) {
+        self.outputs.push_back(Output::ToWorker { conn, message });
+    }
+
+    pub(super) fn send_client(&mut self, conn: ConnectionId, message: ClientReply) {
+        self.outputs.push_back(Output::ToClient { conn, message });
+    }
+
+    pub(super) fn close(&mut self, conn: ConnectionId) {
+        self.outputs.push_back(Output::Close { conn });
+    }
+
+    pub(super) fn client_error(
+        &mut self,
+        conn: ConnectionId,
+        request_id: RequestId,
+        code: ErrorCode,
+        message: String,
+    ) {
+        self.send_client(
+            conn,
+            ClientReply::Error {
+                request_id: Some(request_id),
+                code,
+                message,
+            },
+        );
+    }
+
+    /// Appends a command to the log; it applies (and its effects leave) once committed.
+    pub(super) fn propose(&mut self, command: Command) -> Result<Proposal, NotLeader> {
+        let proposal = self.replica.propose(command)?;
+        self.take_replica_records();
+        Ok(proposal)
+    }
+
+    /// Moves what consensus wants persisted into the open batch, handing the batch out whenever
+    /// it fills up.
+    pub(super) fn take_replica_records(&mut self) {
+        let records: Vec<_> = self.replica.take_records().collect();
+        for record in records {
+            if self.persistence.push(record) {
+                self.flush_batch_now();
+            }
+        }
+    }
+
+    /// Hands the open batch to the driver now (if it holds anything).
+    fn flush_batch_now(&mut self) {
+        if let Some(batch) = self
+            .persistence
+            .flush(&self.table, self.replica.last_index())
+        {
+            self.outputs.push_back(Output::Persist(batch));
+        }
+    }
+
+    /// The next output: queued sends and events first, then the open batch.
+    pub(super) fn poll_output(&mut self) -> Option<Output> {
+        if let Some(output) = self.outputs.pop_front() {
+            return Some(output);
+        }
+        self.persistence
+            .flush(&self.table, self.replica.last_index())
+            .map(Output::Persist)
+    }
+
+    pub(super) fn advance_clock(&mut self, now: Instant) {
+        // Drivers hand out monotonic time; tolerate a repeated instant, never go backwards.
+        self.now = self.now.max(now);
+    }
+}

@@ -1,0 +1,105 @@
+//! Persistence plumbing of one member: the open batch, the batches handed to the driver and not
+//! yet durable, and the lazily materialized job rows.
+//!
+//! ```text
+//!   records (log entries, job rows) ──> open batch ──flush──> Output::Persist(batch)
+//!                                                                   │ driver writes it
+//!   durable(id) <── handle_persisted(id) ───────────────────────────┘
+//!      └──> the last log index the durable batches carried
+//! ```
+//!
+//! The log alone is enough to recover, so the materialized rows are written lazily: when nothing
+//! else is being written (no extra latency for anyone), or when enough has piled up that recovery
+//! should not replay more. Under load a job's row is then written once instead of at every
+//! transition.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use crate::command::JobTable;
+use crate::ids::{JobId, LogIndex};
+use crate::limits::{
+    MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX, PERSIST_BATCH_RECORDS_MAX,
+};
+use crate::storage::{BatchId, PersistBatch, Record};
+
+#[derive(Debug)]
+pub(super) struct Persistence {
+    open_batch: Vec<Record>,
+    /// Job rows changed by apply and not yet handed out for persistence.
+    dirty: BTreeSet<JobId>,
+    /// The applied index the last handed-out rows reflect.
+    materialized: LogIndex,
+    next_batch: u64,
+    /// Batches handed out and not yet durable: (id, last log index in it).
+    in_flight: VecDeque<(BatchId, LogIndex)>,
+}
+
+impl Persistence {
+    /// Nothing written yet; the rows on disk reflect every entry up to `materialized`.
+    pub(super) fn new(materialized: LogIndex) -> Persistence {
+        Persistence {
+            open_batch: Vec::new(),
+            dirty: BTreeSet::new(),
+            materialized,
+            next_batch: 1,
+            in_flight: VecDeque::new(),
+        }
+    }
+
+    /// Adds a record to the open batch. Returns true when the batch is full and should be handed
+    /// out now.
+    pub(super) fn push(&mut self, record: Record) -> bool {
+        self.open_batch.push(record);
+        self.open_batch.len() >= PERSIST_BATCH_RECORDS_MAX
+    }
+
+    /// Job rows that apply changed; they are written with the next materialization.
+    pub(super) fn mark_dirty(&mut self, jobs: impl IntoIterator<Item = JobId>) {
+        self.dirty.extend(jobs);
+    }
+
+    /// Closes the open batch (adding the materialized rows when due). `last_index` is the last
+    /// log entry proposed so far: once this batch is durable, so is everything up to it.
+    pub(super) fn flush(&mut self, table: &JobTable, last_index: LogIndex) -> Option<PersistBatch> {
+        let idle = self.open_batch.is_empty() && self.in_flight.is_empty();
+        let unmaterialized = last_index.0.saturating_sub(self.materialized.0);
+        let due = self.dirty.len() >= MATERIALIZE_DIRTY_JOBS_MAX
+            || unmaterialized >= MATERIALIZE_LOG_ENTRIES_MAX;
+        if !self.dirty.is_empty() && (idle || due) {
+            for job_id in std::mem::take(&mut self.dirty) {
+                if let Some(job) = table.get(&job_id) {
+                    self.open_batch.push(Record::Job(job.clone()));
+                }
+            }
+            let applied = table.applied_index();
+            self.materialized = applied;
+            self.open_batch.push(Record::Applied(applied));
+            // A group of one never needs entries it has applied: no follower will ask for them.
+            self.open_batch.push(Record::DiscardLogThrough(applied));
+        }
+        if self.open_batch.is_empty() {
+            return None;
+        }
+        let id = BatchId(self.next_batch);
+        self.next_batch += 1;
+        self.in_flight.push_back((id, last_index));
+        Some(PersistBatch {
+            id,
+            records: std::mem::take(&mut self.open_batch),
+        })
+    }
+
+    /// Every batch up to and including `batch` is durable: the highest log index they carried,
+    /// if any batch was newly acknowledged.
+    pub(super) fn durable(&mut self, batch: BatchId) -> Option<LogIndex> {
+        let mut durable = None;
+        while let Some(&(id, last_index)) = self.in_flight.front() {
+            if id > batch {
+                break;
+            }
+            self.in_flight.pop_front();
+            durable = Some(last_index);
+        }
+        durable
+    }
+}
