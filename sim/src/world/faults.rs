@@ -1,0 +1,441 @@
+//! Faults: the fault tick, which picks one of the kinds the seed enabled, and every fault
+//! action — crashing, restarting, pausing and resuming coordinators and workers, resetting
+//! connections, starting and healing partitions — up to the end of faults, when the liveness
+//! phase begins.
+
+use std::collections::BTreeSet;
+
+use herder_core::coordinator::Coordinator;
+use herder_core::worker::Worker;
+
+use super::events::Ev;
+use super::network::{Close, Dir, Partition, RETRANSMIT_US};
+use super::nodes::{clock_for, coordinator_address};
+use super::{NodeRef, World};
+use crate::checker::Check;
+
+/// The longest a crashed coordinator stays down.
+pub(super) const COORDINATOR_DOWN_MAX_US: u64 = 3_000_000;
+
+impl World {
+    pub(super) fn fault_tick(&mut self) -> Check {
+        if !self.faults_active {
+            return Ok(());
+        }
+        let faults = self.scenario.faults.clone();
+        let mut kinds = Vec::new();
+        if faults.coordinator_crash {
+            kinds.push(0);
+        }
+        if faults.worker_crash {
+            kinds.push(1);
+        }
+        if faults.worker_pause {
+            kinds.push(2);
+        }
+        if faults.connection_reset {
+            kinds.push(3);
+        }
+        if faults.coordinator_pause {
+            kinds.push(4);
+        }
+        if faults.partition {
+            kinds.push(5);
+        }
+        let kind = self.fault_rng.pick(&kinds).copied();
+        let result = match kind {
+            Some(0) => self.crash_coordinator(0),
+            Some(1) => {
+                let w = self.fault_rng.below(self.workers.len() as u64) as usize;
+                self.crash_worker(w)
+            }
+            Some(2) => {
+                let w = self.fault_rng.below(self.workers.len() as u64) as usize;
+                self.pause_worker(w)
+            }
+            Some(3) => {
+                let open: Vec<usize> = self.open_conns.iter().copied().collect();
+                if let Some(&conn) = self.fault_rng.pick(&open) {
+                    // Usually both ends get the reset; sometimes one or neither does (the
+                    // connection silently goes dead, and only silence tells).
+                    let (coord, peer, what) = match self.fault_rng.below(6) {
+                        0 => (
+                            true,
+                            false,
+                            "fault: connection dies, only the coordinator told",
+                        ),
+                        1 => (false, true, "fault: connection dies, only the peer told"),
+                        2 => (false, false, "fault: connection dies silently"),
+                        _ => (true, true, "fault: connection reset"),
+                    };
+                    self.count(what);
+                    self.note(NodeRef::World, format_args!("FAULT conn {conn}: {what}"));
+                    self.close_conn(
+                        conn,
+                        Close::Reset {
+                            tell_coord: coord,
+                            tell_peer: peer,
+                        },
+                    );
+                }
+                Ok(())
+            }
+            Some(4) => self.pause_coordinator(0),
+            Some(5) => {
+                self.start_partition();
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        let gap = self
+            .fault_rng
+            .range(1, 2 * self.scenario.faults.tick_mean_us);
+        self.push(self.now + gap, Ev::FaultTick);
+        result
+    }
+
+    fn crash_coordinator(&mut self, c: usize) -> Check {
+        if self.coords[c].machine.is_none() {
+            return Ok(());
+        }
+        let torn = self.fault_rng.chance(self.scenario.faults.torn_tail);
+        let pending = self.coords[c].pending.len() as u64;
+        let landed = if torn {
+            self.fault_rng.below(pending + 1) as usize
+        } else {
+            0
+        };
+        let down = self.fault_rng.range(50_000, 3_000_000);
+        let node = &mut self.coords[c];
+        node.machine = None;
+        node.gen += 1;
+        node.paused = false;
+        node.stalled.clear();
+        let lost = self.crash_disk(c, landed);
+        self.count("fault: coordinator crash");
+        if landed > 0 {
+            self.count("fault: crash with unreported batches on disk");
+        }
+        self.note(
+            NodeRef::Coordinator(c),
+            format_args!(
+                "FAULT crash: {landed} unreported batches reached the disk, {lost} lost; restart in {down} us"
+            ),
+        );
+        let conns: Vec<usize> = self
+            .open_conns
+            .iter()
+            .copied()
+            .filter(|&conn| self.conns[conn].coord == c)
+            .collect();
+        // A dead process's kernel still sends what it had buffered, then closes; a dead host
+        // just goes quiet.
+        let how = if self.fault_rng.chance(0.5) {
+            Close::ByCoord
+        } else {
+            Close::Reset {
+                tell_coord: false,
+                tell_peer: false,
+            }
+        };
+        for conn in conns {
+            self.close_conn(conn, how);
+        }
+        self.push(self.now + down, Ev::CoordRestart { coord: c });
+        Ok(())
+    }
+
+    pub(super) fn restart_coordinator(&mut self, c: usize) -> Check {
+        let mut config = self.scenario.coordinator.clone();
+        config.node_id = herder_core::ids::NodeId(coordinator_address(c));
+        if self.coords[c].machine.is_some() {
+            return Ok(());
+        }
+        let process = self.coords[c].gen;
+        let clock = clock_for(
+            self.seed,
+            NodeRef::Coordinator(c),
+            process,
+            self.now,
+            &self.scenario,
+        );
+        let node = &mut self.coords[c];
+        node.clock = clock;
+        let seed = node.seeds.next_u64();
+        let local = node.clock.local(self.now);
+        let machine = Coordinator::recover(config, seed, local, node.disk.durable_state())
+            .map_err(|e| format!("recovery from the durable state failed: {e}"))?;
+        node.machine = Some(machine);
+        node.last_durable_at = self.now;
+        node.timer_floor = 0;
+        self.note(
+            NodeRef::Coordinator(c),
+            format_args!("restarted from disk (process seed {seed:#x})"),
+        );
+        self.drain_coord(c)
+    }
+
+    fn crash_worker(&mut self, w: usize) -> Check {
+        if self.workers[w].machine.is_none() {
+            return Ok(());
+        }
+        let down = self.fault_rng.range(100_000, 3_000_000);
+        let node = &mut self.workers[w];
+        node.machine = None;
+        node.gen += 1;
+        node.paused = false;
+        node.stalled.clear();
+        node.tasks.clear();
+        node.attempt = None;
+        let conn = node.conn.take();
+        self.count("fault: worker crash");
+        self.note(
+            NodeRef::Worker(w),
+            format_args!("FAULT crash; restart in {down} us"),
+        );
+        if let Some(conn) = conn {
+            let how = match self.fault_rng.below(4) {
+                0 | 1 => Close::ByPeer,
+                2 => Close::Reset {
+                    tell_coord: true,
+                    tell_peer: false,
+                },
+                _ => Close::Reset {
+                    tell_coord: false,
+                    tell_peer: false,
+                },
+            };
+            self.close_conn(conn, how);
+        }
+        self.push(self.now + down, Ev::WorkerRestart { worker: w });
+        Ok(())
+    }
+
+    pub(super) fn restart_worker(&mut self, w: usize) -> Check {
+        if self.workers[w].machine.is_some() {
+            return Ok(());
+        }
+        let process = self.workers[w].gen;
+        let clock = clock_for(
+            self.seed,
+            NodeRef::Worker(w),
+            process,
+            self.now,
+            &self.scenario,
+        );
+        let node = &mut self.workers[w];
+        node.clock = clock;
+        let seed = node.seeds.next_u64();
+        let local = node.clock.local(self.now);
+        let machine = Worker::new(node.config.clone(), seed, local)
+            .map_err(|e| format!("worker restart failed: {e}"))?;
+        let incarnation = machine.incarnation();
+        node.machine = Some(machine);
+        node.timer_floor = 0;
+        self.note(
+            NodeRef::Worker(w),
+            format_args!("restarted as a new process (incarnation {incarnation})"),
+        );
+        self.drain_worker(w)
+    }
+
+    fn pause_worker(&mut self, w: usize) -> Check {
+        let node = &self.workers[w];
+        if node.machine.is_none() || node.paused {
+            return Ok(());
+        }
+        let timeout = self.heartbeat_timeout_micros();
+        let span = self.fault_rng.range(timeout / 2, 4 * timeout);
+        self.workers[w].paused = true;
+        self.count("fault: worker pause");
+        self.note(
+            NodeRef::Worker(w),
+            format_args!("FAULT pause for {span} us"),
+        );
+        self.push(self.now + span, Ev::WorkerResume { worker: w });
+        Ok(())
+    }
+
+    pub(super) fn resume_worker(&mut self, w: usize) -> Check {
+        let node = &mut self.workers[w];
+        if !node.paused {
+            return Ok(());
+        }
+        node.paused = false;
+        let stalled = std::mem::take(&mut node.stalled);
+        self.deliver_held(NodeRef::Worker(w), stalled)
+    }
+
+    /// A paused node resumes. What reached it meanwhile was already received, in order: it is
+    /// handled now, in that order, before anything else, and does not cross the network again.
+    fn deliver_held(&mut self, node: NodeRef, stalled: Vec<Ev>) -> Check {
+        let count = stalled.len();
+        self.note(
+            node,
+            format_args!("resume ({count} held events handled now)"),
+        );
+        for ev in stalled {
+            self.dispatch(ev).1?;
+        }
+        Ok(())
+    }
+
+    /// Pauses are drawn relative to the heartbeat timeout, so they cross it sometimes.
+    fn heartbeat_timeout_micros(&self) -> u64 {
+        u64::try_from(self.scenario.coordinator.heartbeat_timeout.as_micros()).unwrap_or(0)
+    }
+
+    fn pause_coordinator(&mut self, c: usize) -> Check {
+        let node = &self.coords[c];
+        if node.machine.is_none() || node.paused {
+            return Ok(());
+        }
+        let timeout = self.heartbeat_timeout_micros();
+        let span = self.fault_rng.range(timeout / 4, 3 * timeout);
+        self.coords[c].paused = true;
+        self.count("fault: coordinator pause");
+        self.note(
+            NodeRef::Coordinator(c),
+            format_args!("FAULT pause for {span} us"),
+        );
+        self.push(self.now + span, Ev::CoordResume { coord: c });
+        Ok(())
+    }
+
+    pub(super) fn resume_coordinator(&mut self, c: usize) -> Check {
+        let node = &mut self.coords[c];
+        if !node.paused {
+            return Ok(());
+        }
+        node.paused = false;
+        let stalled = std::mem::take(&mut node.stalled);
+        self.deliver_held(NodeRef::Coordinator(c), stalled)
+    }
+
+    /// Starts a partition of a randomly chosen shape; it heals after a span drawn around the
+    /// heartbeat timeout, so it sometimes outlasts it.
+    fn start_partition(&mut self) {
+        let coords: Vec<NodeRef> = (0..self.coords.len()).map(NodeRef::Coordinator).collect();
+        let others: Vec<NodeRef> = (0..self.workers.len())
+            .map(NodeRef::Worker)
+            .chain((0..self.clients.len()).map(NodeRef::Client))
+            .collect();
+        let all: Vec<NodeRef> = coords.iter().chain(&others).copied().collect();
+        let mut cuts = BTreeSet::new();
+        let both = |a: NodeRef, b: NodeRef, cuts: &mut BTreeSet<(NodeRef, NodeRef)>| {
+            cuts.insert((a, b));
+            cuts.insert((b, a));
+        };
+        let rng = &mut self.fault_rng;
+        let (Some(&coord), Some(&other)) = (rng.pick(&coords), rng.pick(&others)) else {
+            return;
+        };
+        let shape = rng.below(4);
+        let what = match shape {
+            0 => {
+                let Some(&lonely) = rng.pick(&all) else {
+                    return;
+                };
+                for &n in all.iter().filter(|&&n| n != lonely) {
+                    both(lonely, n, &mut cuts);
+                }
+                format!("isolate {lonely}")
+            }
+            1 => {
+                both(coord, other, &mut cuts);
+                format!("cut {coord} <-> {other}")
+            }
+            2 => {
+                let (from, to) = if rng.chance(0.5) {
+                    (coord, other)
+                } else {
+                    (other, coord)
+                };
+                cuts.insert((from, to));
+                format!("cut {from} -> {to} only")
+            }
+            _ => {
+                // Two sides; in a group, the side with most coordinators is the majority.
+                let mut side: Vec<bool> = all.iter().map(|_| rng.chance(0.5)).collect();
+                if side.iter().all(|&s| s) || side.iter().all(|&s| !s) {
+                    let flip = rng.below(side.len() as u64) as usize;
+                    side[flip] = !side[flip];
+                }
+                for (i, &a) in all.iter().enumerate() {
+                    for (j, &b) in all.iter().enumerate() {
+                        if side[i] != side[j] {
+                            cuts.insert((a, b));
+                        }
+                    }
+                }
+                let names = |want: bool| {
+                    all.iter()
+                        .zip(&side)
+                        .filter(|(_, &s)| s == want)
+                        .map(|(n, _)| n.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                format!("split {{{}}} | {{{}}}", names(true), names(false))
+            }
+        };
+        let timeout = self.heartbeat_timeout_micros();
+        let span = self.fault_rng.range(timeout / 2, 6 * timeout);
+        self.next_partition += 1;
+        let id = self.next_partition;
+        self.partitions.push(Partition { id, cuts });
+        self.count(match shape {
+            0 => "fault: partition isolating one node",
+            1 => "fault: partition cutting a pair",
+            2 => "fault: one-way partition",
+            _ => "fault: partition splitting the nodes",
+        });
+        self.note(
+            NodeRef::World,
+            format_args!("FAULT partition {id}: {what}; heals in {span} us"),
+        );
+        self.push(self.now + span, Ev::Heal { id });
+    }
+
+    /// Heals partition `id` (or all of them), then flushes every link no longer cut.
+    pub(super) fn heal(&mut self, id: Option<u64>) -> Check {
+        let before = self.partitions.len();
+        self.partitions.retain(|p| id.is_some_and(|id| p.id != id));
+        if self.partitions.len() == before {
+            return Ok(());
+        }
+        match id {
+            Some(id) => self.note(NodeRef::World, format_args!("partition {id} heals")),
+            None => self.note(NodeRef::World, format_args!("every partition heals")),
+        }
+        for conn in 0..self.conns.len() {
+            for dir in [Dir::Up, Dir::Down] {
+                let c = &mut self.conns[conn];
+                if c.held(dir).is_empty() || *c.flushing(dir) || self.link_cut(conn, dir) {
+                    continue;
+                }
+                // TCP's next retransmission gets through.
+                let at = self.now + self.latency() + self.net.range(0, RETRANSMIT_US);
+                *self.conns[conn].flushing(dir) = true;
+                self.push(at, Ev::Flush { conn, dir });
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn faults_end(&mut self) -> Check {
+        self.faults_active = false;
+        self.note(
+            NodeRef::World,
+            format_args!("faults stop; liveness phase begins"),
+        );
+        self.heal(None)?;
+        for w in 0..self.workers.len() {
+            self.resume_worker(w)?;
+        }
+        for c in 0..self.coords.len() {
+            self.resume_coordinator(c)?;
+        }
+        Ok(())
+    }
+}

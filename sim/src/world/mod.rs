@@ -1,0 +1,455 @@
+//! The simulated world: virtual time, one event queue, nodes with their own clocks, a TCP-like
+//! network, coordinator disks, faults and a workload, all drawn from one seed.
+//!
+//! Every step takes the earliest of (a) the head of the event queue, ordered by (time, sequence),
+//! and (b) the earliest due timer of a running node (from its `poll_timeout`, mapped from the
+//! node's clock to virtual time). After every step the checker runs.
+//!
+//! Each part of the world has its own module, and each adds its share of `impl World`:
+//!
+//! - `events`: the event queue and how an event reaches its handler.
+//! - `timers`: node timers, mapped from each node's clock to virtual time.
+//! - `network`: connections, what travels on them and when, partitions.
+//! - `disk`: the coordinators' simulated disks.
+//! - `faults`: the fault tick and every fault action.
+//! - `workload`: what clients ask, and when.
+//! - `nodes`: coordinators, workers and clients, and the drivers that drain their outputs.
+//!
+//! This module holds the world itself, its construction, the run loop, the checks made after
+//! every step and the liveness phase once faults stop.
+
+mod disk;
+mod events;
+mod faults;
+mod network;
+mod nodes;
+mod timers;
+mod workload;
+
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::fmt::{self, Write as _};
+
+use herder_core::client::{Client, ClientConfig};
+use herder_core::coordinator::Coordinator;
+use herder_core::ids::{JobId, RequestId, WorkerId};
+use herder_core::tasks::TaskSpec;
+use herder_core::time::Instant;
+use herder_core::worker::{Worker, WorkerConfig};
+
+use crate::checker::{Check, Checker, Disk};
+use crate::rng::{Fnv, SimRng};
+use crate::scenario::Scenario;
+
+use events::{Ev, Queued};
+use faults::COORDINATOR_DOWN_MAX_US;
+use network::{Conn, Partition};
+use nodes::{clock_for, coordinator_address, ClientNode, CoordNode, WorkerNode};
+use workload::WAIT_MILLIS_MAX;
+
+pub use nodes::{Clock, NodeRef};
+
+/// What one seed's run produced.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    pub seed: u64,
+    pub hash: u64,
+    pub failure: Option<String>,
+    pub simulated_us: u64,
+    pub steps: u64,
+    pub assignments: u64,
+    pub completions: u64,
+    pub acknowledged: usize,
+    /// The longest any client call stayed unanswered after faults stopped, counted from
+    /// `max(started, faults stopped)`.
+    pub slowest_call_us: u64,
+    /// Problems that break no SPEC 4 invariant but are bugs all the same (e.g. a timer that
+    /// stays due after `handle_timeout`, which makes a real driver spin).
+    pub findings: Vec<String>,
+    /// How often each interesting thing happened (coordinator events, faults), to show what a
+    /// batch of seeds reached.
+    pub coverage: BTreeMap<&'static str, u64>,
+    pub trace: Vec<String>,
+}
+
+pub struct World {
+    seed: u64,
+    scenario: Scenario,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Queued>,
+    coords: Vec<CoordNode>,
+    workers: Vec<WorkerNode>,
+    clients: Vec<ClientNode>,
+    conns: Vec<Conn>,
+    open_conns: BTreeSet<usize>,
+    net: SimRng,
+    disk_rng: SimRng,
+    fault_rng: SimRng,
+    checker: Checker,
+    faults_active: bool,
+    fault_end: u64,
+    deadline: u64,
+    /// Once faults stop, every client call must be answered within this long of
+    /// `max(started, fault_end)` (see `call_bound_us`).
+    call_bound_us: u64,
+    /// The longest a client call took once faults stopped (for the report).
+    slowest_call_us: u64,
+    partitions: Vec<Partition>,
+    next_partition: u64,
+    next_token: u64,
+    submit_keys: HashMap<(usize, RequestId), String>,
+    /// (client, request id) -> the job its submission created: one operation, one job.
+    created_by: HashMap<(usize, RequestId), JobId>,
+    key_specs: BTreeMap<String, TaskSpec>,
+    hash: Fnv,
+    trace: Option<Vec<String>>,
+    steps: u64,
+    findings: Vec<String>,
+    coverage: BTreeMap<&'static str, u64>,
+}
+
+/// How long after faults stop a client call may stay unanswered: one silently dead
+/// connection noticed by the request timeout, the longest `WAIT`, a coordinator still
+/// restarting, one connect attempt and the longest pause between attempts, every admission
+/// retry at its longest pause, plus a few seconds for messages and disks. (Nothing fails once
+/// faults stop, so at most one connection can still die silently on a call's way.)
+fn call_bound_us(config: &ClientConfig, scenario: &Scenario) -> u64 {
+    let micros = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 16);
+    micros(config.request_timeout)
+        + WAIT_MILLIS_MAX * 1_000
+        + COORDINATOR_DOWN_MAX_US
+        + micros(config.connect_timeout)
+        + micros(config.connect_backoff_max)
+        + u64::from(scenario.submit_retries) * micros(config.submit_retry_max)
+        + 5_000_000
+}
+
+impl World {
+    pub fn new(seed: u64, scenario: Scenario, trace: bool) -> Result<World, String> {
+        let addresses: Vec<String> = (0..scenario.coordinators)
+            .map(coordinator_address)
+            .collect();
+        let mut coords = Vec::new();
+        for c in 0..scenario.coordinators {
+            let mut seeds = SimRng::new(seed, "coordinator-process", c as u64);
+            let mut config = scenario.coordinator.clone();
+            config.node_id = herder_core::ids::NodeId(coordinator_address(c));
+            let machine = Coordinator::new(config, seeds.next_u64())
+                .map_err(|e| format!("bad coordinator config: {e}"))?;
+            coords.push(CoordNode {
+                machine: Some(machine),
+                gen: 0,
+                clock: clock_for(seed, NodeRef::Coordinator(c), 0, 0, &scenario),
+                disk: Disk::default(),
+                pending: VecDeque::new(),
+                last_durable_at: 0,
+                seeds,
+                timer_floor: 0,
+                stuck: None,
+                paused: false,
+                stalled: Vec::new(),
+            });
+        }
+        let mut workers = Vec::new();
+        for w in 0..scenario.workers {
+            let id = WorkerId::parse(&format!("w{w}")).map_err(|e| e.to_string())?;
+            let config = WorkerConfig::new(id, scenario.worker_capacity[w], addresses.clone());
+            let mut seeds = SimRng::new(seed, "worker-process", w as u64);
+            let clock = clock_for(seed, NodeRef::Worker(w), 0, 0, &scenario);
+            let machine = Worker::new(config.clone(), seeds.next_u64(), clock.local(0))
+                .map_err(|e| format!("bad worker config: {e}"))?;
+            workers.push(WorkerNode {
+                config,
+                machine: Some(machine),
+                gen: 0,
+                clock,
+                conn: None,
+                attempt: None,
+                paused: false,
+                stalled: Vec::new(),
+                tasks: BTreeMap::new(),
+                rng: SimRng::new(seed, "worker-tasks", w as u64),
+                seeds,
+                timer_floor: 0,
+                stuck: None,
+            });
+        }
+        let mut clients = Vec::new();
+        for c in 0..scenario.clients {
+            let mut config = ClientConfig::new(addresses.clone());
+            config.submit_retries = scenario.submit_retries;
+            let mut seeds = SimRng::new(seed, "client-process", c as u64);
+            clients.push(ClientNode {
+                machine: Client::new(config, seeds.next_u64()),
+                clock: clock_for(seed, NodeRef::Client(c), 0, 0, &scenario),
+                conn: None,
+                attempt: None,
+                rng: SimRng::new(seed, "workload", c as u64),
+                ops_left: scenario.ops_per_client,
+                started: 0,
+                done: 0,
+                open_ops: BTreeMap::new(),
+                known: Vec::new(),
+                timer_floor: 0,
+                stuck: None,
+            });
+        }
+        let fault_end = scenario.fault_span_us;
+        let deadline = fault_end + scenario.liveness_span_us;
+        let call_bound_us = call_bound_us(&ClientConfig::new(addresses.clone()), &scenario);
+        Ok(World {
+            seed,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            coords,
+            workers,
+            clients,
+            conns: Vec::new(),
+            open_conns: BTreeSet::new(),
+            net: SimRng::new(seed, "network", 0),
+            disk_rng: SimRng::new(seed, "disk", 0),
+            fault_rng: SimRng::new(seed, "faults", 0),
+            checker: Checker::new(),
+            faults_active: scenario.faults.any(),
+            fault_end,
+            deadline,
+            call_bound_us,
+            slowest_call_us: 0,
+            partitions: Vec::new(),
+            next_partition: 0,
+            next_token: 0,
+            submit_keys: HashMap::new(),
+            created_by: HashMap::new(),
+            key_specs: BTreeMap::new(),
+            hash: Fnv::new(),
+            trace: trace.then(Vec::new),
+            steps: 0,
+            findings: Vec::new(),
+            coverage: BTreeMap::new(),
+            scenario,
+        })
+    }
+
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+
+    /// Records one trace line: always hashed, kept only when tracing.
+    fn note(&mut self, node: NodeRef, args: fmt::Arguments<'_>) {
+        self.hash.u64(self.now);
+        let _ = write!(self.hash, "{node} {args}");
+        if let Some(lines) = &mut self.trace {
+            lines.push(format!(
+                "{} {node:>9} {args}",
+                Instant::from_micros(self.now)
+            ));
+        }
+    }
+
+    fn count(&mut self, what: &'static str) {
+        *self.coverage.entry(what).or_default() += 1;
+    }
+
+    /// Runs the seed to the end; returns the report.
+    pub fn run(mut self) -> RunReport {
+        let failure = self.run_inner().err();
+        if let Some(failure) = &failure {
+            let failure = failure.clone();
+            self.note(NodeRef::World, format_args!("FAILURE: {failure}"));
+        }
+        RunReport {
+            seed: self.seed,
+            hash: self.hash.finish(),
+            failure,
+            simulated_us: self.now,
+            steps: self.steps,
+            assignments: self.checker.assignments,
+            completions: self.checker.completions,
+            acknowledged: self.checker.acked().len(),
+            slowest_call_us: self.slowest_call_us,
+            findings: std::mem::take(&mut self.findings),
+            coverage: std::mem::take(&mut self.coverage),
+            trace: self.trace.take().unwrap_or_default(),
+        }
+    }
+
+    fn run_inner(&mut self) -> Check {
+        let scenario = format!("{:?}", self.scenario);
+        self.note(NodeRef::World, format_args!("scenario {scenario}"));
+        for c in 0..self.clients.len() {
+            let at = self.clients[c].rng.range(0, 500_000);
+            self.push(at, Ev::StartOp { client: c });
+        }
+        if self.faults_active {
+            let at = self
+                .fault_rng
+                .range(1, 2 * self.scenario.faults.tick_mean_us);
+            self.push(at, Ev::FaultTick);
+        }
+        self.push(self.fault_end, Ev::FaultsEnd);
+        for w in 0..self.workers.len() {
+            self.drain_worker(w)?;
+        }
+        loop {
+            let queued = self.queue.peek().map(|q| q.at);
+            let timer = self.next_timer();
+            let take_queue = match (queued, timer) {
+                (None, None) => return self.liveness_failure("nothing left to happen"),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some(q), Some((t, _))) => q <= t,
+            };
+            let at = if take_queue {
+                queued.unwrap_or(self.now)
+            } else {
+                timer.map(|(t, _)| t).unwrap_or(self.now)
+            };
+            if at > self.deadline {
+                self.now = self.deadline;
+                return self.liveness_failure("the liveness span ran out");
+            }
+            if let Some((due, c, op, started)) = self.call_deadline() {
+                if at > due {
+                    self.now = due;
+                    return Err(format!(
+                        "t={} liveness: client-{c} operation {op}, started at {}, is still unanswered {} s after faults stopped (bound {} s)",
+                        Instant::from_micros(due),
+                        Instant::from_micros(started),
+                        (due - self.fault_end) / 1_000_000,
+                        self.call_bound_us / 1_000_000,
+                    ));
+                }
+            }
+            self.now = at.max(self.now);
+            let (node, result) = if take_queue {
+                let ev = self.queue.pop().map(|q| q.ev);
+                match ev {
+                    Some(ev) => self.process(ev),
+                    None => continue,
+                }
+            } else {
+                let node = timer.map(|(_, n)| n).unwrap_or(NodeRef::World);
+                (node, self.fire_timer(node))
+            };
+            self.steps += 1;
+            result
+                .and_then(|()| self.check_state())
+                .map_err(|e| format!("t={} {node}: {e}", Instant::from_micros(self.now)))?;
+            if self.now >= self.fault_end && self.all_done() {
+                self.check_disk_matches()?;
+                let acked = self.checker.acked().len();
+                self.note(
+                    NodeRef::World,
+                    format_args!("liveness reached: {acked} acknowledged jobs terminal, every operation done"),
+                );
+                return Ok(());
+            }
+        }
+    }
+
+    fn check_state(&mut self) -> Check {
+        for coord in &self.coords {
+            if let Some(machine) = &coord.machine {
+                self.checker
+                    .check_state(machine.table(), machine.workers())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn all_done(&self) -> bool {
+        if self
+            .clients
+            .iter()
+            .any(|c| c.ops_left > 0 || c.machine.pending() > 0)
+        {
+            return false;
+        }
+        let Some(machine) = self.coords.first().and_then(|c| c.machine.as_ref()) else {
+            return false;
+        };
+        self.checker
+            .acked()
+            .iter()
+            .all(|id| machine.job(id).is_some_and(|job| job.state.is_terminal()))
+    }
+
+    fn liveness_failure(&mut self, why: &str) -> Check {
+        let mut problems = Vec::new();
+        match self.coords.first().and_then(|c| c.machine.as_ref()) {
+            None => problems.push("the coordinator is down".to_owned()),
+            Some(machine) => {
+                for id in self.checker.acked() {
+                    match machine.job(id) {
+                        Some(job) if !job.state.is_terminal() => problems.push(format!(
+                            "acknowledged job {id} is still {} (attempt {}, lease {:?})",
+                            job.state,
+                            job.attempt,
+                            job.lease.as_ref().map(|l| (l.id, l.worker.clone()))
+                        )),
+                        Some(_) => {}
+                        None => problems.push(format!("acknowledged job {id} is missing")),
+                    }
+                }
+            }
+        }
+        for (c, client) in self.clients.iter().enumerate() {
+            if client.ops_left > 0 || client.machine.pending() > 0 {
+                problems.push(format!(
+                    "client-{c}: {} operations not started, {} not done",
+                    client.ops_left,
+                    client.machine.pending()
+                ));
+            }
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "t={} liveness: {why}: {}",
+            Instant::from_micros(self.now),
+            problems.join("; ")
+        ))
+    }
+
+    /// The earliest per-call deadline among unanswered client operations:
+    /// (deadline, client, op, started).
+    fn call_deadline(&self) -> Option<(u64, usize, u64, u64)> {
+        self.clients
+            .iter()
+            .enumerate()
+            .filter_map(|(c, client)| {
+                let (&op, &(started, _)) = client.open_ops.first_key_value()?;
+                let due = started.max(self.fault_end) + self.call_bound_us;
+                Some((due, c, op, started))
+            })
+            .min()
+    }
+}
+
+/// Runs one seed with the scenario it draws.
+pub fn run_seed(seed: u64, trace: bool) -> RunReport {
+    run_scenario(seed, Scenario::draw(seed), trace)
+}
+
+/// Runs one seed with a given scenario.
+pub fn run_scenario(seed: u64, scenario: Scenario, trace: bool) -> RunReport {
+    match World::new(seed, scenario, trace) {
+        Ok(world) => world.run(),
+        Err(error) => RunReport {
+            seed,
+            hash: 0,
+            failure: Some(format!("setup: {error}")),
+            simulated_us: 0,
+            steps: 0,
+            assignments: 0,
+            completions: 0,
+            acknowledged: 0,
+            slowest_call_us: 0,
+            findings: Vec::new(),
+            coverage: BTreeMap::new(),
+            trace: Vec::new(),
+        },
+    }
+}

@@ -1,0 +1,251 @@
+//! The far end of a link: the outcome of a connect attempt, a message or a close reaching the
+//! machine it is addressed to, unless the process it was meant for has died since.
+
+use herder_core::client::ConnectAttempt;
+use herder_core::ids::ConnectionId;
+use herder_core::protocol::{ClientRequest, WorkerToCoordinator};
+
+use super::{Conn, Down, Peer, Up};
+use crate::checker::Check;
+use crate::world::{NodeRef, World};
+
+impl World {
+    pub(in crate::world) fn connect_done(
+        &mut self,
+        peer: Peer,
+        gen: u64,
+        attempt: ConnectAttempt,
+        coord: usize,
+        ok: bool,
+    ) -> Check {
+        let (current_gen, current_attempt) = match peer {
+            Peer::Worker(w) => (self.workers[w].gen, self.workers[w].attempt),
+            Peer::Client(c) => (0, self.clients[c].attempt),
+        };
+        if gen != current_gen || current_attempt != Some(attempt) {
+            return Ok(());
+        }
+        let up = self.coords.get(coord).is_some_and(|c| c.machine.is_some());
+        let there = NodeRef::Coordinator(coord);
+        if self.is_cut(peer.node(), there) || self.is_cut(there, peer.node()) {
+            // The handshake cannot cross: the attempt hangs until the peer's own connect
+            // timeout gives up on it.
+            self.count("net: connect lost in a partition");
+            self.note(
+                peer.node(),
+                format_args!(
+                    "connect to coord-{coord} lost in a partition (attempt {})",
+                    attempt.0
+                ),
+            );
+            return Ok(());
+        }
+        let conn = (ok && up).then(|| self.open_conn(coord, peer, gen, attempt));
+        match conn {
+            Some(conn) => self.note(
+                peer.node(),
+                format_args!(
+                    "connected to coord-{coord} (conn {conn}, attempt {})",
+                    attempt.0
+                ),
+            ),
+            None => self.note(
+                peer.node(),
+                format_args!("connect to coord-{coord} failed (attempt {})", attempt.0),
+            ),
+        }
+        let reason = if up {
+            "connection refused (fault)"
+        } else {
+            "connection refused"
+        };
+        match peer {
+            Peer::Worker(w) => {
+                let node = &mut self.workers[w];
+                node.conn = conn;
+                let local = node.clock.local(self.now);
+                if let Some(m) = &mut node.machine {
+                    match conn {
+                        Some(_) => m.handle_connected(local, attempt),
+                        None => m.handle_connect_failed(local, attempt, reason),
+                    }
+                }
+                self.drain_worker(w)
+            }
+            Peer::Client(c) => {
+                let node = &mut self.clients[c];
+                node.conn = conn;
+                let local = node.clock.local(self.now);
+                match conn {
+                    Some(_) => node.machine.handle_connected(local, attempt),
+                    None => node.machine.handle_connect_failed(local, attempt, reason),
+                }
+                self.drain_client(c)
+            }
+        }
+    }
+
+    pub(in crate::world) fn deliver_up(&mut self, conn: usize, msg: Up) -> Check {
+        let Conn {
+            coord,
+            coord_gen,
+            open,
+            up_live,
+            peer,
+            ..
+        } = self.conns[conn];
+        // Data for a coordinator process that has since died died with it: the restarted
+        // process never had this connection.
+        if !up_live || self.coords[coord].gen != coord_gen {
+            return Ok(());
+        }
+        if !open {
+            self.count("net: data delivered after its connection closed");
+        }
+        self.note(
+            NodeRef::Coordinator(coord),
+            format_args!("<- {} (conn {conn}) {msg:?}", peer.node()),
+        );
+        let node = &mut self.coords[coord];
+        let local = node.clock.local(self.now);
+        let Some(machine) = &mut node.machine else {
+            return Ok(());
+        };
+        let id = ConnectionId(conn as u64);
+        // A result for a lease that is not current must change nothing (SPEC 4.3).
+        let mut stale = None;
+        match msg {
+            Up::Worker(message) => {
+                if let WorkerToCoordinator::TaskResult {
+                    job_id, lease_id, ..
+                } = &message
+                {
+                    if !machine.table().is_current_lease(*job_id, *lease_id) {
+                        stale = Some((*job_id, *lease_id, machine.job(job_id).cloned()));
+                    }
+                }
+                machine.handle_worker_message(local, id, message)
+            }
+            Up::Client(message) => {
+                if let ClientRequest::Submit {
+                    request_id,
+                    idempotency_key: Some(key),
+                    ..
+                } = &message
+                {
+                    self.submit_keys.insert((conn, *request_id), key.clone());
+                }
+                machine.handle_client_message(local, id, message)
+            }
+        }
+        self.drain_coord(coord)?;
+        if let Some((job_id, lease_id, before)) = stale {
+            let after = self.coords[coord]
+                .machine
+                .as_ref()
+                .and_then(|m| m.job(&job_id).cloned());
+            if after != before {
+                return Err(format!(
+                    "a stale result (job {job_id}, lease {lease_id}) from {} changed the job: {before:?} -> {after:?}",
+                    peer.node()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(in crate::world) fn deliver_down(&mut self, conn: usize, msg: Down) -> Check {
+        let Conn {
+            open,
+            down_live,
+            peer,
+            peer_gen,
+            attempt,
+            ..
+        } = self.conns[conn];
+        if !down_live {
+            return Ok(());
+        }
+        if !open {
+            self.count("net: data delivered after its connection closed");
+        }
+        self.note(peer.node(), format_args!("<- conn {conn} {msg:?}"));
+        match (peer, msg) {
+            (Peer::Worker(w), Down::Worker(message)) => {
+                let node = &mut self.workers[w];
+                if node.gen != peer_gen {
+                    return Ok(());
+                }
+                let local = node.clock.local(self.now);
+                if let Some(m) = &mut node.machine {
+                    m.handle_message(local, attempt, message);
+                }
+                self.drain_worker(w)
+            }
+            (Peer::Client(c), Down::Client(reply)) => {
+                let node = &mut self.clients[c];
+                let local = node.clock.local(self.now);
+                node.machine.handle_message(local, attempt, reply);
+                self.drain_client(c)
+            }
+            (peer, msg) => Err(format!("simulator bug: {msg:?} routed to {}", peer.node())),
+        }
+    }
+
+    pub(in crate::world) fn closed_at_coord(&mut self, conn: usize) -> Check {
+        self.conns[conn].up_live = false;
+        let Conn {
+            coord, coord_gen, ..
+        } = self.conns[conn];
+        let node = &mut self.coords[coord];
+        if node.gen != coord_gen {
+            return Ok(());
+        }
+        let local = node.clock.local(self.now);
+        if let Some(m) = &mut node.machine {
+            m.handle_closed(local, ConnectionId(conn as u64));
+        }
+        self.note(
+            NodeRef::Coordinator(coord),
+            format_args!("conn {conn} closed"),
+        );
+        self.drain_coord(coord)
+    }
+
+    pub(in crate::world) fn closed_at_peer(&mut self, conn: usize) -> Check {
+        self.conns[conn].down_live = false;
+        let Conn {
+            peer,
+            peer_gen,
+            attempt,
+            ..
+        } = self.conns[conn];
+        self.note(peer.node(), format_args!("conn {conn} reset"));
+        match peer {
+            Peer::Worker(w) => {
+                let node = &mut self.workers[w];
+                if node.gen != peer_gen {
+                    return Ok(());
+                }
+                if node.conn == Some(conn) {
+                    node.conn = None;
+                }
+                let local = node.clock.local(self.now);
+                if let Some(m) = &mut node.machine {
+                    m.handle_disconnected(local, attempt, "connection reset");
+                }
+                self.drain_worker(w)
+            }
+            Peer::Client(c) => {
+                let node = &mut self.clients[c];
+                if node.conn == Some(conn) {
+                    node.conn = None;
+                }
+                let local = node.clock.local(self.now);
+                node.machine
+                    .handle_disconnected(local, attempt, "connection reset");
+                self.drain_client(c)
+            }
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! The nodes: coordinators, workers and clients, each with its machine, its clock and what its
+//! current process holds, and the drivers that drain each machine's outputs into the world —
+//! messages onto the network, batches onto the disk, tasks run on a worker — checking on the
+//! way what a coordinator says and what each client operation is answered with.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+
+use herder_core::client::{Client, ClientOutput, ConnectAttempt, Operation};
+use herder_core::coordinator::{Coordinator, Event, Output, PersistBatch};
+use herder_core::ids::{ConnectionId, JobId, LeaseId};
+use herder_core::protocol::{AttemptOutcome, ClientReply};
+use herder_core::tasks::{self, TaskSpec};
+use herder_core::time::Instant;
+use herder_core::worker::{Worker, WorkerConfig, WorkerOutput};
+
+use super::events::Ev;
+use super::network::{Close, Down, Peer, Up};
+use super::World;
+use crate::checker::{Check, ConnOwner, Disk};
+use crate::rng::SimRng;
+use crate::scenario::Scenario;
+
+/// A node of the world. Indices are stable for the whole run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NodeRef {
+    Coordinator(usize),
+    Worker(usize),
+    Client(usize),
+    /// The world itself (faults, phases).
+    World,
+}
+
+impl fmt::Display for NodeRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeRef::Coordinator(i) => write!(f, "coord-{i}"),
+            NodeRef::Worker(i) => write!(f, "w{i}"),
+            NodeRef::Client(i) => write!(f, "client-{i}"),
+            NodeRef::World => f.write_str("world"),
+        }
+    }
+}
+
+/// A process's monotonic clock: `offset + e + drift * e`, where `e` is the virtual time elapsed
+/// since the process started (`start_us`). Like a runtime's clock (microseconds since it
+/// started), it begins anew, near zero, with every process: nothing carries over a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    pub start_us: u64,
+    pub offset_us: u64,
+    pub drift_ppm: i64,
+}
+
+impl Clock {
+    pub fn local(&self, t: u64) -> Instant {
+        let elapsed = i128::from(t.saturating_sub(self.start_us));
+        let skew = (elapsed * i128::from(self.drift_ppm)).div_euclid(1_000_000);
+        let micros = i128::from(self.offset_us) + elapsed + skew;
+        Instant::from_micros(u64::try_from(micros.max(0)).unwrap_or(u64::MAX))
+    }
+
+    /// The earliest virtual time, not before `from`, at which this clock reads at least `local`.
+    pub fn global_at(&self, local: Instant, from: u64) -> u64 {
+        if self.local(from) >= local {
+            return from;
+        }
+        let target = i128::from(local.as_micros()) - i128::from(self.offset_us);
+        let estimate = i128::from(self.start_us)
+            + target * 1_000_000 / (1_000_000 + i128::from(self.drift_ppm));
+        let mut t = u64::try_from(estimate.max(i128::from(from))).unwrap_or(u64::MAX / 2);
+        while self.local(t) < local {
+            t += 1;
+        }
+        while t > from && self.local(t - 1) >= local {
+            t -= 1;
+        }
+        t
+    }
+}
+
+pub(super) struct CoordNode {
+    pub(super) machine: Option<Coordinator>,
+    pub(super) gen: u64,
+    pub(super) clock: Clock,
+    pub(super) disk: Disk,
+    /// Batches handed out and not yet durable, in order.
+    pub(super) pending: VecDeque<PersistBatch>,
+    pub(super) last_durable_at: u64,
+    /// Seeds of successive processes.
+    pub(super) seeds: SimRng,
+    pub(super) timer_floor: u64,
+    /// A past deadline that `handle_timeout` did not consume (see `fire_timer`).
+    pub(super) stuck: Option<Instant>,
+    pub(super) paused: bool,
+    /// Inputs that reached the node while it was paused, delivered on resume.
+    pub(super) stalled: Vec<Ev>,
+}
+
+pub(super) struct WorkerNode {
+    pub(super) config: WorkerConfig,
+    pub(super) machine: Option<Worker>,
+    pub(super) gen: u64,
+    pub(super) clock: Clock,
+    pub(super) conn: Option<usize>,
+    pub(super) attempt: Option<ConnectAttempt>,
+    pub(super) paused: bool,
+    pub(super) stalled: Vec<Ev>,
+    /// Attempts executing: lease -> (token of the live completion event, outcome).
+    pub(super) tasks: BTreeMap<LeaseId, (u64, AttemptOutcome)>,
+    pub(super) rng: SimRng,
+    pub(super) seeds: SimRng,
+    pub(super) timer_floor: u64,
+    pub(super) stuck: Option<Instant>,
+}
+
+pub(super) struct ClientNode {
+    pub(super) machine: Client,
+    pub(super) clock: Clock,
+    pub(super) conn: Option<usize>,
+    pub(super) attempt: Option<ConnectAttempt>,
+    pub(super) rng: SimRng,
+    pub(super) ops_left: usize,
+    pub(super) started: u64,
+    pub(super) done: u64,
+    /// Operations not yet answered: op id -> virtual time started.
+    pub(super) open_ops: BTreeMap<u64, (u64, Operation)>,
+    pub(super) known: Vec<JobId>,
+    pub(super) timer_floor: u64,
+    pub(super) stuck: Option<Instant>,
+}
+
+/// The clock of `node`'s `process`-th process, started at virtual time `start_us`.
+pub(super) fn clock_for(
+    seed: u64,
+    node: NodeRef,
+    process: u64,
+    start_us: u64,
+    scenario: &Scenario,
+) -> Clock {
+    let mut rng = SimRng::new(seed, "clock", node_index(node) * 1_000_000 + process);
+    let drift = scenario.max_drift_ppm;
+    Clock {
+        start_us,
+        offset_us: rng.range(0, scenario.max_offset_us),
+        drift_ppm: rng.range(0, 2 * drift as u64) as i64 - drift,
+    }
+}
+
+fn node_index(node: NodeRef) -> u64 {
+    match node {
+        NodeRef::Coordinator(i) => i as u64,
+        NodeRef::Worker(i) => 1_000 + i as u64,
+        NodeRef::Client(i) => 2_000 + i as u64,
+        NodeRef::World => 3_000,
+    }
+}
+
+pub(super) fn coordinator_address(coord: usize) -> String {
+    format!("coord-{coord}")
+}
+
+pub(super) fn address_coordinator(address: &str) -> usize {
+    address
+        .strip_prefix("coord-")
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(0)
+}
+
+fn event_name(event: &Event) -> &'static str {
+    match event {
+        Event::Recovered { .. } => "coordinator: recovered",
+        Event::JobSubmitted { .. } => "coordinator: job submitted",
+        Event::SubmitRejected { .. } => "coordinator: submit rejected (admission)",
+        Event::WorkerRegistered {
+            reconnect: true, ..
+        } => "coordinator: worker reconnected",
+        Event::WorkerRegistered { .. } => "coordinator: worker registered",
+        Event::WorkerRejected { .. } => "coordinator: worker rejected",
+        Event::WorkerLost { .. } => "coordinator: worker lost",
+        Event::JobAssigned { .. } => "coordinator: job assigned",
+        Event::LeaseExpired { .. } => "coordinator: lease expired",
+        Event::RetryScheduled { .. } => "coordinator: retry scheduled",
+        Event::JobRequeued { .. } => "coordinator: job requeued",
+        Event::JobCompleted { .. } => "coordinator: job completed",
+        Event::JobFailed { .. } => "coordinator: job failed",
+        Event::JobCancelled { .. } => "coordinator: job cancelled",
+        Event::StaleResultRejected { .. } => "coordinator: stale result rejected",
+        Event::AttemptReadopted { .. } => "coordinator: attempt re-adopted",
+        Event::AttemptAbandoned { .. } => "coordinator: attempt abandoned",
+        Event::MalformedFrame { .. } => "coordinator: malformed frame",
+        Event::JobSplit { .. } => "coordinator: data-parallel job split",
+        Event::ParentCompleted { .. } => "coordinator: data-parallel job completed",
+        Event::ParentFailed { .. } => "coordinator: data-parallel job failed",
+    }
+}
+
+impl World {
+    fn conn_owner(&self, conn: ConnectionId) -> ConnOwner {
+        match self.conns.get(conn.0 as usize).map(|c| c.peer) {
+            Some(Peer::Worker(w)) => ConnOwner::Worker(self.workers[w].config.worker_id.clone()),
+            Some(Peer::Client(_)) => ConnOwner::Client,
+            None => ConnOwner::Unknown,
+        }
+    }
+
+    pub(super) fn drain_coord(&mut self, c: usize) -> Check {
+        let node = NodeRef::Coordinator(c);
+        loop {
+            let Some(output) = self.coords[c]
+                .machine
+                .as_mut()
+                .and_then(Coordinator::poll_output)
+            else {
+                return Ok(());
+            };
+            let (owner, key) = match &output {
+                Output::ToWorker { conn, .. } => (self.conn_owner(*conn), None),
+                Output::ToClient { conn, message } => (
+                    ConnOwner::Client,
+                    message
+                        .request_id()
+                        .and_then(|r| self.submit_keys.get(&(conn.0 as usize, r)).cloned()),
+                ),
+                _ => (ConnOwner::Unknown, None),
+            };
+            self.checker.check_output(&output, &owner, key.as_deref())?;
+            match output {
+                Output::ToWorker { conn, message } => {
+                    self.note(node, format_args!("-> conn {conn} {message:?}"));
+                    self.send_down(conn.0 as usize, Down::Worker(message))?;
+                }
+                Output::ToClient { conn, message } => {
+                    self.note(node, format_args!("-> conn {conn} {message:?}"));
+                    self.check_one_job_per_submission(conn, &message)?;
+                    self.send_down(conn.0 as usize, Down::Client(message))?;
+                }
+                Output::Close { conn } => {
+                    self.note(node, format_args!("close conn {conn}"));
+                    self.close_conn(conn.0 as usize, Close::ByCoord);
+                }
+                Output::Persist(batch) => self.persist(c, batch),
+                Output::Event(event) => {
+                    self.count(event_name(&event));
+                    self.note(node, format_args!("event: {event}"));
+                }
+            }
+        }
+    }
+
+    pub(super) fn drain_worker(&mut self, w: usize) -> Check {
+        let node = NodeRef::Worker(w);
+        loop {
+            let Some(output) = self.workers[w]
+                .machine
+                .as_mut()
+                .and_then(Worker::poll_output)
+            else {
+                return Ok(());
+            };
+            match output {
+                WorkerOutput::Connect { attempt, address } => {
+                    self.note(
+                        node,
+                        format_args!("connect to {address} (attempt {})", attempt.0),
+                    );
+                    if let Some(old) = self.workers[w].conn.take() {
+                        self.close_conn(old, Close::ByPeer);
+                    }
+                    self.workers[w].attempt = Some(attempt);
+                    let gen = self.workers[w].gen;
+                    self.schedule_connect(Peer::Worker(w), gen, attempt, &address);
+                }
+                WorkerOutput::Send(message) => {
+                    self.note(node, format_args!("-> {message:?}"));
+                    if let Some(conn) = self.workers[w].conn {
+                        self.send_up(conn, Up::Worker(message), true)?;
+                    }
+                }
+                WorkerOutput::Close => {
+                    self.note(node, format_args!("close"));
+                    self.workers[w].attempt = None;
+                    if let Some(conn) = self.workers[w].conn.take() {
+                        self.close_conn(conn, Close::ByPeer);
+                    }
+                }
+                WorkerOutput::StartTask {
+                    job_id,
+                    lease_id,
+                    attempt,
+                    task,
+                    timeout,
+                } => {
+                    let outcome = match tasks::execute(&task, attempt) {
+                        Ok(output) => AttemptOutcome::Succeeded { output },
+                        Err(failure) => AttemptOutcome::Failed {
+                            error: failure.message,
+                        },
+                    };
+                    let sleep = match task {
+                        TaskSpec::Sleep { milliseconds } => milliseconds * 1_000,
+                        _ => 0,
+                    };
+                    let hang_p = self.scenario.faults.task_hang;
+                    let faults = self.faults_active;
+                    let worker = &mut self.workers[w];
+                    let mut duration = sleep + worker.rng.range(100, 20_000);
+                    let timeout_us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX / 4);
+                    let hang = faults && worker.rng.chance(hang_p);
+                    if hang {
+                        duration += timeout_us + worker.rng.range(0, 2 * timeout_us);
+                    }
+                    self.next_token += 1;
+                    let token = self.next_token;
+                    worker.tasks.insert(lease_id, (token, outcome));
+                    let gen = worker.gen;
+                    if hang {
+                        self.count("fault: task hangs past its lease");
+                    }
+                    self.note(
+                        node,
+                        format_args!(
+                            "start job {job_id} attempt {attempt} lease {lease_id}: runs {duration} us{}",
+                            if hang { " (hangs past its lease)" } else { "" }
+                        ),
+                    );
+                    self.push(
+                        self.now + duration,
+                        Ev::TaskDone {
+                            worker: w,
+                            gen,
+                            lease: lease_id,
+                            token,
+                        },
+                    );
+                }
+                WorkerOutput::CancelTask { lease_id } => {
+                    self.next_token += 1;
+                    let token = self.next_token;
+                    let worker = &mut self.workers[w];
+                    let delay = worker.rng.range(0, 5_000);
+                    let gen = worker.gen;
+                    if let Some(task) = worker.tasks.get_mut(&lease_id) {
+                        *task = (token, AttemptOutcome::Cancelled {});
+                        self.note(node, format_args!("cancel lease {lease_id}"));
+                        self.push(
+                            self.now + delay,
+                            Ev::TaskDone {
+                                worker: w,
+                                gen,
+                                lease: lease_id,
+                                token,
+                            },
+                        );
+                    }
+                }
+                WorkerOutput::Event(event) => self.note(node, format_args!("event: {event}")),
+            }
+        }
+    }
+
+    pub(super) fn drain_client(&mut self, c: usize) -> Check {
+        let node = NodeRef::Client(c);
+        while let Some(output) = self.clients[c].machine.poll_output() {
+            match output {
+                ClientOutput::Connect { attempt, address } => {
+                    self.note(
+                        node,
+                        format_args!("connect to {address} (attempt {})", attempt.0),
+                    );
+                    if let Some(old) = self.clients[c].conn.take() {
+                        self.close_conn(old, Close::ByPeer);
+                    }
+                    self.clients[c].attempt = Some(attempt);
+                    self.schedule_connect(Peer::Client(c), 0, attempt, &address);
+                }
+                ClientOutput::Send(request) => {
+                    self.note(node, format_args!("-> {request:?}"));
+                    if let Some(conn) = self.clients[c].conn {
+                        self.send_up(conn, Up::Client(request), true)?;
+                    }
+                }
+                ClientOutput::Close => {
+                    self.note(node, format_args!("close"));
+                    self.clients[c].attempt = None;
+                    if let Some(conn) = self.clients[c].conn.take() {
+                        self.close_conn(conn, Close::ByPeer);
+                    }
+                }
+                ClientOutput::Done { op, result } => {
+                    self.note(node, format_args!("op {} done: {result:?}", op.0));
+                    let client = &mut self.clients[c];
+                    client.done += 1;
+                    let Some((started, asked)) = client.open_ops.remove(&op.0) else {
+                        return Err(format!(
+                            "operation {} finished twice, or was never started",
+                            op.0
+                        ));
+                    };
+                    if self.now > self.fault_end {
+                        let waited = self.now - started.max(self.fault_end);
+                        self.slowest_call_us = self.slowest_call_us.max(waited);
+                    }
+                    if let Ok(reply) = &result {
+                        self.check_answer(op.0, &asked, reply)?;
+                    }
+                    if let Ok(ClientReply::SubmitAccepted { job_id, .. }) = result {
+                        self.clients[c].known.push(job_id);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One client submission creates at most one job, however often it is resent: an unkeyed
+    /// submission must never be resent blindly, and a keyed one maps to the same job.
+    fn check_one_job_per_submission(&mut self, conn: ConnectionId, reply: &ClientReply) -> Check {
+        let ClientReply::SubmitAccepted {
+            request_id,
+            job_id,
+            existing: false,
+        } = reply
+        else {
+            return Ok(());
+        };
+        let Some(Peer::Client(c)) = self.conns.get(conn.0 as usize).map(|c| c.peer) else {
+            return Ok(());
+        };
+        let first = *self.created_by.entry((c, *request_id)).or_insert(*job_id);
+        if first == *job_id {
+            Ok(())
+        } else {
+            Err(format!(
+                "client-{c}'s submission {request_id} created two jobs, {first} and {job_id}"
+            ))
+        }
+    }
+
+    /// A client operation must be answered with a reply to that operation: the right kind, about
+    /// the job it named, and for a submission the job that holds the submitted task.
+    fn check_answer(&self, op: u64, asked: &Operation, reply: &ClientReply) -> Check {
+        let fits = match (asked, reply) {
+            (Operation::Submit { task, .. }, ClientReply::SubmitAccepted { job_id, .. }) => {
+                let submitted = TaskSpec::from_json(task).ok();
+                let durable = self.checker.facts.durable_table.get(job_id);
+                durable.is_some_and(|job| Some(&job.task) == submitted.as_ref())
+            }
+            (Operation::Status { job_id }, ClientReply::Job { job, .. })
+            | (Operation::Wait { job_id, .. }, ClientReply::WaitResult { job, .. })
+            | (Operation::Cancel { job_id }, ClientReply::CancelResult { job, .. }) => {
+                job.id == *job_id
+            }
+            (Operation::List { .. }, ClientReply::JobList { .. })
+            | (Operation::Workers, ClientReply::WorkerList { .. }) => true,
+            _ => false,
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "operation {op} ({asked:?}) was answered with {reply:?}"
+            ))
+        }
+    }
+
+    pub(super) fn task_done(&mut self, w: usize, gen: u64, lease: LeaseId, token: u64) -> Check {
+        let node = &mut self.workers[w];
+        if node.gen != gen || node.tasks.get(&lease).map(|t| t.0) != Some(token) {
+            return Ok(());
+        }
+        let Some((_, outcome)) = node.tasks.remove(&lease) else {
+            return Ok(());
+        };
+        let local = node.clock.local(self.now);
+        if let Some(m) = &mut node.machine {
+            m.handle_task_finished(local, lease, outcome.clone());
+        }
+        self.note(
+            NodeRef::Worker(w),
+            format_args!("task lease {lease} finished: {outcome:?}"),
+        );
+        self.drain_worker(w)
+    }
+}

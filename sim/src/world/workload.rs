@@ -1,0 +1,143 @@
+//! The workload: when each client starts its next operation and what it asks for — a
+//! submission of a random task (sometimes keyed, sometimes data-parallel), or the status of,
+//! a wait for, or the cancellation of a job it knows, or a list of jobs.
+
+use herder_core::client::Operation;
+use herder_core::protocol::Partitions;
+use herder_core::tasks::TaskSpec;
+
+use super::events::Ev;
+use super::{NodeRef, World};
+use crate::checker::Check;
+use crate::rng::SimRng;
+
+/// The longest `WAIT` timeout the workload asks for.
+pub(super) const WAIT_MILLIS_MAX: u64 = 3_000;
+
+/// A small data-parallel task: a list of up to 40 numbers (some empty, some negative, some
+/// large primes), or a range of up to 50,000 numbers that may start below zero.
+fn random_parallel_spec(rng: &mut SimRng) -> TaskSpec {
+    let numbers = |rng: &mut SimRng| {
+        let len = rng.below(41) as usize;
+        (0..len)
+            .map(|_| match rng.below(4) {
+                0 => rng.range(0, 200) as i64 - 100,
+                1 => 1_000_000_007,
+                2 => rng.range(0, 1 << 40) as i64,
+                _ => rng.range(0, 1_000) as i64,
+            })
+            .collect::<Vec<i64>>()
+    };
+    match rng.below(3) {
+        0 => {
+            let mut list = numbers(rng);
+            if list.is_empty() {
+                list.push(-7);
+            }
+            TaskSpec::Max { numbers: list }
+        }
+        1 => TaskSpec::PrimeCountList {
+            numbers: numbers(rng),
+        },
+        _ => {
+            let start = rng.range(0, 20_000) as i64 - 1_000;
+            TaskSpec::PrimeSum {
+                start,
+                end: start + rng.range(0, 50_000) as i64,
+            }
+        }
+    }
+}
+
+fn random_spec(rng: &mut SimRng) -> TaskSpec {
+    if rng.chance(0.2) {
+        return random_parallel_spec(rng);
+    }
+    match rng.below(7) {
+        0..=2 => TaskSpec::Sleep {
+            milliseconds: rng.range(0, 200),
+        },
+        3 => TaskSpec::Fail {
+            fail_until_attempt: rng.range(1, 5) as u32,
+        },
+        4 => TaskSpec::Sha256 {
+            text: format!("text-{}", rng.below(50)),
+        },
+        5 => TaskSpec::WordCount {
+            text: format!("a b {}", rng.below(50)),
+        },
+        _ => TaskSpec::PrimeCount {
+            limit: rng.range(0, 2_000),
+        },
+    }
+}
+
+impl World {
+    pub(super) fn start_op(&mut self, c: usize) -> Check {
+        if self.clients[c].ops_left == 0 {
+            return Ok(());
+        }
+        let op = self.next_op(c);
+        let client = &mut self.clients[c];
+        client.ops_left -= 1;
+        client.started += 1;
+        let local = client.clock.local(self.now);
+        let id = client.machine.start(local, op.clone());
+        client.open_ops.insert(id.0, (self.now, op.clone()));
+        if client.ops_left > 0 {
+            let span = self.scenario.fault_span_us / self.scenario.ops_per_client.max(1) as u64;
+            let gap = client.rng.range(0, 2 * span);
+            self.push(self.now + gap, Ev::StartOp { client: c });
+        }
+        self.note(
+            NodeRef::Client(c),
+            format_args!("start op {}: {op:?}", id.0),
+        );
+        self.drain_client(c)
+    }
+
+    fn next_op(&mut self, c: usize) -> Operation {
+        let client = &mut self.clients[c];
+        let rng = &mut client.rng;
+        let pick = rng.below(100);
+        let known = rng.pick(&client.known).copied();
+        match (pick, known) {
+            (50..=64, Some(job_id)) => Operation::Cancel { job_id },
+            (65..=79, Some(job_id)) => Operation::Status { job_id },
+            (80..=97, Some(job_id)) => Operation::Wait {
+                job_id,
+                timeout_millis: Some(rng.range(0, WAIT_MILLIS_MAX)),
+            },
+            (98..=99, _) => Operation::List {
+                state: None,
+                limit: Some(10),
+            },
+            _ => {
+                let key = rng.chance(0.3).then(|| format!("key-{}", rng.below(4)));
+                let spec = match &key {
+                    Some(key) => match self.key_specs.get(key) {
+                        Some(spec) if rng.chance(0.7) => spec.clone(),
+                        _ => {
+                            let spec = random_spec(rng);
+                            self.key_specs
+                                .entry(key.clone())
+                                .or_insert_with(|| spec.clone());
+                            spec
+                        }
+                    },
+                    None => random_spec(rng),
+                };
+                let partitions = spec.is_data_parallel().then(|| match rng.below(3) {
+                    0 => Partitions::Auto,
+                    _ => Partitions::Count(rng.range(1, 5) as u32),
+                });
+                Operation::Submit {
+                    task: spec.to_json(),
+                    max_attempts: rng.chance(0.5).then(|| rng.range(1, 4) as u32),
+                    idempotency_key: key,
+                    partitions,
+                }
+            }
+        }
+    }
+}
