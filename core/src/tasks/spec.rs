@@ -1,0 +1,687 @@
+//! What a task is: the [`TaskSpec`] a client submits, the kinds it can name, and the strict
+//! checks that turn untrusted JSON into one. Every way a payload can be wrong has its own
+//! [`TaskError`] variant, and the bounds come from [`crate::limits`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::limits::{
+    ATTEMPTS_MAX, PRIME_COUNT_LIMIT_MAX, PRIME_SUM_SIEVE_ONLY_END, PRIME_SUM_SPAN_MAX,
+    PRIME_SUM_SPAN_MAX_HIGH, SLEEP_MILLIS_MAX, TASK_NUMBERS_MAX, TASK_TEXT_BYTES_MAX,
+};
+
+/// Every task kind, by its wire name, in the order they are listed in error messages.
+pub const TASK_KINDS: [&str; 8] = [
+    "sleep",
+    "word-count",
+    "sha256",
+    "prime-count",
+    "fail",
+    "max",
+    "prime-count-list",
+    "prime-sum",
+];
+
+/// Longest piece of client-supplied text (an unknown kind or field name) echoed back in an error.
+const ECHO_BYTES_MAX: usize = 64;
+
+/// The task a job runs.
+///
+/// Wire form: a JSON object with a `"kind"` tag, e.g. `{"kind":"sleep","milliseconds":1000}`,
+/// `{"kind":"word-count","text":"a b"}`, `{"kind":"sha256","text":"abc"}`,
+/// `{"kind":"prime-count","limit":100000}`, `{"kind":"fail","fail_until_attempt":3}`.
+///
+/// The derived `Deserialize` checks shape only; input from outside should go through
+/// [`TaskSpec::from_json`] (or at least [`TaskSpec::validate`]) so the bounds are enforced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum TaskSpec {
+    /// Wait this long, then succeed.
+    Sleep {
+        /// How long to wait, at most [`SLEEP_MILLIS_MAX`].
+        milliseconds: u64,
+    },
+    /// Count the whitespace-separated words of `text`.
+    WordCount {
+        /// The text, at most [`TASK_TEXT_BYTES_MAX`] bytes of UTF-8.
+        text: String,
+    },
+    /// Hash the UTF-8 bytes of `text` with SHA-256.
+    Sha256 {
+        /// The text, at most [`TASK_TEXT_BYTES_MAX`] bytes of UTF-8.
+        text: String,
+    },
+    /// Count the primes `p <= limit`.
+    PrimeCount {
+        /// Upper bound (inclusive), at most [`PRIME_COUNT_LIMIT_MAX`].
+        limit: u64,
+    },
+    /// Fail deliberately on every attempt before `fail_until_attempt`, then succeed.
+    Fail {
+        /// First attempt that succeeds, in `1..=ATTEMPTS_MAX`.
+        fail_until_attempt: u32,
+    },
+    /// The largest of `numbers` (data-parallel: a submission is split into partitions).
+    Max {
+        /// At least one and at most [`TASK_NUMBERS_MAX`] numbers.
+        numbers: Vec<i64>,
+    },
+    /// How many of `numbers` are prime (data-parallel). An empty list counts 0.
+    PrimeCountList {
+        /// At most [`TASK_NUMBERS_MAX`] numbers.
+        numbers: Vec<i64>,
+    },
+    /// The primes `p` with `start <= p <= end`: how many, and their exact sum (data-parallel).
+    PrimeSum {
+        /// First number of the range.
+        start: i64,
+        /// Last number of the range; `start <= end`, spanning at most [`PRIME_SUM_SPAN_MAX`].
+        end: i64,
+    },
+}
+
+/// Why a task spec was rejected. Each message names the problem and what is allowed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// The spec is not a JSON object.
+    #[error("a task must be a JSON object with a \"kind\" field, found {found}")]
+    NotAnObject {
+        /// The JSON type found instead, e.g. "an array".
+        found: &'static str,
+    },
+    /// The object has no `"kind"` field.
+    #[error("the task has no \"kind\" field; known kinds: {}", known_kinds())]
+    MissingKind,
+    /// `"kind"` is present but not a string.
+    #[error(
+        "the task's \"kind\" must be a string, found {found}; known kinds: {}",
+        known_kinds()
+    )]
+    KindNotString {
+        /// The JSON type found instead.
+        found: &'static str,
+    },
+    /// `"kind"` names no known task.
+    #[error("unknown task kind {kind:?}; known kinds: {}", known_kinds())]
+    UnknownKind {
+        /// The kind asked for (shortened if very long).
+        kind: String,
+    },
+    /// A required field is absent.
+    #[error("{kind} task is missing the field \"{field}\", which must be {}", field_rule(.field))]
+    MissingField {
+        /// Task kind.
+        kind: &'static str,
+        /// The missing field.
+        field: &'static str,
+    },
+    /// A field has the wrong JSON type.
+    #[error("{kind} task field \"{field}\" must be {}, found {found}", field_rule(.field))]
+    WrongType {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// The JSON type wanted: "integer" or "string".
+        expected: &'static str,
+        /// The JSON type found, e.g. "a string".
+        found: &'static str,
+    },
+    /// A numeric field is negative.
+    #[error("{kind} task field \"{field}\" is {value}, but it must be {}", field_rule(.field))]
+    Negative {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// The number as serde_json renders it (e.g. `1e3` becomes `1000.0`).
+        value: String,
+    },
+    /// A numeric field has a fraction or is written in floating-point form.
+    #[error(
+        "{kind} task field \"{field}\" is {value}, which is not a plain integer; it must be {}",
+        field_rule(.field)
+    )]
+    NotInteger {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// The number as serde_json renders it (e.g. `1e3` becomes `1000.0`).
+        value: String,
+    },
+    /// A numeric field is outside its allowed range.
+    #[error("{kind} task field \"{field}\" is {value}, outside the allowed range {min}..={max}")]
+    OutOfRange {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// The number as serde_json renders it (e.g. `1e3` becomes `1000.0`).
+        value: String,
+        /// Smallest allowed value.
+        min: u64,
+        /// Largest allowed value.
+        max: u64,
+    },
+    /// A text field is longer than [`TASK_TEXT_BYTES_MAX`].
+    #[error("{kind} task field \"text\" is {bytes} bytes long; at most {max} bytes are allowed")]
+    TextTooLong {
+        /// Task kind.
+        kind: &'static str,
+        /// Length of the text in UTF-8 bytes.
+        bytes: usize,
+        /// Largest allowed length in bytes.
+        max: usize,
+    },
+    /// A list element is not a 64-bit signed integer.
+    #[error("{kind} task field \"numbers\" element {index} is {found}; every element must be an integer in {}..={}", i64::MIN, i64::MAX)]
+    BadNumber {
+        /// Task kind.
+        kind: &'static str,
+        /// Position of the element, from 0.
+        index: usize,
+        /// What was found, e.g. "a string" or the number as serde_json renders it.
+        found: String,
+    },
+    /// A field that must be a 64-bit signed integer is not one.
+    #[error(
+        "{kind} task field \"{field}\" is {found}; it must be an integer in {}..={}",
+        i64::MIN,
+        i64::MAX
+    )]
+    NotI64 {
+        /// Task kind.
+        kind: &'static str,
+        /// The offending field.
+        field: &'static str,
+        /// What was found.
+        found: String,
+    },
+    /// Too many numbers.
+    #[error("{kind} task has {count} numbers; at most {max} are allowed")]
+    TooManyNumbers {
+        /// Task kind.
+        kind: &'static str,
+        /// Numbers given.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// `max` of an empty list has no answer.
+    #[error("max task needs at least one number")]
+    EmptyList,
+    /// `prime-sum` with `start > end`.
+    #[error("prime-sum task needs start <= end, but start is {start} and end is {end}")]
+    EmptyRange {
+        /// First number asked for.
+        start: i64,
+        /// Last number asked for.
+        end: i64,
+    },
+    /// `prime-sum` over a range wider than [`PRIME_SUM_SPAN_MAX`].
+    #[error(
+        "prime-sum task range {start}..={end} spans {span} numbers; at most {max} are allowed"
+    )]
+    RangeTooWide {
+        /// First number asked for.
+        start: i64,
+        /// Last number asked for.
+        end: i64,
+        /// `end - start + 1`.
+        span: u128,
+        /// The limit.
+        max: u64,
+    },
+    /// The object has a field the kind does not take.
+    #[error(
+        "{kind} task has an unexpected field {field:?}; it takes only \"kind\" and \"{allowed}\""
+    )]
+    UnexpectedField {
+        /// Task kind.
+        kind: &'static str,
+        /// The unexpected field's name (shortened if very long).
+        field: String,
+        /// The one field this kind takes besides "kind".
+        allowed: &'static str,
+    },
+}
+
+/// The known kinds as a comma-separated list, for error messages.
+fn known_kinds() -> String {
+    TASK_KINDS.join(", ")
+}
+
+/// What a field must hold, for error messages. Field names are unique across kinds.
+fn field_rule(field: &str) -> String {
+    match field {
+        "milliseconds" => format!("an integer in 0..={SLEEP_MILLIS_MAX}"),
+        "limit" => format!("an integer in 0..={PRIME_COUNT_LIMIT_MAX}"),
+        "fail_until_attempt" => format!("an integer in 1..={ATTEMPTS_MAX}"),
+        "text" => format!("a string of at most {TASK_TEXT_BYTES_MAX} bytes"),
+        "numbers" => format!("an array of at most {TASK_NUMBERS_MAX} integers"),
+        "start" | "end" => format!("an integer in {}..={}", i64::MIN, i64::MAX),
+        _ => "valid".to_string(),
+    }
+}
+
+/// The JSON type of `value`, with an article, for error messages.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Client-supplied text to quote in an error, cut at a character boundary if it is long.
+fn echo(text: &str) -> String {
+    if text.len() <= ECHO_BYTES_MAX {
+        return text.to_string();
+    }
+    let mut end = ECHO_BYTES_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+/// The task kinds, for parsing.
+#[derive(Clone, Copy)]
+enum Kind {
+    Sleep,
+    WordCount,
+    Sha256,
+    PrimeCount,
+    Fail,
+    Max,
+    PrimeCountList,
+    PrimeSum,
+}
+
+impl Kind {
+    fn from_name(name: &str) -> Option<Kind> {
+        match name {
+            "sleep" => Some(Kind::Sleep),
+            "word-count" => Some(Kind::WordCount),
+            "sha256" => Some(Kind::Sha256),
+            "prime-count" => Some(Kind::PrimeCount),
+            "fail" => Some(Kind::Fail),
+            "max" => Some(Kind::Max),
+            "prime-count-list" => Some(Kind::PrimeCountList),
+            "prime-sum" => Some(Kind::PrimeSum),
+            _ => None,
+        }
+    }
+
+    /// The wire name, as in [`TASK_KINDS`].
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Sleep => "sleep",
+            Kind::WordCount => "word-count",
+            Kind::Sha256 => "sha256",
+            Kind::PrimeCount => "prime-count",
+            Kind::Fail => "fail",
+            Kind::Max => "max",
+            Kind::PrimeCountList => "prime-count-list",
+            Kind::PrimeSum => "prime-sum",
+        }
+    }
+
+    /// The fields the kind takes besides `"kind"`.
+    fn fields(self) -> &'static [&'static str] {
+        match self {
+            Kind::Sleep => &["milliseconds"],
+            Kind::WordCount | Kind::Sha256 => &["text"],
+            Kind::PrimeCount => &["limit"],
+            Kind::Fail => &["fail_until_attempt"],
+            Kind::Max | Kind::PrimeCountList => &["numbers"],
+            Kind::PrimeSum => &["start", "end"],
+        }
+    }
+
+    /// The allowed fields as error messages quote them: `limit`, or `start" and "end`.
+    fn allowed(self) -> &'static str {
+        match self {
+            Kind::PrimeSum => "start\" and \"end",
+            _ => self.fields().first().copied().unwrap_or(""),
+        }
+    }
+}
+
+/// Reads a list of 64-bit signed integers strictly.
+fn parse_numbers(kind: &'static str, value: &Value) -> Result<Vec<i64>, TaskError> {
+    let Value::Array(items) = value else {
+        return Err(TaskError::WrongType {
+            kind,
+            field: "numbers",
+            expected: "array",
+            found: json_type(value),
+        });
+    };
+    if items.len() > TASK_NUMBERS_MAX {
+        return Err(TaskError::TooManyNumbers {
+            kind,
+            count: items.len(),
+            max: TASK_NUMBERS_MAX,
+        });
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            item.as_i64().ok_or_else(|| TaskError::BadNumber {
+                kind,
+                index,
+                found: match item {
+                    Value::Number(n) => n.to_string(),
+                    other => json_type(other).to_string(),
+                },
+            })
+        })
+        .collect()
+}
+
+/// Reads a 64-bit signed integer field strictly.
+fn parse_i64(kind: &'static str, field: &'static str, value: &Value) -> Result<i64, TaskError> {
+    value.as_i64().ok_or_else(|| TaskError::NotI64 {
+        kind,
+        field,
+        found: match value {
+            Value::Number(n) => n.to_string(),
+            other => json_type(other).to_string(),
+        },
+    })
+}
+
+/// Reads a string field, refusing an oversized one before copying it.
+fn parse_text(kind: &'static str, field: &'static str, value: &Value) -> Result<String, TaskError> {
+    match value {
+        Value::String(text) if text.len() > TASK_TEXT_BYTES_MAX => Err(TaskError::TextTooLong {
+            kind,
+            bytes: text.len(),
+            max: TASK_TEXT_BYTES_MAX,
+        }),
+        Value::String(text) => Ok(text.clone()),
+        other => Err(TaskError::WrongType {
+            kind,
+            field,
+            expected: "string",
+            found: json_type(other),
+        }),
+    }
+}
+
+/// Reads an unsigned integer field strictly: JSON integers only, within `min..=max`.
+fn parse_integer(
+    kind: &'static str,
+    field: &'static str,
+    value: &Value,
+    min: u64,
+    max: u64,
+) -> Result<u64, TaskError> {
+    let Value::Number(number) = value else {
+        return Err(TaskError::WrongType {
+            kind,
+            field,
+            expected: "integer",
+            found: json_type(value),
+        });
+    };
+    let out_of_range = || TaskError::OutOfRange {
+        kind,
+        field,
+        value: number.to_string(),
+        min,
+        max,
+    };
+    if let Some(n) = number.as_u64() {
+        return if (min..=max).contains(&n) {
+            Ok(n)
+        } else {
+            Err(out_of_range())
+        };
+    }
+    if number.as_i64().is_some() {
+        // An integer that does not fit u64 but fits i64 is negative.
+        return Err(TaskError::Negative {
+            kind,
+            field,
+            value: number.to_string(),
+        });
+    }
+    // Written with a fraction or exponent, or too large for u64.
+    let float = number.as_f64().unwrap_or(f64::NAN);
+    if float < 0.0 {
+        return Err(TaskError::Negative {
+            kind,
+            field,
+            value: number.to_string(),
+        });
+    }
+    // A whole number too large for u64 (serde_json then holds it as a float) is out of range;
+    // anything else here has a fraction or is written in floating-point form.
+    if float.is_finite() && float.fract() == 0.0 && float > max as f64 {
+        return Err(out_of_range());
+    }
+    Err(TaskError::NotInteger {
+        kind,
+        field,
+        value: number.to_string(),
+    })
+}
+
+impl TaskSpec {
+    /// Parses an untrusted JSON value strictly, then runs [`TaskSpec::validate`].
+    ///
+    /// Checks, in order: the value is an object; it has a `"kind"`; the kind is a string naming
+    /// a known task; no field other than `"kind"` and the kind's own field is present; that field
+    /// is present; it has the right JSON type; a number is a non-negative integer in range; a text
+    /// is not too long.
+    pub fn from_json(value: &Value) -> Result<TaskSpec, TaskError> {
+        let object = value.as_object().ok_or(TaskError::NotAnObject {
+            found: json_type(value),
+        })?;
+        let kind_value = object.get("kind").ok_or(TaskError::MissingKind)?;
+        let kind_name = kind_value.as_str().ok_or(TaskError::KindNotString {
+            found: json_type(kind_value),
+        })?;
+        let kind = Kind::from_name(kind_name).ok_or_else(|| TaskError::UnknownKind {
+            kind: echo(kind_name),
+        })?;
+        let (name, fields) = (kind.name(), kind.fields());
+        if let Some(extra) = object
+            .keys()
+            .find(|key| *key != "kind" && !fields.contains(&key.as_str()))
+        {
+            return Err(TaskError::UnexpectedField {
+                kind: name,
+                field: echo(extra),
+                allowed: kind.allowed(),
+            });
+        }
+        let get = |field: &'static str| {
+            object
+                .get(field)
+                .ok_or(TaskError::MissingField { kind: name, field })
+        };
+        let field = fields.first().copied().unwrap_or("");
+        let raw = get(field)?;
+        let integer = |min, max| parse_integer(name, field, raw, min, max);
+        let spec = match kind {
+            Kind::Sleep => TaskSpec::Sleep {
+                milliseconds: integer(0, SLEEP_MILLIS_MAX)?,
+            },
+            Kind::WordCount => TaskSpec::WordCount {
+                text: parse_text(name, field, raw)?,
+            },
+            Kind::Sha256 => TaskSpec::Sha256 {
+                text: parse_text(name, field, raw)?,
+            },
+            Kind::PrimeCount => TaskSpec::PrimeCount {
+                limit: integer(0, PRIME_COUNT_LIMIT_MAX)?,
+            },
+            Kind::Fail => {
+                let max = u64::from(ATTEMPTS_MAX);
+                let n = integer(1, max)?;
+                // In range means it fits; the conversion still reports rather than assumes it.
+                let fail_until_attempt = u32::try_from(n).map_err(|_| TaskError::OutOfRange {
+                    kind: name,
+                    field,
+                    value: n.to_string(),
+                    min: 1,
+                    max,
+                })?;
+                TaskSpec::Fail { fail_until_attempt }
+            }
+            Kind::Max => TaskSpec::Max {
+                numbers: parse_numbers(name, raw)?,
+            },
+            Kind::PrimeCountList => TaskSpec::PrimeCountList {
+                numbers: parse_numbers(name, raw)?,
+            },
+            Kind::PrimeSum => TaskSpec::PrimeSum {
+                start: parse_i64(name, "start", raw)?,
+                end: parse_i64(name, "end", get("end")?)?,
+            },
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks the bounds: sleep `milliseconds <= SLEEP_MILLIS_MAX`; text at most
+    /// `TASK_TEXT_BYTES_MAX` bytes; `limit <= PRIME_COUNT_LIMIT_MAX`;
+    /// `fail_until_attempt` in `1..=ATTEMPTS_MAX`.
+    pub fn validate(&self) -> Result<(), TaskError> {
+        let kind = self.kind();
+        let range = |field, value: u64, min: u64, max: u64| {
+            if (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(TaskError::OutOfRange {
+                    kind,
+                    field,
+                    value: value.to_string(),
+                    min,
+                    max,
+                })
+            }
+        };
+        match self {
+            TaskSpec::Sleep { milliseconds } => {
+                range("milliseconds", *milliseconds, 0, SLEEP_MILLIS_MAX)
+            }
+            TaskSpec::WordCount { text } | TaskSpec::Sha256 { text } => {
+                if text.len() <= TASK_TEXT_BYTES_MAX {
+                    Ok(())
+                } else {
+                    Err(TaskError::TextTooLong {
+                        kind,
+                        bytes: text.len(),
+                        max: TASK_TEXT_BYTES_MAX,
+                    })
+                }
+            }
+            TaskSpec::PrimeCount { limit } => range("limit", *limit, 0, PRIME_COUNT_LIMIT_MAX),
+            TaskSpec::Fail { fail_until_attempt } => range(
+                "fail_until_attempt",
+                u64::from(*fail_until_attempt),
+                1,
+                u64::from(ATTEMPTS_MAX),
+            ),
+            TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
+                if numbers.len() > TASK_NUMBERS_MAX {
+                    Err(TaskError::TooManyNumbers {
+                        kind,
+                        count: numbers.len(),
+                        max: TASK_NUMBERS_MAX,
+                    })
+                } else if numbers.is_empty() && matches!(self, TaskSpec::Max { .. }) {
+                    Err(TaskError::EmptyList)
+                } else {
+                    Ok(())
+                }
+            }
+            TaskSpec::PrimeSum { start, end } => {
+                if start > end {
+                    return Err(TaskError::EmptyRange {
+                        start: *start,
+                        end: *end,
+                    });
+                }
+                let span = range_span(*start, *end);
+                let max = prime_sum_span_max(*end);
+                if span > u128::from(max) {
+                    return Err(TaskError::RangeTooWide {
+                        start: *start,
+                        end: *end,
+                        span,
+                        max,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The wire name of the kind: "sleep", "word-count", "sha256", "prime-count" or "fail".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TaskSpec::Sleep { .. } => "sleep",
+            TaskSpec::WordCount { .. } => "word-count",
+            TaskSpec::Sha256 { .. } => "sha256",
+            TaskSpec::PrimeCount { .. } => "prime-count",
+            TaskSpec::Fail { .. } => "fail",
+            TaskSpec::Max { .. } => "max",
+            TaskSpec::PrimeCountList { .. } => "prime-count-list",
+            TaskSpec::PrimeSum { .. } => "prime-sum",
+        }
+    }
+
+    /// The wire form; identical to the derived `Serialize` and accepted back by
+    /// [`TaskSpec::from_json`] whenever the spec is valid.
+    pub fn to_json(&self) -> Value {
+        let mut object = Map::new();
+        object.insert("kind".to_string(), Value::from(self.kind()));
+        let (field, value) = match self {
+            TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
+                ("numbers", Value::from(numbers.clone()))
+            }
+            TaskSpec::PrimeSum { start, end } => {
+                object.insert("start".to_string(), Value::from(*start));
+                ("end", Value::from(*end))
+            }
+            TaskSpec::Sleep { milliseconds } => ("milliseconds", Value::from(*milliseconds)),
+            TaskSpec::WordCount { text } | TaskSpec::Sha256 { text } => {
+                ("text", Value::from(text.as_str()))
+            }
+            TaskSpec::PrimeCount { limit } => ("limit", Value::from(*limit)),
+            TaskSpec::Fail { fail_until_attempt } => {
+                ("fail_until_attempt", Value::from(*fail_until_attempt))
+            }
+        };
+        object.insert(field.to_string(), value);
+        Value::Object(object)
+    }
+}
+
+/// The widest `prime-sum` range allowed to end at `end`: wide while sieving alone settles it,
+/// narrower above [`PRIME_SUM_SIEVE_ONLY_END`], where each candidate costs a Miller–Rabin test.
+pub fn prime_sum_span_max(end: i64) -> u64 {
+    if end > PRIME_SUM_SIEVE_ONLY_END {
+        PRIME_SUM_SPAN_MAX_HIGH
+    } else {
+        PRIME_SUM_SPAN_MAX
+    }
+}
+
+/// `end - start + 1` for `start <= end`, exact for any pair of `i64` (up to 2^64 numbers).
+pub fn range_span(start: i64, end: i64) -> u128 {
+    (i128::from(end) - i128::from(start) + 1).max(0) as u128
+}
+
+#[cfg(test)]
+mod tests;
