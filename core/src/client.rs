@@ -25,14 +25,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::time::Duration;
 
-use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+pub use crate::dial::{full_jitter, ConnectAttempt};
+use crate::dial::{AfterFailure, Dialer, RedirectRule};
 use crate::ids::{JobId, RequestId};
 use crate::job::JobState;
 use crate::protocol::{ClientReply, ClientRequest, ErrorCode};
 use crate::time::{as_millis_u64, Instant};
-pub use crate::worker::ConnectAttempt;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientConfig {
@@ -243,12 +244,10 @@ pub struct Client {
     config: ClientConfig,
     rng: ChaCha8Rng,
     link: Link,
-    next_attempt: u64,
     next_op: u64,
-    address_index: usize,
-    redirect: Option<String>,
-    /// Consecutive connection failures; reset by a successful connection.
-    failures: u32,
+    /// Where to connect next, and when to pause or give up. A leader redirect is used for one
+    /// connection; consecutive failures are reset by a successful connection.
+    dialer: Dialer,
     /// No new connection before this instant (backoff between passes over the addresses).
     reconnect_at: Option<Instant>,
     last_error: String,
@@ -267,16 +266,13 @@ impl fmt::Debug for Client {
 
 impl Client {
     pub fn new(config: ClientConfig, seed: u64) -> Client {
-        let address_index = config.coordinators.len().saturating_sub(1);
+        let dialer = Dialer::new(config.coordinators.clone(), RedirectRule::Once);
         Client {
             config,
             rng: ChaCha8Rng::seed_from_u64(seed),
             link: Link::Idle,
-            next_attempt: 0,
             next_op: 0,
-            address_index,
-            redirect: None,
-            failures: 0,
+            dialer,
             reconnect_at: None,
             last_error: String::new(),
             ops: BTreeMap::new(),
@@ -319,7 +315,7 @@ impl Client {
     pub fn start(&mut self, now: Instant, op: Operation) -> OpId {
         self.next_op += 1;
         let id = OpId(self.next_op);
-        if self.config.coordinators.is_empty() {
+        if self.dialer.addresses().is_empty() {
             self.finish(
                 id,
                 Err(ClientError::Unreachable {
@@ -399,15 +395,7 @@ impl Client {
     }
 
     fn connect(&mut self, now: Instant) {
-        let address = match self.redirect.take() {
-            Some(address) => address,
-            None => {
-                self.address_index = (self.address_index + 1) % self.config.coordinators.len();
-                self.config.coordinators[self.address_index].clone()
-            }
-        };
-        self.next_attempt += 1;
-        let attempt = ConnectAttempt(self.next_attempt);
+        let (attempt, address) = self.dialer.dial();
         self.link = Link::Connecting {
             attempt,
             give_up_at: now.saturating_add(self.config.connect_timeout),
@@ -424,7 +412,7 @@ impl Client {
             attempt,
             draining: false,
         };
-        self.failures = 0;
+        self.dialer.reset_failures();
         self.pump(now);
     }
 
@@ -466,7 +454,7 @@ impl Client {
                     self.finish(
                         id,
                         Err(ClientError::Unreachable {
-                            tried: self.config.coordinators.join(","),
+                            tried: self.dialer.addresses().join(","),
                             last_error: format!("no answer after {resends} resends: {reason}"),
                         }),
                     );
@@ -480,37 +468,27 @@ impl Client {
                 );
             }
         }
-        self.failures = self.failures.saturating_add(1);
-        let budget = self
-            .config
-            .coordinators
-            .len()
-            .saturating_mul(self.config.connect_rounds.max(1) as usize);
-        if self.failures as usize >= budget {
-            self.failures = 0;
-            let tried = self.config.coordinators.join(",");
-            let waiting: Vec<OpId> = self.ops.keys().copied().collect();
-            for id in waiting {
-                self.finish(
-                    id,
-                    Err(ClientError::Unreachable {
-                        tried: tried.clone(),
-                        last_error: self.last_error.clone(),
-                    }),
-                );
+        match self.dialer.pass_failed(
+            self.config.connect_rounds,
+            self.config.connect_backoff_base,
+            self.config.connect_backoff_max,
+        ) {
+            AfterFailure::GiveUp => {
+                let tried = self.dialer.addresses().join(",");
+                let waiting: Vec<OpId> = self.ops.keys().copied().collect();
+                for id in waiting {
+                    self.finish(
+                        id,
+                        Err(ClientError::Unreachable {
+                            tried: tried.clone(),
+                            last_error: self.last_error.clone(),
+                        }),
+                    );
+                }
+                return;
             }
-            return;
-        }
-        let addresses = self.config.coordinators.len().max(1);
-        if self.failures as usize % addresses == 0 {
-            // A whole pass failed: give the group a moment before the next one.
-            let pass = self.failures / addresses as u32;
-            let delay = self
-                .config
-                .connect_backoff_base
-                .saturating_mul(1u32 << pass.saturating_sub(1).min(16))
-                .min(self.config.connect_backoff_max);
-            self.reconnect_at = Some(now.saturating_add(delay));
+            AfterFailure::Pause(delay) => self.reconnect_at = Some(now.saturating_add(delay)),
+            AfterFailure::Next => {}
         }
         self.pump(now);
     }
@@ -578,9 +556,7 @@ impl Client {
                 // Others sent on this connection may have been processed (leadership can move
                 // mid-connection), so they are not resent: their answers are awaited here first.
                 pending.sent = None;
-                if let Some(hint) = leader {
-                    self.redirect = Some(hint.address);
-                }
+                self.dialer.not_leader(leader);
                 if let Link::Ready { draining, .. } = &mut self.link {
                     *draining = true;
                 }
@@ -641,15 +617,6 @@ impl Client {
         }
         self.pump(now);
     }
-}
-
-/// Full-jitter backoff before the `n`-th retry (n >= 1): uniform in `[0, min(cap, base * 2^(n-1))]`.
-pub fn full_jitter(rng: &mut impl RngCore, base: Duration, cap: Duration, n: u32) -> Duration {
-    let base = as_millis_u64(base);
-    let cap = as_millis_u64(cap);
-    let exponent = n.saturating_sub(1).min(63);
-    let ceiling = base.saturating_mul(1u64 << exponent).min(cap);
-    Duration::from_millis(rng.next_u64() % (ceiling + 1))
 }
 
 #[cfg(test)]
@@ -1049,20 +1016,5 @@ mod tests {
                 })
             )]
         ));
-    }
-
-    #[test]
-    fn full_jitter_stays_within_its_ceiling() {
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
-        for n in 1..=20 {
-            let delay = full_jitter(
-                &mut rng,
-                Duration::from_millis(200),
-                Duration::from_millis(5000),
-                n,
-            );
-            let ceiling = (200u64 << (n - 1).min(20)).min(5000);
-            assert!(delay <= Duration::from_millis(ceiling));
-        }
     }
 }

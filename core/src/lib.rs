@@ -31,6 +31,7 @@ pub mod client;
 pub mod command;
 pub mod coordinator;
 pub mod dataparallel;
+mod dial;
 pub mod ids;
 pub mod job;
 pub mod limits;

@@ -31,6 +31,8 @@ use std::time::Duration;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+pub use crate::dial::ConnectAttempt;
+use crate::dial::{Dialer, RedirectRule};
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, WorkerId};
 use crate::limits::{ATTEMPT_ERROR_BYTES_MAX, WORKER_CAPACITY_MAX};
 use crate::protocol::{
@@ -92,10 +94,6 @@ pub enum WorkerConfigError {
     #[error("connect timeout must be positive")]
     ConnectTimeout,
 }
-
-/// Names one connection attempt, so reports about an abandoned socket can be told apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ConnectAttempt(pub u64);
 
 /// What the worker asks its driver to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -261,13 +259,9 @@ pub struct Worker {
     incarnation: Incarnation,
     rng: ChaCha8Rng,
     link: Link,
-    next_attempt: u64,
-    /// Index into `config.coordinators` of the address tried last.
-    address_index: usize,
-    /// Address the leader redirect named, tried before the configured list.
-    redirect: Option<String>,
-    /// Consecutive failed connection attempts (drives the backoff).
-    failures: u32,
+    /// Where to connect next, and the reconnect backoff. A leader redirect is kept until a
+    /// connect fails or times out, or a `NOT_LEADER` names no leader.
+    dialer: Dialer,
     running: BTreeMap<LeaseId, RunningTask>,
     /// Finished attempts whose results await `RESULT_ACK`.
     unacked: BTreeMap<LeaseId, (JobId, AttemptOutcome)>,
@@ -281,20 +275,17 @@ impl Worker {
         config.validate()?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let incarnation = Incarnation(rng.next_u64());
+        let dialer = Dialer::new(config.coordinators.clone(), RedirectRule::Sticky);
         let mut worker = Worker {
             config,
             incarnation,
             rng,
             link: Link::Idle { retry_at: now },
-            next_attempt: 0,
-            address_index: 0,
-            redirect: None,
-            failures: 0,
+            dialer,
             running: BTreeMap::new(),
             unacked: BTreeMap::new(),
             outputs: VecDeque::new(),
         };
-        worker.address_index = worker.config.coordinators.len() - 1;
         worker.connect(now);
         Ok(worker)
     }
@@ -355,20 +346,8 @@ impl Worker {
         self.outputs.push_back(WorkerOutput::Send(message));
     }
 
-    fn current_address(&self) -> String {
-        self.redirect
-            .clone()
-            .or_else(|| self.config.coordinators.get(self.address_index).cloned())
-            .unwrap_or_default()
-    }
-
     fn connect(&mut self, now: Instant) {
-        if self.redirect.is_none() {
-            self.address_index = (self.address_index + 1) % self.config.coordinators.len();
-        }
-        let address = self.current_address();
-        self.next_attempt += 1;
-        let attempt = ConnectAttempt(self.next_attempt);
+        let (attempt, address) = self.dialer.dial();
         self.link = Link::Connecting {
             attempt,
             opened: false,
@@ -386,18 +365,17 @@ impl Worker {
         if close {
             self.outputs.push_back(WorkerOutput::Close);
         }
-        self.failures = self.failures.saturating_add(1);
-        let base = as_millis_u64(self.config.reconnect_base);
-        let cap = as_millis_u64(self.config.reconnect_max);
-        let exponent = (self.failures - 1).min(63);
-        let ceiling = base.saturating_mul(1u64 << exponent).min(cap);
-        let delay = self.rng.next_u64() % (ceiling + 1);
+        let delay = self.dialer.jittered_backoff(
+            &mut self.rng,
+            self.config.reconnect_base,
+            self.config.reconnect_max,
+        );
         self.link = Link::Idle {
-            retry_at: now.saturating_add(Duration::from_millis(delay)),
+            retry_at: now.saturating_add(delay),
         };
         self.event(WorkerEvent::Disconnected {
             reason,
-            retry_in_millis: delay,
+            retry_in_millis: as_millis_u64(delay),
         });
     }
 
@@ -444,7 +422,7 @@ impl Worker {
         if self.current_attempt() != Some(attempt) {
             return;
         }
-        self.redirect = None;
+        self.dialer.forget_redirect();
         self.back_off(now, format!("connect failed: {reason}"), false);
     }
 
@@ -518,8 +496,8 @@ impl Worker {
                 }
             }
             CoordinatorToWorker::NotLeader { leader } => {
-                self.redirect = leader.map(|hint| hint.address);
-                self.failures = 0;
+                self.dialer.not_leader(leader);
+                self.dialer.reset_failures();
                 self.back_off(now, "coordinator is not the leader".into(), true);
             }
             CoordinatorToWorker::Error { code, message } => {
@@ -546,7 +524,7 @@ impl Worker {
         let heartbeat_interval = Duration::from_millis(interval_millis.max(1))
             .min(heartbeat_timeout / 3)
             .max(Duration::from_millis(1));
-        let address = self.current_address();
+        let address = self.dialer.current_address();
         self.link = Link::Registered {
             attempt,
             heartbeat_interval,
@@ -554,7 +532,7 @@ impl Worker {
             next_heartbeat: now.saturating_add(heartbeat_interval),
             last_heard: now,
         };
-        self.failures = 0;
+        self.dialer.reset_failures();
         self.event(WorkerEvent::Registered { address });
         let results: Vec<_> = self
             .unacked
@@ -691,7 +669,7 @@ impl Worker {
             Link::Connecting {
                 give_up_at, opened, ..
             } if give_up_at <= now => {
-                self.redirect = None;
+                self.dialer.forget_redirect();
                 let reason = if opened {
                     "no answer to REGISTER"
                 } else {
