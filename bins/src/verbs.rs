@@ -48,6 +48,7 @@ pub fn coordinator_config(id: &str, tuning: &CoordinatorTuning) -> CoordinatorCo
         max_active_jobs: tuning.max_active_jobs,
         readoption_window: None,
         max_frame_bytes: tuning.max_frame_bytes,
+        ..CoordinatorConfig::default()
     }
 }
 

@@ -545,16 +545,36 @@ impl Client {
                     );
                 }
             }
-            ClientReply::NotLeader { leader, .. } => {
+            ClientReply::NotLeader {
+                leader,
+                uncertain,
+                members,
+                ..
+            } => {
+                if uncertain && !pending.op.safe_to_resend() {
+                    // The coordinator lost its leadership while this request was being made
+                    // durable: it may have taken effect. Without a key, do not risk a second job.
+                    let reason = "the coordinator stopped leading while the submission was being made durable; it may or may not have been accepted".to_owned();
+                    self.finish(id, Err(ClientError::Ambiguous { reason }));
+                    self.dialer.learn(members);
+                    self.dialer.not_leader(leader);
+                    if let Link::Ready { draining, .. } = &mut self.link {
+                        *draining = true;
+                    }
+                    self.pump(now);
+                    return;
+                }
+                self.dialer.learn(members);
                 pending.redirects += 1;
                 if pending.redirects > self.config.max_redirects {
                     let redirects = pending.redirects - 1;
                     self.finish(id, Err(ClientError::TooManyRedirects(redirects)));
                     return;
                 }
-                // This request was not processed, so it is safe to send again, to the leader.
-                // Others sent on this connection may have been processed (leadership can move
-                // mid-connection), so they are not resent: their answers are awaited here first.
+                // This request was not processed (or is safe to repeat), so it is sent again, to
+                // the leader. Others sent on this connection may have been processed (leadership
+                // can move mid-connection), so they are not resent: their answers are awaited
+                // here first.
                 pending.sent = None;
                 self.dialer.not_leader(leader);
                 if let Link::Ready { draining, .. } = &mut self.link {
@@ -622,7 +642,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::NodeId;
+    use crate::ids::{NodeId, Term};
     use crate::protocol::LeaderHint;
     use uuid::Uuid;
 
@@ -717,6 +737,7 @@ mod tests {
             "the same request, with the same key, goes out again"
         );
         let reply = ClientReply::SubmitAccepted {
+            term: Term(1),
             request_id: RequestId(op.0),
             job_id: JobId(Uuid::from_u128(1)),
             existing: true,
@@ -798,6 +819,8 @@ mod tests {
                     node_id: NodeId("c3".into()),
                     address: "leader:7071".into(),
                 }),
+                uncertain: false,
+                members: Vec::new(),
             },
         );
         let outputs = drain(&mut c);
@@ -822,6 +845,8 @@ mod tests {
                     node_id: NodeId("c2".into()),
                     address: "leader:7071".into(),
                 }),
+                uncertain: false,
+                members: Vec::new(),
             },
         );
         let outputs = drain(&mut c);
@@ -830,6 +855,7 @@ mod tests {
             "waits for the submission's answer first: {outputs:?}"
         );
         let accepted = ClientReply::SubmitAccepted {
+            term: Term(1),
             request_id: RequestId(submit_op.0),
             job_id: JobId(Uuid::from_u128(3)),
             existing: false,

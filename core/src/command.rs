@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{Attempt, JobId, LeaseId, LogIndex, Term};
+use crate::ids::{Attempt, JobId, LeaseId, LogIndex, NodeId, Term};
 use crate::job::{Job, JobState, Lease, PartitionOf};
 use crate::tasks::{aggregate, TaskOutput, TaskSpec};
 
@@ -78,10 +78,15 @@ pub enum Command {
     /// its outcome is unknown, it still counts, and the job is requeued (or `FAILED` if that was
     /// the final attempt).
     Abandon { job_id: JobId, lease_id: LeaseId },
+    /// The first entry of a leader's term (Raft's no-op entry, paper 8): it changes no job.
+    /// Committing it commits everything before it, and tells the new leader that its table
+    /// holds everything committed before it took over.
+    NewLeader { leader: NodeId },
 }
 
 impl Command {
-    pub fn job_id(&self) -> JobId {
+    /// The job the command names (`None` for `NewLeader`).
+    pub fn job_id(&self) -> Option<JobId> {
         match self {
             Command::Submit { job_id, .. }
             | Command::Assign { job_id, .. }
@@ -89,7 +94,8 @@ impl Command {
             | Command::AttemptFailed { job_id, .. }
             | Command::Requeue { job_id }
             | Command::Cancel { job_id }
-            | Command::Abandon { job_id, .. } => *job_id,
+            | Command::Abandon { job_id, .. } => Some(*job_id),
+            Command::NewLeader { .. } => None,
         }
     }
 }
@@ -194,6 +200,10 @@ pub enum Applied {
         job_id: JobId,
         reason: String,
     },
+    /// A leader's first entry of its term applied; no job changed.
+    NewLeader {
+        leader: NodeId,
+    },
     /// A partition job was created with its data-parallel parent (a follow-on of `Submitted`).
     PartitionCreated {
         job_id: JobId,
@@ -252,7 +262,8 @@ impl Applied {
             | Applied::Stale { .. }
             | Applied::RequeueSkipped { .. }
             | Applied::UnknownJob { .. }
-            | Applied::SubmitInvalid { .. } => None,
+            | Applied::SubmitInvalid { .. }
+            | Applied::NewLeader { .. } => None,
         }
     }
 }
@@ -511,6 +522,9 @@ impl JobTable {
                 self.apply_cancel(target, follow_on)
             }
             Command::Abandon { job_id, lease_id } => self.apply_abandon(*job_id, *lease_id),
+            Command::NewLeader { leader } => Applied::NewLeader {
+                leader: leader.clone(),
+            },
         };
         // What a partition's fate means for its parent.
         match &applied {

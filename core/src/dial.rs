@@ -18,14 +18,15 @@
 //! starting from the first. The connection state itself (idle, connecting, connected) and its
 //! timers stay with each machine; this module only decides where and when to dial.
 //!
-//! A replicated coordinator group will answer with the leader a member knows and the group's
-//! member list. That belongs here: the answer would update the addresses and the redirect
-//! through [`Dialer::not_leader`], and neither machine's connection handling needs to change.
+//! A member of a replicated coordinator group answers with the leader it knows and the group's
+//! addresses: [`Dialer::not_leader`] takes the first as a redirect, [`Dialer::learn`] adds the
+//! second to the list, so one known address is enough to find every member.
 
 use std::time::Duration;
 
 use rand_chacha::rand_core::RngCore;
 
+use crate::limits::DIAL_ADDRESSES_MAX;
 use crate::protocol::LeaderHint;
 use crate::time::as_millis_u64;
 
@@ -137,6 +138,19 @@ impl Dialer {
                 if let Some(hint) = leader {
                     self.redirect = Some(hint.address);
                 }
+            }
+        }
+    }
+
+    /// Adds member addresses a coordinator told us about (discovery): joining through one known
+    /// address is enough to learn the others. At most [`DIAL_ADDRESSES_MAX`] are kept.
+    pub fn learn(&mut self, members: Vec<String>) {
+        for address in members {
+            if self.addresses.len() >= DIAL_ADDRESSES_MAX {
+                break;
+            }
+            if !address.is_empty() && !self.addresses.contains(&address) {
+                self.addresses.push(address);
             }
         }
     }

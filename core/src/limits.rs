@@ -77,3 +77,28 @@ pub const MATERIALIZE_DIRTY_JOBS_MAX: usize = 2048;
 pub const MATERIALIZE_LOG_ENTRIES_MAX: u64 = 8192;
 /// Most records one persistence batch carries before the coordinator starts a new one.
 pub const PERSIST_BATCH_RECORDS_MAX: usize = 4096;
+
+/// Applied log entries a member keeps in memory beyond what every follower holds, so a follower
+/// that falls a little behind is sent entries rather than the whole table.
+pub const LOG_RETAINED_ENTRIES_MAX: u64 = 4096;
+/// Bytes of applied log entries a member keeps in memory at most (whatever the entry count).
+pub const LOG_RETAINED_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Entries in one `APPEND` (the frame limit may cut it shorter).
+pub const APPEND_ENTRIES_MAX: usize = 1024;
+/// `APPEND`s in flight to one follower before the leader waits for acknowledgements.
+pub const APPENDS_IN_FLIGHT_MAX: usize = 32;
+/// Room reserved for an `APPEND`'s or `SNAPSHOT`'s own fields around its entries or data.
+pub const PEER_ENVELOPE_BYTES: usize = 1024;
+/// Snapshot chunks in flight to one follower.
+pub const SNAPSHOT_CHUNKS_IN_FLIGHT_MAX: usize = 4;
+/// Largest snapshot a follower accepts (it is held in memory while it arrives).
+pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
+/// Most members a coordinator group may have.
+pub const GROUP_MEMBERS_MAX: usize = 7;
+/// Client and worker messages a newly elected leader holds while it catches up (until its first
+/// entry of the term is applied); beyond it they are redirected.
+pub const PARKED_INPUTS_MAX: usize = 4096;
+/// Reads waiting for the leader to confirm it still leads.
+pub const READS_IN_FLIGHT_MAX: usize = 65_536;
+/// Coordinator addresses a worker or client dials in turn (configured plus learned).
+pub const DIAL_ADDRESSES_MAX: usize = 64;

@@ -2,9 +2,19 @@
 //! what it finds on its disk at start. Consensus writes log records, the coordinator writes the
 //! materialized job rows; both go through the same batches, so one transaction orders them.
 
+use serde::{Deserialize, Serialize};
+
 use crate::command::LogEntry;
-use crate::ids::LogIndex;
+use crate::ids::{LogIndex, NodeId, Term};
 use crate::job::Job;
+
+/// What a member must remember about elections across restarts (paper figure 2): the latest
+/// term it has seen and whom it voted for in that term.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HardState {
+    pub term: Term,
+    pub voted_for: Option<NodeId>,
+}
 
 /// Numbers persistence batches; `handle_persisted` acknowledges every batch up to one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -13,14 +23,25 @@ pub struct BatchId(pub u64);
 /// One durable record. A batch's records must become durable atomically (one transaction).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
+    /// The member's term and vote.
+    HardState(HardState),
     /// Append (or overwrite) a log entry.
     Log(LogEntry),
+    /// Delete every log entry after this index (a conflicting suffix from an old leader).
+    TruncateLogAfter(LogIndex),
     /// Upsert a job row of the materialized table.
     Job(Job),
-    /// The materialized job rows reflect every entry up to this index.
-    Applied(LogIndex),
+    /// The materialized job rows reflect every entry up to `index`, whose term was `term`.
+    Applied { index: LogIndex, term: Term },
     /// Log entries up to this index are reflected in the job rows and may be deleted.
     DiscardLogThrough(LogIndex),
+    /// The whole job table, received from the leader, as of entry `index` of `term`: every job
+    /// row is replaced by `jobs`, and the log up to `index` is discarded.
+    Snapshot {
+        index: LogIndex,
+        term: Term,
+        jobs: Vec<Job>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,9 +53,12 @@ pub struct PersistBatch {
 /// What a coordinator finds on its disk at start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurableState {
+    pub hard_state: HardState,
     /// The materialized job rows, reflecting every entry up to `applied`.
     pub jobs: Vec<Job>,
     pub applied: LogIndex,
+    /// The term of entry `applied` (0 when nothing was applied).
+    pub applied_term: Term,
     /// Log entries not yet discarded (those beyond `applied` are replayed).
     pub log: Vec<LogEntry>,
 }

@@ -33,7 +33,7 @@ use rand_chacha::ChaCha8Rng;
 
 pub use crate::dial::ConnectAttempt;
 use crate::dial::{Dialer, RedirectRule};
-use crate::ids::{Attempt, Incarnation, JobId, LeaseId, WorkerId};
+use crate::ids::{Attempt, Incarnation, JobId, LeaseId, Term, WorkerId};
 use crate::limits::{ATTEMPT_ERROR_BYTES_MAX, WORKER_CAPACITY_MAX};
 use crate::protocol::{
     AttemptOutcome, CoordinatorToWorker, ErrorCode, RunningAttempt, WorkerToCoordinator,
@@ -165,6 +165,11 @@ pub enum WorkerEvent {
         code: ErrorCode,
         message: String,
     },
+    /// A coordinator spoke for `term`, older than `seen`: it was deposed; the worker moves on.
+    DeposedCoordinator {
+        term: Term,
+        seen: Term,
+    },
 }
 
 impl fmt::Display for WorkerEvent {
@@ -224,6 +229,11 @@ impl fmt::Display for WorkerEvent {
             WorkerEvent::CoordinatorError { code, message } => {
                 write!(f, "Coordinator error {code:?}: {message}")
             }
+            WorkerEvent::DeposedCoordinator { term, seen } => write!(
+                f,
+                "Ignoring a deposed coordinator: it speaks for term {} but term {} has begun",
+                term.0, seen.0
+            ),
         }
     }
 }
@@ -265,6 +275,9 @@ pub struct Worker {
     running: BTreeMap<LeaseId, RunningTask>,
     /// Finished attempts whose results await `RESULT_ACK`.
     unacked: BTreeMap<LeaseId, (JobId, AttemptOutcome)>,
+    /// The highest coordinator term heard from. Anything from an older term comes from a
+    /// deposed leader and is ignored (its view of leases may be stale).
+    highest_term: Term,
     outputs: VecDeque<WorkerOutput>,
 }
 
@@ -284,6 +297,7 @@ impl Worker {
             dialer,
             running: BTreeMap::new(),
             unacked: BTreeMap::new(),
+            highest_term: Term(0),
             outputs: VecDeque::new(),
         };
         worker.connect(now);
@@ -442,6 +456,15 @@ impl Worker {
         if self.current_attempt() != Some(attempt) {
             return;
         }
+        if let Some(term) = message.term() {
+            if term < self.highest_term {
+                let seen = self.highest_term;
+                self.event(WorkerEvent::DeposedCoordinator { term, seen });
+                self.dialer.forget_redirect();
+                return self.back_off(now, "the coordinator was deposed".into(), true);
+            }
+            self.highest_term = term;
+        }
         if let Link::Registered { last_heard, .. } = &mut self.link {
             *last_heard = now;
         }
@@ -449,19 +472,24 @@ impl Worker {
             CoordinatorToWorker::Registered {
                 heartbeat_interval_millis,
                 heartbeat_timeout_millis,
-            } => self.on_registered(
-                now,
-                attempt,
-                heartbeat_interval_millis,
-                heartbeat_timeout_millis,
-            ),
+                members,
+                ..
+            } => {
+                self.dialer.learn(members);
+                self.on_registered(
+                    now,
+                    attempt,
+                    heartbeat_interval_millis,
+                    heartbeat_timeout_millis,
+                )
+            }
             CoordinatorToWorker::RegisterRejected { message, .. } => {
                 self.event(WorkerEvent::RegistrationRejected {
                     message: message.clone(),
                 });
                 self.back_off(now, format!("registration rejected: {message}"), true);
             }
-            CoordinatorToWorker::HeartbeatAck {} => {}
+            CoordinatorToWorker::HeartbeatAck { .. } => {}
             CoordinatorToWorker::TaskAssign {
                 job_id,
                 lease_id,
@@ -486,6 +514,7 @@ impl Worker {
                 job_id,
                 lease_id,
                 accepted,
+                ..
             } => {
                 if self.unacked.remove(&lease_id).is_some() {
                     self.event(WorkerEvent::ResultAcknowledged {
@@ -495,7 +524,8 @@ impl Worker {
                     });
                 }
             }
-            CoordinatorToWorker::NotLeader { leader } => {
+            CoordinatorToWorker::NotLeader { leader, members } => {
+                self.dialer.learn(members);
                 self.dialer.not_leader(leader);
                 self.dialer.reset_failures();
                 self.back_off(now, "coordinator is not the leader".into(), true);
@@ -754,6 +784,8 @@ mod tests {
             Instant::ZERO,
             attempt,
             CoordinatorToWorker::Registered {
+                term: Term(1),
+                members: Vec::new(),
                 heartbeat_interval_millis: 100,
                 heartbeat_timeout_millis: 300,
             },
@@ -772,6 +804,7 @@ mod tests {
     fn assign(n: u128) -> CoordinatorToWorker {
         let (job_id, lease_id) = ids(n);
         CoordinatorToWorker::TaskAssign {
+            term: Term(1),
             job_id,
             lease_id,
             attempt: Attempt(1),
@@ -818,7 +851,7 @@ mod tests {
         w.handle_message(
             Instant::from_millis(150),
             attempt,
-            CoordinatorToWorker::HeartbeatAck {},
+            CoordinatorToWorker::HeartbeatAck { term: Term(1) },
         );
         w.handle_timeout(Instant::from_millis(200));
         assert_eq!(
@@ -896,6 +929,8 @@ mod tests {
             retry_at,
             second,
             CoordinatorToWorker::Registered {
+                term: Term(1),
+                members: Vec::new(),
                 heartbeat_interval_millis: 100,
                 heartbeat_timeout_millis: 300,
             },
@@ -910,6 +945,7 @@ mod tests {
             retry_at,
             second,
             CoordinatorToWorker::ResultAck {
+                term: Term(1),
                 job_id,
                 lease_id,
                 accepted: true,
@@ -951,6 +987,7 @@ mod tests {
         drain(&mut w);
         let (job_id, lease_id) = ids(1);
         let cancel = CoordinatorToWorker::TaskCancel {
+            term: Term(1),
             job_id,
             lease_id,
             reason: crate::protocol::CancelReason::JobCancelled,

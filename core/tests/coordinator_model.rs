@@ -33,7 +33,7 @@ use herder_core::command::{Command, JobTable};
 use herder_core::coordinator::{
     Coordinator, CoordinatorConfig, DiskImage, Link, Output, PersistBatch, Record,
 };
-use herder_core::ids::{ConnectionId, Incarnation, JobId, LeaseId, RequestId, WorkerId};
+use herder_core::ids::{ConnectionId, Incarnation, JobId, LeaseId, RequestId, Term, WorkerId};
 use herder_core::job::{Job, JobState};
 use herder_core::protocol::codec::FrameError;
 use herder_core::protocol::{
@@ -241,7 +241,7 @@ impl Facts {
                 Command::Cancel { job_id } => {
                     self.cancels.insert(*job_id);
                 }
-                Command::Requeue { .. } => {}
+                Command::Requeue { .. } | Command::NewLeader { .. } => {}
             }
         }
     }
@@ -493,6 +493,9 @@ impl Model {
                 }
             }
             Output::Event(_) => {}
+            Output::ToPeer { to, .. } => {
+                ensure!(false, "a group of one sent a peer message to {to}");
+            }
         }
         Ok(())
     }
@@ -518,7 +521,10 @@ impl Model {
                 proc.conn = Some(conn);
             }
             CoordinatorToWorker::TaskAssign {
-                job_id, lease_id, ..
+                term: Term(1),
+                job_id,
+                lease_id,
+                ..
             } if this_process => {
                 proc.executing.insert(lease_id, job_id);
             }
@@ -968,6 +974,7 @@ impl Model {
     fn check_worker_message(&mut self, conn: ConnectionId, message: &CoordinatorToWorker) -> Check {
         match message {
             CoordinatorToWorker::TaskAssign {
+                term: Term(1),
                 job_id,
                 lease_id,
                 attempt,
@@ -1010,6 +1017,7 @@ impl Model {
                 });
             }
             CoordinatorToWorker::ResultAck {
+                term: Term(1),
                 job_id,
                 lease_id,
                 accepted: true,
@@ -1018,6 +1026,7 @@ impl Model {
                 "(vii) RESULT_ACK accepted for {job_id}/{lease_id} before its settlement was durable"
             ),
             CoordinatorToWorker::TaskCancel {
+                term: Term(1),
                 job_id,
                 lease_id,
                 reason,
@@ -1074,7 +1083,10 @@ impl Model {
             (
                 Pending::Submit { key },
                 ClientReply::SubmitAccepted {
-                    job_id, existing, ..
+                    term: Term(1),
+                    job_id,
+                    existing,
+                    ..
                 },
             ) => {
                 ensure!(
@@ -1332,7 +1344,9 @@ fn the_schedules_reach_the_interesting_cases() {
                     },
                     CoordinatorToWorker::ResultAck { accepted: true, .. } => "result accepted",
                     CoordinatorToWorker::ResultAck {
-                        accepted: false, ..
+                        term: Term(1),
+                        accepted: false,
+                        ..
                     } => "result rejected",
                     CoordinatorToWorker::RegisterRejected { .. } => "registration refused",
                     _ => "other",
@@ -1351,7 +1365,9 @@ fn the_schedules_reach_the_interesting_cases() {
                         timed_out: false, ..
                     } => "wait answered",
                     ClientReply::CancelResult {
-                        cancelled: false, ..
+                        term: Term(1),
+                        cancelled: false,
+                        ..
                     } => "cancel too late",
                     _ => "other",
                 },
@@ -1448,7 +1464,9 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
     let mut first = Coordinator::new(config(), 42).expect("valid config");
     let accepted = submit(&mut first, &mut disk, 1);
     let [ClientReply::SubmitAccepted {
-        job_id: first_job, ..
+        term: Term(1),
+        job_id: first_job,
+        ..
     }] = accepted[..]
     else {
         panic!("expected one acceptance, got {accepted:?}");

@@ -17,7 +17,7 @@ use herder_core::coordinator::{
     Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch, Record,
 };
 use herder_core::ids::{
-    Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerId,
+    Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, Term, WorkerId,
 };
 use herder_core::job::{Job, JobState, Lease, PartitionOf};
 use herder_core::limits::{
@@ -1206,6 +1206,7 @@ impl Harness {
         let request_id = self.submit_request(task, max_attempts, partitions);
         match self.reply_to(request_id) {
             ClientReply::SubmitAccepted {
+                term: Term(1),
                 job_id,
                 existing: false,
                 ..
@@ -1258,6 +1259,7 @@ impl Harness {
             .into_iter()
             .filter_map(|m| match m {
                 CoordinatorToWorker::TaskAssign {
+                    term: Term(1),
                     job_id,
                     lease_id,
                     attempt,
@@ -1396,6 +1398,7 @@ fn a_split_job_runs_to_its_aggregate_through_the_coordinator() {
         let acks = h.sent_to_worker(name);
         assert!(
             acks.contains(&CoordinatorToWorker::ResultAck {
+                term: Term(1),
                 job_id: *job,
                 lease_id: *lease_id,
                 accepted: true
@@ -1660,6 +1663,7 @@ fn cancel_of_a_partition_is_refused_and_cancel_of_the_parent_revokes_every_lease
         assert_eq!(
             messages,
             vec![CoordinatorToWorker::TaskCancel {
+                term: Term(1),
                 job_id: *job,
                 lease_id: *lease_id,
                 reason: CancelReason::JobCancelled
@@ -1676,6 +1680,7 @@ fn cancel_of_a_partition_is_refused_and_cancel_of_the_parent_revokes_every_lease
         assert!(h
             .sent_to_worker(name)
             .contains(&CoordinatorToWorker::ResultAck {
+                term: Term(1),
                 job_id: *job,
                 lease_id: *lease_id,
                 accepted: false
@@ -1740,6 +1745,7 @@ fn a_partition_failing_for_good_fails_the_parent_and_stops_the_other_workers() {
         assert!(
             h.sent_to_worker(name)
                 .contains(&CoordinatorToWorker::TaskCancel {
+                    term: Term(1),
                     job_id: job,
                     lease_id,
                     reason: CancelReason::JobCancelled
@@ -1850,6 +1856,7 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
     assert!(matches!(
         h.reply_to(first),
         ClientReply::SubmitAccepted {
+            term: Term(1),
             existing: false,
             ..
         }

@@ -106,7 +106,7 @@ fn tag_of_coordinator_to_worker(message: &CoordinatorToWorker) -> &'static str {
     match message {
         CoordinatorToWorker::Registered { .. } => "REGISTERED",
         CoordinatorToWorker::RegisterRejected { .. } => "REGISTER_REJECTED",
-        CoordinatorToWorker::HeartbeatAck {} => "HEARTBEAT_ACK",
+        CoordinatorToWorker::HeartbeatAck { term: Term(1) } => "HEARTBEAT_ACK",
         CoordinatorToWorker::TaskAssign { .. } => "TASK_ASSIGN",
         CoordinatorToWorker::TaskCancel { .. } => "TASK_CANCEL",
         CoordinatorToWorker::ResultAck { .. } => "RESULT_ACK",

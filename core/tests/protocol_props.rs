@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{json, Value};
 
-use herder_core::ids::{Attempt, Incarnation, JobId, LeaseId, NodeId, RequestId, WorkerId};
+use herder_core::ids::{Attempt, Incarnation, JobId, LeaseId, NodeId, RequestId, Term, WorkerId};
 use herder_core::job::JobState;
 use herder_core::limits::{FRAME_BYTES_MAX_DEFAULT, FRAME_HEADER_BYTES};
 use herder_core::protocol::codec::{
@@ -268,6 +268,8 @@ fn coordinator_to_worker() -> impl Strategy<Value = CoordinatorToWorker> {
         (any::<u64>(), any::<u64>()).prop_map(
             |(heartbeat_interval_millis, heartbeat_timeout_millis)| {
                 CoordinatorToWorker::Registered {
+                    term: Term(1),
+                    members: Vec::new(),
                     heartbeat_interval_millis,
                     heartbeat_timeout_millis,
                 }
@@ -276,7 +278,7 @@ fn coordinator_to_worker() -> impl Strategy<Value = CoordinatorToWorker> {
         (register_rejection(), text()).prop_map(|(reason, message)| {
             CoordinatorToWorker::RegisterRejected { reason, message }
         }),
-        Just(CoordinatorToWorker::HeartbeatAck {}),
+        Just(CoordinatorToWorker::HeartbeatAck { term: Term(1) }),
         (
             job_id(),
             lease_id(),
@@ -288,6 +290,7 @@ fn coordinator_to_worker() -> impl Strategy<Value = CoordinatorToWorker> {
             .prop_map(
                 |(job_id, lease_id, attempt, max_attempts, task, timeout_millis)| {
                     CoordinatorToWorker::TaskAssign {
+                        term: Term(1),
                         job_id,
                         lease_id,
                         attempt: Attempt(attempt),
@@ -299,6 +302,7 @@ fn coordinator_to_worker() -> impl Strategy<Value = CoordinatorToWorker> {
             ),
         (job_id(), lease_id(), cancel_reason()).prop_map(|(job_id, lease_id, reason)| {
             CoordinatorToWorker::TaskCancel {
+                term: Term(1),
                 job_id,
                 lease_id,
                 reason,
@@ -306,12 +310,16 @@ fn coordinator_to_worker() -> impl Strategy<Value = CoordinatorToWorker> {
         }),
         (job_id(), lease_id(), any::<bool>()).prop_map(|(job_id, lease_id, accepted)| {
             CoordinatorToWorker::ResultAck {
+                term: Term(1),
                 job_id,
                 lease_id,
                 accepted,
             }
         }),
-        leader_hint().prop_map(|leader| CoordinatorToWorker::NotLeader { leader }),
+        leader_hint().prop_map(|leader| CoordinatorToWorker::NotLeader {
+            leader,
+            members: Vec::new()
+        }),
         (error_code(), text())
             .prop_map(|(code, message)| CoordinatorToWorker::Error { code, message }),
     ]
@@ -363,6 +371,7 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
     prop_oneof![
         (request_id(), job_id(), any::<bool>()).prop_map(|(request_id, job_id, existing)| {
             ClientReply::SubmitAccepted {
+                term: Term(1),
                 request_id,
                 job_id,
                 existing,
@@ -397,6 +406,7 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
         }),
         (request_id(), job_view(), any::<bool>()).prop_map(|(request_id, job, cancelled)| {
             ClientReply::CancelResult {
+                term: Term(1),
                 request_id,
                 job,
                 cancelled,
@@ -410,8 +420,12 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
                 workers
             }
         ),
-        (request_id(), leader_hint())
-            .prop_map(|(request_id, leader)| ClientReply::NotLeader { request_id, leader }),
+        (request_id(), leader_hint()).prop_map(|(request_id, leader)| ClientReply::NotLeader {
+            request_id,
+            leader,
+            uncertain: false,
+            members: Vec::new()
+        }),
         (proptest::option::of(request_id()), error_code(), text()).prop_map(
             |(request_id, code, message)| ClientReply::Error {
                 request_id,
@@ -423,7 +437,11 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
 }
 
 fn peer_message() -> impl Strategy<Value = PeerMessage> {
-    node_id().prop_map(|node_id| PeerMessage::Hello { node_id })
+    node_id().prop_map(|node_id| PeerMessage::Hello {
+        node_id,
+        client_address: "127.0.0.1:7071".into(),
+        worker_address: "127.0.0.1:7070".into(),
+    })
 }
 
 /// A message of any link, tagged with which enum it belongs to.
@@ -762,7 +780,7 @@ fn heartbeat_wire_form() {
         json!({"type": "HEARTBEAT"}),
     );
     assert_wire_form(
-        CoordinatorToWorker::HeartbeatAck {},
+        CoordinatorToWorker::HeartbeatAck { term: Term(1) },
         json!({"type": "HEARTBEAT_ACK"}),
     );
 }
@@ -890,6 +908,7 @@ fn task_result_wire_form_for_each_outcome() {
 fn coordinator_to_worker_wire_forms() {
     assert_wire_form(
         CoordinatorToWorker::TaskAssign {
+            term: Term(1),
             job_id: job(),
             lease_id: lease(),
             attempt: Attempt(2),
@@ -909,6 +928,8 @@ fn coordinator_to_worker_wire_forms() {
     );
     assert_wire_form(
         CoordinatorToWorker::Registered {
+            term: Term(1),
+            members: Vec::new(),
             heartbeat_interval_millis: 2_000,
             heartbeat_timeout_millis: 6_000,
         },
@@ -923,6 +944,7 @@ fn coordinator_to_worker_wire_forms() {
     );
     assert_wire_form(
         CoordinatorToWorker::TaskCancel {
+            term: Term(1),
             job_id: job(),
             lease_id: lease(),
             reason: CancelReason::DeadlineExpired,
@@ -931,6 +953,7 @@ fn coordinator_to_worker_wire_forms() {
     );
     assert_wire_form(
         CoordinatorToWorker::ResultAck {
+            term: Term(1),
             job_id: job(),
             lease_id: lease(),
             accepted: false,
@@ -1033,6 +1056,7 @@ fn other_client_request_wire_forms() {
 fn client_reply_wire_forms() {
     assert_wire_form(
         ClientReply::SubmitAccepted {
+            term: Term(1),
             request_id: RequestId(5),
             job_id: job(),
             existing: false,
@@ -1128,6 +1152,8 @@ fn client_reply_wire_forms() {
         ClientReply::NotLeader {
             request_id: RequestId(9),
             leader: None,
+            uncertain: false,
+            members: Vec::new(),
         },
         json!({"type": "NOT_LEADER", "request_id": 9, "leader": null}),
     );

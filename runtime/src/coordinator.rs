@@ -361,6 +361,7 @@ impl Driver {
                     }
                 }
                 Output::Event(event) => log_event(&event),
+                Output::ToPeer { .. } => {} // PEER-LINK: replaced when the peer port lands
             }
         }
         Ok(())

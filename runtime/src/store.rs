@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use herder_core::command::LogEntry;
-use herder_core::coordinator::{DurableState, Record};
-use herder_core::ids::LogIndex;
+use herder_core::coordinator::{DurableState, HardState, Record};
+use herder_core::ids::{LogIndex, NodeId, Term};
 use herder_core::job::Job;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
-/// The schema this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+/// The schema this build writes and reads. Version 1 (a single coordinator: no term or vote) is
+/// upgraded in place when opened.
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "herder.sqlite3";
@@ -142,13 +143,27 @@ impl Store {
                  COMMIT;",
             )?;
         }
+        if version <= 1 {
+            // Version 2 adds what consensus must remember: the term and vote, and the term of
+            // the applied entry (every entry a version 1 coordinator wrote has term 1).
+            conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS vote (id INTEGER PRIMARY KEY CHECK (id = 1), term INTEGER NOT NULL, voted_for TEXT);
+                 INSERT OR IGNORE INTO vote (id, term, voted_for) VALUES (1, 0, NULL);
+                 INSERT OR IGNORE INTO meta (key, value)
+                     SELECT 'applied_term', CASE WHEN value > 0 THEN 1 ELSE 0 END FROM meta WHERE key = 'applied_index';
+                 PRAGMA user_version = 2;
+                 COMMIT;",
+            )
+            .map_err(in_use_or_corrupt)?;
+        }
         let store = Store { conn, path };
         store.check_tables()?;
         Ok(store)
     }
 
     fn check_tables(&self) -> Result<(), StoreError> {
-        for table in ["meta", "log", "jobs"] {
+        for table in ["meta", "log", "jobs", "vote"] {
             let found: Option<String> = self
                 .conn
                 .query_row(
@@ -188,6 +203,25 @@ impl Store {
             .ok_or_else(|| corrupt("applied index is missing".into()))?;
         let applied = u64::try_from(applied)
             .map_err(|_| corrupt(format!("negative applied index {applied}")))?;
+        let applied_term: i64 = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'applied_term'",
+                [],
+                |row| row.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| corrupt("the term of the applied entry is missing".into()))?;
+        let applied_term = u64::try_from(applied_term)
+            .map_err(|_| corrupt(format!("negative applied term {applied_term}")))?;
+        let (term, voted_for): (i64, Option<String>) = self
+            .conn
+            .query_row("SELECT term, voted_for FROM vote WHERE id = 1", [], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()?
+            .ok_or_else(|| corrupt("the term and vote are missing".into()))?;
+        let term = u64::try_from(term).map_err(|_| corrupt(format!("negative term {term}")))?;
         let mut jobs = Vec::new();
         let mut statement = self.conn.prepare("SELECT id, row FROM jobs")?;
         let rows = statement.query_map([], |row| {
@@ -213,8 +247,13 @@ impl Store {
             log.push(entry);
         }
         Ok(DurableState {
+            hard_state: HardState {
+                term: Term(term),
+                voted_for: voted_for.map(NodeId),
+            },
             jobs,
             applied: LogIndex(applied),
+            applied_term: Term(applied_term),
             log,
         })
     }
@@ -235,9 +274,37 @@ impl Store {
             )?;
             let mut set_applied =
                 tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'applied_index'")?;
+            let mut set_applied_term =
+                tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'applied_term'")?;
             let mut discard = tx.prepare_cached("DELETE FROM log WHERE idx <= ?1")?;
+            let mut truncate = tx.prepare_cached("DELETE FROM log WHERE idx > ?1")?;
+            let mut set_vote =
+                tx.prepare_cached("UPDATE vote SET term = ?1, voted_for = ?2 WHERE id = 1")?;
             for record in records {
                 match record {
+                    Record::HardState(hard_state) => {
+                        set_vote.execute(params![
+                            to_sql(hard_state.term.0),
+                            hard_state.voted_for.as_ref().map(|id| id.0.as_str())
+                        ])?;
+                    }
+                    Record::TruncateLogAfter(index) => {
+                        truncate.execute(params![to_sql(index.0)])?;
+                    }
+                    Record::Snapshot { index, term, jobs } => {
+                        tx.execute("DELETE FROM jobs", [])?;
+                        for job in jobs {
+                            let text = serde_json::to_string(job)?;
+                            put_job.execute(params![
+                                job.id.to_string(),
+                                job.state.as_str(),
+                                text
+                            ])?;
+                        }
+                        set_applied.execute(params![to_sql(index.0)])?;
+                        set_applied_term.execute(params![to_sql(term.0)])?;
+                        discard.execute(params![to_sql(index.0)])?;
+                    }
                     Record::Log(entry) => {
                         let text = serde_json::to_string(entry)?;
                         put_log.execute(params![
@@ -250,8 +317,9 @@ impl Store {
                         let text = serde_json::to_string(job)?;
                         put_job.execute(params![job.id.to_string(), job.state.as_str(), text])?;
                     }
-                    Record::Applied(index) => {
+                    Record::Applied { index, term } => {
                         set_applied.execute(params![to_sql(index.0)])?;
+                        set_applied_term.execute(params![to_sql(term.0)])?;
                     }
                     Record::DiscardLogThrough(index) => {
                         discard.execute(params![to_sql(index.0)])?;
@@ -296,7 +364,7 @@ fn check_writable(data_dir: &Path) -> Result<(), StoreError> {
 mod tests {
     use super::*;
     use herder_core::command::Command;
-    use herder_core::ids::{Attempt, JobId, Term};
+    use herder_core::ids::{Attempt, JobId};
     use herder_core::job::JobState;
     use herder_core::tasks::TaskSpec;
 
@@ -354,7 +422,10 @@ mod tests {
             Record::Log(entry(3)),
             Record::Job(job(1)),
             Record::Job(job(2)),
-            Record::Applied(LogIndex(2)),
+            Record::Applied {
+                index: LogIndex(2),
+                term: Term(1),
+            },
             Record::DiscardLogThrough(LogIndex(2)),
         ];
         store.write(&records).expect("write");

@@ -98,7 +98,7 @@ impl Checker {
                 | Command::Abandon { job_id, lease_id } => {
                     self.facts.settles.insert((*job_id, *lease_id));
                 }
-                Command::Cancel { .. } | Command::Requeue { .. } => {}
+                Command::Cancel { .. } | Command::Requeue { .. } | Command::NewLeader { .. } => {}
             }
             let table = &mut self.facts.durable_table;
             if entry.index == table.applied_index().next() {
@@ -171,6 +171,7 @@ impl Checker {
                     job_id,
                     lease_id,
                     accepted: true,
+                    ..
                 } => ensure!(
                     self.facts.settles.contains(&(*job_id, *lease_id)),
                     "durability: RESULT_ACK(accepted) job {job_id} lease {lease_id} before its settlement was durable"
@@ -179,6 +180,7 @@ impl Checker {
                     job_id,
                     lease_id,
                     reason: CancelReason::JobCancelled,
+                    ..
                 } => ensure!(
                     self.facts.cancels.contains(job_id),
                     "durability: TASK_CANCEL(job cancelled) job {job_id} lease {lease_id} before the cancel was durable"
@@ -187,6 +189,7 @@ impl Checker {
                     job_id,
                     lease_id,
                     reason: CancelReason::DeadlineExpired,
+                    ..
                 } => ensure!(
                     self.facts.settles.contains(&(*job_id, *lease_id)),
                     "durability: TASK_CANCEL(deadline) job {job_id} lease {lease_id} before the failure was durable"

@@ -157,6 +157,7 @@ fn assign(job: u8, lease: u8, attempt: u32) -> Output {
     Output::ToWorker {
         conn: ConnectionId(1),
         message: CoordinatorToWorker::TaskAssign {
+            term: Term(1),
             job_id: job_id(job),
             lease_id: lease_id(lease),
             attempt: Attempt(attempt),
@@ -195,6 +196,7 @@ fn the_checker_catches_outputs_that_run_ahead_of_the_disk() {
     let accepted = Output::ToClient {
         conn: ConnectionId(2),
         message: ClientReply::SubmitAccepted {
+            term: Term(1),
             request_id: RequestId(1),
             job_id: job_id(1),
             existing: false,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::ids::NodeId;
 use crate::limits::{
     ACTIVE_JOBS_CEILING, ATTEMPTS_MAX, CONFIG_MILLIS_MAX, FRAME_BYTES_MAX_CEILING,
-    FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN,
+    FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, GROUP_MEMBERS_MAX,
 };
 
 /// How a coordinator behaves. Defaults are SPEC section 3's.
@@ -31,6 +31,21 @@ pub struct CoordinatorConfig {
     /// The frame limit of this coordinator's links: a task whose assignment could not be framed
     /// is refused at submission instead of failing every worker it is sent to.
     pub max_frame_bytes: usize,
+    /// The other members of the coordinator group (empty: a group of one). Membership is
+    /// static: every member is started with the same group.
+    pub peers: Vec<NodeId>,
+    /// A member that hears no leader for a time drawn from `[min, max)` starts an election.
+    pub election_timeout_min: Duration,
+    pub election_timeout_max: Duration,
+    /// How often a leader sends heartbeats to the other members.
+    pub replication_heartbeat: Duration,
+    /// Where this member's clients and workers connect, as the other members and their clients
+    /// reach it: followers redirect to the leader's addresses.
+    pub client_address: String,
+    pub worker_address: String,
+    /// Hand leadership to the next member after this many submissions in one term (seed B's
+    /// term rotation, done by leadership transfer). `None`: never.
+    pub rotate_leader_after_jobs: Option<u64>,
 }
 
 impl Default for CoordinatorConfig {
@@ -46,6 +61,13 @@ impl Default for CoordinatorConfig {
             max_active_jobs: 10_000,
             readoption_window: None,
             max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
+            peers: Vec::new(),
+            election_timeout_min: Duration::from_millis(200),
+            election_timeout_max: Duration::from_millis(400),
+            replication_heartbeat: Duration::from_millis(50),
+            client_address: String::new(),
+            worker_address: String::new(),
+            rotate_leader_after_jobs: None,
         }
     }
 }
@@ -67,6 +89,16 @@ pub enum ConfigError {
         "max frame bytes must be between {FRAME_BYTES_MIN} and {FRAME_BYTES_MAX_CEILING} (got {0})"
     )]
     MaxFrameBytesOutOfRange(usize),
+    #[error("a group has 1 to {GROUP_MEMBERS_MAX} members (got {0})")]
+    GroupSize(usize),
+    #[error("member {0} is listed twice in the group (or the peers name this member itself)")]
+    DuplicateMember(NodeId),
+    #[error("the election timeout range must be non-empty (min {min} ms < max {max} ms)")]
+    ElectionTimeoutRange { min: u128, max: u128 },
+    #[error("the replication heartbeat ({heartbeat} ms) must be at most a third of the minimum election timeout ({min} ms), or followers would start elections under a live leader")]
+    ReplicationHeartbeatTooSlow { heartbeat: u128, min: u128 },
+    #[error("--rotate-leader-after-jobs must be at least 1")]
+    RotateAfterZero,
 }
 
 impl CoordinatorConfig {
@@ -78,6 +110,9 @@ impl CoordinatorConfig {
             ("retry base", self.retry_base),
             ("retry max", self.retry_max),
             ("re-adoption window", self.readoption_window()),
+            ("election timeout minimum", self.election_timeout_min),
+            ("election timeout maximum", self.election_timeout_max),
+            ("replication heartbeat", self.replication_heartbeat),
         ];
         for (name, duration) in durations {
             let millis = duration.as_millis();
@@ -108,7 +143,38 @@ impl CoordinatorConfig {
         if !(FRAME_BYTES_MIN..=FRAME_BYTES_MAX_CEILING).contains(&self.max_frame_bytes) {
             return Err(ConfigError::MaxFrameBytesOutOfRange(self.max_frame_bytes));
         }
+        let members = self.members();
+        if members.len() > GROUP_MEMBERS_MAX {
+            return Err(ConfigError::GroupSize(members.len()));
+        }
+        for (i, member) in members.iter().enumerate() {
+            if members[..i].contains(member) {
+                return Err(ConfigError::DuplicateMember(member.clone()));
+            }
+        }
+        if self.election_timeout_min >= self.election_timeout_max {
+            return Err(ConfigError::ElectionTimeoutRange {
+                min: self.election_timeout_min.as_millis(),
+                max: self.election_timeout_max.as_millis(),
+            });
+        }
+        if self.replication_heartbeat.saturating_mul(3) > self.election_timeout_min {
+            return Err(ConfigError::ReplicationHeartbeatTooSlow {
+                heartbeat: self.replication_heartbeat.as_millis(),
+                min: self.election_timeout_min.as_millis(),
+            });
+        }
+        if self.rotate_leader_after_jobs == Some(0) {
+            return Err(ConfigError::RotateAfterZero);
+        }
         Ok(())
+    }
+
+    /// Every member of the group, this one first.
+    pub fn members(&self) -> Vec<NodeId> {
+        std::iter::once(self.node_id.clone())
+            .chain(self.peers.iter().cloned())
+            .collect()
     }
 
     pub fn readoption_window(&self) -> Duration {

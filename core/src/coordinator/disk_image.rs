@@ -5,16 +5,18 @@
 
 use std::collections::BTreeMap;
 
-use super::{DurableState, Record, RecoveryError};
+use super::{DurableState, HardState, Record, RecoveryError};
 use crate::command::{JobTable, LogEntry};
-use crate::ids::{JobId, LogIndex};
+use crate::ids::{JobId, LogIndex, Term};
 use crate::job::Job;
 
-/// Job rows, the applied index and the log entries not yet discarded.
+/// The term and vote, job rows, the applied index and the log entries not yet discarded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DiskImage {
+    pub hard_state: HardState,
     pub jobs: BTreeMap<JobId, Job>,
     pub applied: LogIndex,
+    pub applied_term: Term,
     pub log: BTreeMap<LogIndex, LogEntry>,
 }
 
@@ -23,14 +25,25 @@ impl DiskImage {
     pub fn write(&mut self, records: &[Record]) {
         for record in records {
             match record {
+                Record::HardState(hard_state) => self.hard_state = hard_state.clone(),
                 Record::Log(entry) => {
                     self.log.insert(entry.index, entry.clone());
                 }
+                Record::TruncateLogAfter(index) => self.log.retain(|i, _| i <= index),
                 Record::Job(job) => {
                     self.jobs.insert(job.id, job.clone());
                 }
-                Record::Applied(index) => self.applied = *index,
+                Record::Applied { index, term } => {
+                    self.applied = *index;
+                    self.applied_term = *term;
+                }
                 Record::DiscardLogThrough(index) => self.log.retain(|i, _| i > index),
+                Record::Snapshot { index, term, jobs } => {
+                    self.jobs = jobs.iter().map(|job| (job.id, job.clone())).collect();
+                    self.applied = *index;
+                    self.applied_term = *term;
+                    self.log.retain(|i, _| i > index);
+                }
             }
         }
     }
@@ -38,8 +51,10 @@ impl DiskImage {
     /// What a coordinator starting on this disk is given.
     pub fn durable_state(&self) -> DurableState {
         DurableState {
+            hard_state: self.hard_state.clone(),
             jobs: self.jobs.values().cloned().collect(),
             applied: self.applied,
+            applied_term: self.applied_term,
             log: self.log.values().cloned().collect(),
         }
     }

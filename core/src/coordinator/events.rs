@@ -4,7 +4,9 @@
 
 use std::fmt;
 
-use crate::ids::{Attempt, ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
+use crate::ids::{
+    Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, NodeId, Term, WorkerId,
+};
 use crate::job::JobState;
 
 /// Why a worker was declared lost.
@@ -127,6 +129,54 @@ pub enum Event {
     MalformedFrame {
         conn: ConnectionId,
         error: String,
+    },
+    /// This member won an election.
+    LeaderElected {
+        term: Term,
+    },
+    /// This member leads `term` and has caught up: it took over the job table.
+    TookOver {
+        term: Term,
+        jobs: usize,
+        active: u64,
+        awaiting_readoption: usize,
+    },
+    /// This member stopped leading.
+    SteppedDown {
+        term: Term,
+        reason: String,
+    },
+    /// No leader was heard within an election timeout.
+    ElectionStarted {
+        term: Term,
+        pre_vote: bool,
+    },
+    /// A leader of `term` made itself known.
+    LeaderKnown {
+        term: Term,
+        leader: NodeId,
+    },
+    /// A leadership transfer to `to` started.
+    TransferStarted {
+        to: NodeId,
+    },
+    /// The leader's table replaced this member's (it had fallen too far behind).
+    SnapshotInstalled {
+        index: LogIndex,
+        jobs: usize,
+    },
+    SnapshotRefused {
+        index: LogIndex,
+        error: String,
+    },
+    /// A peer message from a node that is not a member of the group.
+    PeerIgnored {
+        from: NodeId,
+    },
+    /// A member sent what consensus rules out (a bug somewhere); it was ignored.
+    PeerProtocolViolation {
+        from: NodeId,
+        what: String,
     },
 }
 
@@ -256,6 +306,42 @@ impl fmt::Display for Event {
             ),
             Event::MalformedFrame { conn, error } => {
                 write!(f, "Malformed frame, closing connection: {conn} error=\"{error}\"")
+            }
+            Event::LeaderElected { term } => write!(f, "Leader elected: term={}", term.0),
+            Event::TookOver {
+                term,
+                jobs,
+                active,
+                awaiting_readoption,
+            } => write!(
+                f,
+                "Leader took over: term={} jobs={jobs} active={active} awaitingReadoption={awaiting_readoption}",
+                term.0
+            ),
+            Event::SteppedDown { term, reason } => {
+                write!(f, "Stepped down: term={} reason=\"{reason}\"", term.0)
+            }
+            Event::ElectionStarted { term, pre_vote } => write!(
+                f,
+                "Election started: term={}{}",
+                term.0,
+                if *pre_vote { " (pre-vote)" } else { "" }
+            ),
+            Event::LeaderKnown { term, leader } => {
+                write!(f, "Following leader: term={} leader={leader}", term.0)
+            }
+            Event::TransferStarted { to } => write!(f, "Leadership transfer started: to={to}"),
+            Event::SnapshotInstalled { index, jobs } => {
+                write!(f, "Snapshot installed: index={index} jobs={jobs}")
+            }
+            Event::SnapshotRefused { index, error } => {
+                write!(f, "Snapshot refused: index={index} error=\"{error}\"")
+            }
+            Event::PeerIgnored { from } => {
+                write!(f, "Peer message ignored: from={from} is not a member of the group")
+            }
+            Event::PeerProtocolViolation { from, what } => {
+                write!(f, "Peer protocol violation: from={from} {what}")
             }
         }
     }

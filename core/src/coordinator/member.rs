@@ -2,15 +2,15 @@
 //! RNG, the job table it applies committed entries to, its consensus replica, its persistence
 //! plumbing, and the queue of outputs for the driver.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use rand_chacha::ChaCha8Rng;
 
 use super::persistence::Persistence;
 use super::{CoordinatorConfig, Event, Output};
 use crate::command::{Command, JobTable};
-use crate::ids::{ConnectionId, RequestId};
-use crate::protocol::{ClientReply, CoordinatorToWorker, ErrorCode};
+use crate::ids::{ConnectionId, NodeId, RequestId};
+use crate::protocol::{ClientReply, CoordinatorToWorker, ErrorCode, LeaderHint};
 use crate::replica::{NotLeader, Proposal, Replica};
 use crate::time::Instant;
 
@@ -22,6 +22,15 @@ pub(super) struct Member {
     pub(super) persistence: Persistence,
     pub(super) outputs: VecDeque<Output>,
     pub(super) now: Instant,
+    /// Where each member's clients and workers connect, as its `HELLO` said (this member's own
+    /// from its configuration).
+    pub(super) addresses: BTreeMap<NodeId, MemberAddresses>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct MemberAddresses {
+    pub(super) client: String,
+    pub(super) worker: String,
 }
 
 impl Member {
@@ -78,10 +87,7 @@ impl Member {
 
     /// Hands the open batch to the driver now (if it holds anything).
     fn flush_batch_now(&mut self) {
-        if let Some(batch) = self
-            .persistence
-            .flush(&self.table, self.replica.last_index())
-        {
+        if let Some(batch) = self.persistence.flush(&self.table, &self.replica) {
             self.outputs.push_back(Output::Persist(batch));
         }
     }
@@ -91,9 +97,51 @@ impl Member {
         if let Some(output) = self.outputs.pop_front() {
             return Some(output);
         }
+        self.take_replica_records();
+        if let Some(output) = self.outputs.pop_front() {
+            // Taking the records handed out a full batch: it goes first.
+            return Some(output);
+        }
         self.persistence
-            .flush(&self.table, self.replica.last_index())
+            .flush(&self.table, &self.replica)
             .map(Output::Persist)
+    }
+
+    /// Whether a read must be confirmed by a majority before it is answered (never in a group
+    /// of one: its only member is its majority).
+    pub(super) fn reads_need_confirmation(&self) -> bool {
+        self.replica.config().members.len() > 1
+    }
+
+    /// Where to send a client or worker instead of this member: the leader it knows, with the
+    /// address of the given link, if that member has told us its addresses.
+    pub(super) fn leader_hint(&self, link: super::Link) -> Option<LeaderHint> {
+        let leader = self
+            .replica
+            .transferring_to()
+            .or(self.replica.leader())
+            .filter(|leader| **leader != self.config.node_id)?;
+        let addresses = self.addresses.get(leader)?;
+        let address = match link {
+            super::Link::Client => &addresses.client,
+            super::Link::Worker => &addresses.worker,
+        };
+        (!address.is_empty()).then(|| LeaderHint {
+            node_id: leader.clone(),
+            address: address.clone(),
+        })
+    }
+
+    /// Every member's address for the given link, as far as known.
+    pub(super) fn member_addresses(&self, link: super::Link) -> Vec<String> {
+        self.addresses
+            .values()
+            .map(|a| match link {
+                super::Link::Client => a.client.clone(),
+                super::Link::Worker => a.worker.clone(),
+            })
+            .filter(|a| !a.is_empty())
+            .collect()
     }
 
     pub(super) fn advance_clock(&mut self, now: Instant) {

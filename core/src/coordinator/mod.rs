@@ -1,36 +1,47 @@
-//! The coordinator state machine.
+//! The coordinator state machine: one member of the coordinator group.
 //!
 //! ```text
-//!  inputs (handle_*)                       Coordinator                          outputs (poll_output)
-//!  ─────────────────                ┌───────────────────────────┐               ───────────────────
-//!  worker message ───────────┐      │ leader soft state:        │   propose     Persist(batch) ──> disk
-//!  client message ───────────┼────> │  registry, timers, waits, ├──> CommandLog
-//!  connection closed/garbled ┘      │  in-flight proposals      │       │
-//!  timer due (handle_timeout)──────>│                           │       │ handle_persisted(batch)
-//!                                   │                           │       v
-//!                                   │ JobTable  <── apply ── committed entries
-//!                                   └──────────┬────────────────┘
-//!                                              └──> ToWorker / ToClient / Close / Event
+//!  inputs (handle_*)                    Coordinator                              outputs
+//!  ─────────────────      ┌────────────────────────────────────────┐
+//!  worker message ──┐     │ LeaderState (only while leading):      │ propose
+//!  client message ──┼───> │  registry, timers, waits, replies owed ├─────> Replica (Raft) ──> Persist(batch)
+//!  closed/garbled ──┘     │                                        │          │   └──────> ToPeer
+//!  peer message ────────> │ Replica <──────────────────────────────┼──────────┘
+//!  timer due ───────────> │                                        │   committed entries
+//!  batch durable ───────> │ JobTable <──── apply ──────────────────┼── (majority-durable, durable here)
+//!                         └───────────────────┬────────────────────┘
+//!                                             └──> ToWorker / ToClient / Close / Event
 //! ```
 //!
 //! Calling order for a driver:
 //!
-//! 1. Feed one input: `handle_worker_message`, `handle_client_message`, `handle_malformed`,
-//!    `handle_closed`, `handle_timeout` (when `poll_timeout` is due) or `handle_persisted`.
+//! 1. Feed one input: `handle_worker_message`, `handle_client_message`, `handle_peer_message`,
+//!    `handle_malformed`, `handle_closed`, `handle_timeout` (when `poll_timeout` is due) or
+//!    `handle_persisted`.
 //! 2. Drain `poll_output` until it returns `None`. Perform sends and closes in order. Write each
 //!    `Persist` batch durably, in order (several may be merged into one transaction), and then
-//!    call `handle_persisted` with the highest batch id that is durable.
+//!    call `handle_persisted` with the highest batch id that is durable. `ToPeer` messages may
+//!    be lost, delayed or reordered; consensus copes.
 //! 3. Sleep until `poll_timeout`, the next input, or shutdown.
 //!
 //! **Durability before visibility.** A state change is only ever revealed to another node by
-//! applying a committed log entry, and an entry is committed only once it is durable. Replies to
-//! clients, assignments and cancels to workers and result acknowledgements are all produced while
+//! applying a committed log entry, and an entry is committed only once it is durable on a
+//! majority of the group, and applied only once it is durable here too. Replies to clients,
+//! assignments and cancels to workers and result acknowledgements are all produced while
 //! applying, so no such output can leave before the records it depends on are on disk. Reads
-//! (`STATUS`, `LIST`) are answered from the applied table, which holds only durable state.
+//! (`STATUS`, `LIST`, `WAIT`, `WORKERS`) are answered from the applied table, and in a group only
+//! after a majority has confirmed this member still leads (ReadIndex, Raft dissertation 6.4).
+//!
+//! **Only the leader acts.** Followers apply committed entries silently and answer clients and
+//! workers with a typed `NOT_LEADER` naming the leader they know. A newly elected leader holds
+//! client and worker messages until its first entry of the term is applied (then its table holds
+//! everything committed before it), builds its soft state from the table, and only then acts.
+//! When it stops leading, that state is dropped and everything it owed is answered with
+//! `NOT_LEADER`.
 //!
 //! Leader soft state (worker liveness, slots, deadlines, backoff timers, parked waits) is not
-//! persisted. After a restart it is rebuilt conservatively: running attempts get a re-adoption
-//! window, backoffs restart from the moment of recovery.
+//! persisted or replicated. A new leader (or a restarted group of one) rebuilds it
+//! conservatively: running attempts get a re-adoption window, backoffs restart from takeover.
 //!
 //! Inside, a coordinator is split by role:
 //!
@@ -40,40 +51,43 @@
 //! - [`leader`]: what only the leader has: the worker registry, timers, leases being settled,
 //!   parked waits and the replies owed (keyed by the `(term, index)` of their proposal), built
 //!   when the member starts leading;
-//! - [`crate::replica`]: consensus behind a small interface (propose, records to persist,
-//!   committed entries to apply).
+//! - [`group`]: being one member of several: peer messages, role changes, what a member that
+//!   does not lead answers, the cluster view, snapshots;
+//! - [`crate::replica`]: consensus (Raft) behind a small interface.
 
 mod config;
 mod disk_image;
 mod events;
+mod group;
 mod leader;
 mod member;
 mod persistence;
 mod registry;
 mod timers;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-pub use crate::storage::{BatchId, DurableState, PersistBatch, Record};
+pub use crate::storage::{BatchId, DurableState, HardState, PersistBatch, Record};
 pub use config::{ConfigError, CoordinatorConfig};
 pub use disk_image::DiskImage;
 pub use events::{Event, LossReason};
 pub use registry::WorkerEntry;
 
 use crate::command::{JobTable, TableError};
-use crate::ids::{ConnectionId, LogIndex, Term};
+use crate::ids::{ConnectionId, LogIndex, NodeId};
 use crate::job::Job;
 use crate::protocol::codec::FrameError;
 use crate::protocol::{
-    ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, WorkerToCoordinator,
+    ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, PeerMessage, WorkerToCoordinator,
 };
-use crate::replica::Replica;
+use crate::replica::{Replica, ReplicaConfig};
 use crate::time::Instant;
+use group::Parked;
 use leader::LeaderState;
-use member::Member;
+use member::{Member, MemberAddresses};
 use persistence::Persistence;
 
 /// Which port a connection came in on.
@@ -94,6 +108,11 @@ pub enum Output {
         conn: ConnectionId,
         message: ClientReply,
     },
+    /// Send to another member of the group (best effort: consensus tolerates loss).
+    ToPeer {
+        to: NodeId,
+        message: PeerMessage,
+    },
     /// Close the connection (after sending anything queued before this output).
     Close {
         conn: ConnectionId,
@@ -113,44 +132,52 @@ pub enum RecoveryError {
     Config(#[from] ConfigError),
 }
 
+/// Mixed into the seed of the consensus RNG, so election timeouts draw from their own stream.
+const CONSENSUS_SEED_SALT: u64 = 0x5241_4654;
+
 /// The coordinator. See the module documentation for the calling order.
 pub struct Coordinator {
     member: Member,
-    /// Present exactly while this member leads.
+    /// Present exactly while this member leads and has caught up with its term.
     leader: Option<LeaderState>,
+    /// Client and worker messages held while this member is leader but not yet caught up.
+    parked: Parked,
 }
 
 impl Coordinator {
     /// A coordinator with an empty disk.
     pub fn new(config: CoordinatorConfig, seed: u64) -> Result<Coordinator, ConfigError> {
-        config.validate()?;
-        let replica = Replica::new(config.node_id.clone(), Term(1), LogIndex(0));
-        Ok(Coordinator {
-            member: Member {
-                config,
-                rng: ChaCha8Rng::seed_from_u64(seed),
-                table: JobTable::new(),
-                replica,
-                persistence: Persistence::new(LogIndex(0)),
-                outputs: VecDeque::new(),
-                now: Instant::ZERO,
-            },
-            leader: Some(LeaderState::new()),
-        })
+        match Coordinator::build(config, seed, Instant::ZERO, DurableState::default(), false) {
+            Ok(coordinator) => Ok(coordinator),
+            Err(RecoveryError::Config(error)) => Err(error),
+            Err(other) => unreachable!("an empty disk always recovers: {other}"),
+        }
     }
 
     /// A coordinator restarted on `durable`, at `now` on the new process's clock.
     ///
-    /// Replays the log beyond the materialized rows, then takes over as leader: every `RUNNING`
-    /// attempt gets a re-adoption window (its worker may reconnect and report it), every
-    /// `RETRY_WAIT` job restarts its backoff from now. No instant from the previous process is
-    /// trusted, because it was measured on another clock.
+    /// A group of one replays its log beyond the materialized rows and takes over at once: every
+    /// `RUNNING` attempt gets a re-adoption window (its worker may reconnect and report it),
+    /// every `RETRY_WAIT` job restarts its backoff from now. A member of a larger group starts as
+    /// a follower; entries beyond its rows are applied once a leader says they are committed. No
+    /// instant from the previous process is trusted, because it was measured on another clock.
     pub fn recover(
         config: CoordinatorConfig,
         seed: u64,
         now: Instant,
         durable: DurableState,
     ) -> Result<Coordinator, RecoveryError> {
+        Coordinator::build(config, seed, now, durable, true)
+    }
+
+    fn build(
+        config: CoordinatorConfig,
+        seed: u64,
+        now: Instant,
+        durable: DurableState,
+        recovering: bool,
+    ) -> Result<Coordinator, RecoveryError> {
+        config.validate()?;
         // A driver should hand every process start a fresh seed. Should it reuse one, mixing in
         // how far the disk has come keeps ids from repeating: anything the previous process
         // revealed was made durable first, so the disk has moved on since it drew its ids.
@@ -161,13 +188,13 @@ impl Coordinator {
             .max()
             .unwrap_or_default()
             .max(durable.applied);
-        let mut coordinator = Coordinator::new(config, mix_seed(seed, last_on_disk.0))?;
-        coordinator.leader = None;
-        let m = &mut coordinator.member;
-        m.now = now;
-        m.table = JobTable::from_rows(durable.jobs, durable.applied)?;
-        m.replica = Replica::new(m.config.node_id.clone(), Term(1), durable.applied);
-        m.persistence = Persistence::new(durable.applied);
+        let seed = if recovering {
+            mix_seed(seed, last_on_disk.0)
+        } else {
+            seed
+        };
+        let table = JobTable::from_rows(durable.jobs, durable.applied)?;
+        let mut entries = Vec::new();
         let mut expected = durable.applied.next();
         for entry in durable.log {
             if entry.index <= durable.applied {
@@ -180,10 +207,57 @@ impl Coordinator {
                 });
             }
             expected = expected.next();
-            m.replica.restore(entry);
+            entries.push(entry);
         }
+        let replica_config = ReplicaConfig {
+            id: config.node_id.clone(),
+            members: config.members(),
+            election_timeout_min: config.election_timeout_min,
+            election_timeout_max: config.election_timeout_max,
+            heartbeat_interval: config.replication_heartbeat,
+            max_frame_bytes: config.max_frame_bytes,
+        };
+        let replica = Replica::new(
+            replica_config,
+            mix_seed(seed, CONSENSUS_SEED_SALT),
+            now,
+            durable.hard_state,
+            (durable.applied, durable.applied_term),
+            entries,
+        );
+        let mut addresses = BTreeMap::new();
+        addresses.insert(
+            config.node_id.clone(),
+            MemberAddresses {
+                client: config.client_address.clone(),
+                worker: config.worker_address.clone(),
+            },
+        );
+        let mut coordinator = Coordinator {
+            member: Member {
+                config,
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                table,
+                replica,
+                persistence: Persistence::new(durable.applied),
+                outputs: VecDeque::new(),
+                now,
+                addresses,
+            },
+            leader: None,
+            parked: Parked::default(),
+        };
         coordinator.apply_committed();
-        coordinator.leader = Some(LeaderState::take_over(&mut coordinator.member));
+        if coordinator.member.replica.is_leader() {
+            // A group of one leads from its first moment.
+            let leader = if recovering {
+                LeaderState::take_over(&mut coordinator.member, leader::Takeover::Restart)
+            } else {
+                LeaderState::new(coordinator.member.replica.term())
+            };
+            coordinator.leader = Some(leader);
+        }
+        coordinator.member.replica.compact();
         Ok(coordinator)
     }
 
@@ -201,6 +275,16 @@ impl Coordinator {
 
     pub fn job(&self, job_id: &crate::ids::JobId) -> Option<&Job> {
         self.member.table.get(job_id)
+    }
+
+    /// The consensus state of this member (term, role, log, commit index).
+    pub fn replica(&self) -> &Replica {
+        &self.member.replica
+    }
+
+    /// Whether this member leads and has caught up with its term, so it schedules and answers.
+    pub fn is_acting_leader(&self) -> bool {
+        self.leader.is_some()
     }
 
     /// The workers the leader tracks (none on a member that does not lead).
@@ -231,7 +315,12 @@ impl Coordinator {
 
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.leader.as_ref().and_then(LeaderState::next_timer)
+        let leader = self.leader.as_ref().and_then(LeaderState::next_timer);
+        let replica = self.member.replica.poll_timeout();
+        match (leader, replica) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     // -----------------------------------------------------------------------------------------
@@ -241,13 +330,14 @@ impl Coordinator {
     /// Every batch up to and including `batch` is durable.
     pub fn handle_persisted(&mut self, now: Instant, batch: BatchId) {
         self.member.advance_clock(now);
-        if let Some(index) = self.member.persistence.durable(batch) {
-            self.member.replica.mark_durable(index);
+        if let Some(records) = self.member.persistence.durable(batch) {
+            self.member.replica.handle_persisted(records);
         }
         self.apply_committed();
         if let Some(leader) = self.leader.as_mut() {
             leader.schedule(&mut self.member);
         }
+        self.settle();
     }
 
     /// A frame on `conn` could not be decoded: answer with a typed error and hang up.
@@ -284,17 +374,28 @@ impl Coordinator {
     /// `conn` is gone (closed by the peer, reset, or closed by us).
     pub fn handle_closed(&mut self, now: Instant, conn: ConnectionId) {
         self.member.advance_clock(now);
+        self.parked.forget(conn);
         if let Some(leader) = self.leader.as_mut() {
             leader.handle_closed(&mut self.member, conn);
         }
+        self.settle();
     }
 
     /// The earliest timers are due.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.member.advance_clock(now);
+        if self
+            .member
+            .replica
+            .poll_timeout()
+            .is_some_and(|at| at <= self.member.now)
+        {
+            self.member.replica.handle_timeout(self.member.now);
+        }
         if let Some(leader) = self.leader.as_mut() {
             leader.handle_timeout(&mut self.member);
         }
+        self.settle();
     }
 
     pub fn handle_worker_message(
@@ -306,7 +407,10 @@ impl Coordinator {
         self.member.advance_clock(now);
         if let Some(leader) = self.leader.as_mut() {
             leader.handle_worker_message(&mut self.member, conn, message);
+        } else {
+            self.worker_message_without_leader(conn, message);
         }
+        self.settle();
     }
 
     pub fn handle_client_message(
@@ -316,9 +420,15 @@ impl Coordinator {
         message: ClientRequest,
     ) {
         self.member.advance_clock(now);
-        if let Some(leader) = self.leader.as_mut() {
-            leader.handle_client_message(&mut self.member, conn, message);
-        }
+        self.client_message(conn, message);
+        self.settle();
+    }
+
+    /// A message from another member of the group.
+    pub fn handle_peer_message(&mut self, now: Instant, from: &NodeId, message: PeerMessage) {
+        self.member.advance_clock(now);
+        self.peer_message(from, message);
+        self.settle();
     }
 
     /// Applies every committed entry to the table; the leader, if this member leads, makes each

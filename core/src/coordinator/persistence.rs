@@ -20,6 +20,7 @@ use crate::ids::{JobId, LogIndex};
 use crate::limits::{
     MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX, PERSIST_BATCH_RECORDS_MAX,
 };
+use crate::replica::Replica;
 use crate::storage::{BatchId, PersistBatch, Record};
 
 #[derive(Debug)]
@@ -30,8 +31,8 @@ pub(super) struct Persistence {
     /// The applied index the last handed-out rows reflect.
     materialized: LogIndex,
     next_batch: u64,
-    /// Batches handed out and not yet durable: (id, last log index in it).
-    in_flight: VecDeque<(BatchId, LogIndex)>,
+    /// Batches handed out and not yet durable: (id, consensus records taken up to it).
+    in_flight: VecDeque<(BatchId, u64)>,
 }
 
 impl Persistence {
@@ -58,9 +59,10 @@ impl Persistence {
         self.dirty.extend(jobs);
     }
 
-    /// Closes the open batch (adding the materialized rows when due). `last_index` is the last
-    /// log entry proposed so far: once this batch is durable, so is everything up to it.
-    pub(super) fn flush(&mut self, table: &JobTable, last_index: LogIndex) -> Option<PersistBatch> {
+    /// Closes the open batch (adding the materialized rows when due). `replica` says how far
+    /// the log goes and how many consensus records are in this batch or earlier ones.
+    pub(super) fn flush(&mut self, table: &JobTable, replica: &Replica) -> Option<PersistBatch> {
+        let last_index = replica.last_index();
         let idle = self.open_batch.is_empty() && self.in_flight.is_empty();
         let unmaterialized = last_index.0.saturating_sub(self.materialized.0);
         let due = self.dirty.len() >= MATERIALIZE_DIRTY_JOBS_MAX
@@ -72,9 +74,15 @@ impl Persistence {
                 }
             }
             let applied = table.applied_index();
+            // The applied entry is always within the log (compaction stops at it).
+            let term = replica.term_at(applied).unwrap_or_default();
             self.materialized = applied;
-            self.open_batch.push(Record::Applied(applied));
-            // A group of one never needs entries it has applied: no follower will ask for them.
+            self.open_batch.push(Record::Applied {
+                index: applied,
+                term,
+            });
+            // Recovery needs no entry the rows reflect; a follower that needs one from this
+            // member's memory or, once compacted, gets the table instead.
             self.open_batch.push(Record::DiscardLogThrough(applied));
         }
         if self.open_batch.is_empty() {
@@ -82,24 +90,31 @@ impl Persistence {
         }
         let id = BatchId(self.next_batch);
         self.next_batch += 1;
-        self.in_flight.push_back((id, last_index));
+        self.in_flight.push_back((id, replica.records_taken()));
         Some(PersistBatch {
             id,
             records: std::mem::take(&mut self.open_batch),
         })
     }
 
-    /// Every batch up to and including `batch` is durable: the highest log index they carried,
-    /// if any batch was newly acknowledged.
-    pub(super) fn durable(&mut self, batch: BatchId) -> Option<LogIndex> {
+    /// Every batch up to and including `batch` is durable: how many consensus records that
+    /// makes durable, if any batch was newly acknowledged.
+    pub(super) fn durable(&mut self, batch: BatchId) -> Option<u64> {
         let mut durable = None;
-        while let Some(&(id, last_index)) = self.in_flight.front() {
+        while let Some(&(id, records)) = self.in_flight.front() {
             if id > batch {
                 break;
             }
             self.in_flight.pop_front();
-            durable = Some(last_index);
+            durable = Some(records);
         }
         durable
+    }
+
+    /// The table was replaced by a snapshot through `index`: its rows are written by the
+    /// snapshot record itself.
+    pub(super) fn snapshot_installed(&mut self, index: LogIndex) {
+        self.dirty.clear();
+        self.materialized = index;
     }
 }

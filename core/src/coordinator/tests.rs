@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::command::{Applied, Command, LogEntry};
-use crate::ids::{Attempt, Incarnation, JobId, LeaseId, RequestId, WorkerId};
+use crate::ids::{Attempt, Incarnation, JobId, LeaseId, RequestId, Term, WorkerId};
 use crate::job::{JobState, Lease};
 use crate::limits::ATTEMPTS_MAX;
 use crate::protocol::{AttemptOutcome, CancelReason, RegisterRejection, RunningAttempt};
@@ -273,6 +273,7 @@ impl Harness {
             .into_iter()
             .filter_map(|m| match m {
                 CoordinatorToWorker::TaskAssign {
+                    term: Term(1),
                     job_id,
                     lease_id,
                     attempt,
@@ -329,6 +330,7 @@ fn sha(text: &str) -> serde_json::Value {
 
 fn ack(accepted: bool, job_id: JobId, lease_id: LeaseId) -> CoordinatorToWorker {
     CoordinatorToWorker::ResultAck {
+        term: Term(1),
         job_id,
         lease_id,
         accepted,
@@ -346,6 +348,8 @@ fn a_job_runs_and_completes_and_wait_is_answered_only_then() {
     assert!(h
         .sent_to_worker("w1")
         .contains(&CoordinatorToWorker::Registered {
+            term: Term(1),
+            members: Vec::new(),
             heartbeat_interval_millis: 100,
             heartbeat_timeout_millis: 300,
         }));
@@ -786,6 +790,7 @@ fn deadline_expiry_on_a_healthy_worker_revokes_the_lease_and_rejects_the_late_re
     assert!(h
         .sent_to_worker("w1")
         .contains(&CoordinatorToWorker::TaskCancel {
+            term: Term(1),
             job_id: job,
             lease_id: lease,
             reason: CancelReason::DeadlineExpired,
@@ -848,6 +853,7 @@ fn a_result_after_cancellation_is_rejected_and_the_job_stays_cancelled() {
     assert!(matches!(
         h.reply_to(cancel),
         ClientReply::CancelResult {
+            term: Term(1),
             cancelled: true,
             ..
         }
@@ -855,6 +861,7 @@ fn a_result_after_cancellation_is_rejected_and_the_job_stays_cancelled() {
     assert!(h
         .sent_to_worker("w1")
         .contains(&CoordinatorToWorker::TaskCancel {
+            term: Term(1),
             job_id: job,
             lease_id: lease,
             reason: CancelReason::JobCancelled,
@@ -939,6 +946,7 @@ fn cancel_works_in_every_non_terminal_state_and_reports_terminal_ones() {
     assert!(matches!(
         cancel(&mut h, queued),
         ClientReply::CancelResult {
+            term: Term(1),
             cancelled: true,
             ..
         }
@@ -960,6 +968,7 @@ fn cancel_works_in_every_non_terminal_state_and_reports_terminal_ones() {
     assert!(matches!(
         cancel(&mut h, waiting),
         ClientReply::CancelResult {
+            term: Term(1),
             cancelled: true,
             ..
         }
@@ -978,6 +987,7 @@ fn cancel_works_in_every_non_terminal_state_and_reports_terminal_ones() {
     assert!(matches!(
         cancel(&mut h, running),
         ClientReply::CancelResult {
+            term: Term(1),
             cancelled: true,
             ..
         }
@@ -1021,6 +1031,7 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
     assert!(matches!(
         h.reply_to(request_id),
         ClientReply::CancelResult {
+            term: Term(1),
             cancelled: true,
             ..
         }
@@ -1176,7 +1187,10 @@ fn idempotency_keys_replay_conflict_and_bypass_admission() {
     let mut h = Harness::with(limited(1));
     let first = match h.submit_request(sha("abc"), None, Some("order-42")) {
         ClientReply::SubmitAccepted {
-            job_id, existing, ..
+            term: Term(1),
+            job_id,
+            existing,
+            ..
         } => {
             assert!(!existing);
             job_id
@@ -1186,7 +1200,10 @@ fn idempotency_keys_replay_conflict_and_bypass_admission() {
     // At the limit, a known key still answers with its job and adds nothing.
     match h.submit_request(sha("abc"), None, Some("order-42")) {
         ClientReply::SubmitAccepted {
-            job_id, existing, ..
+            term: Term(1),
+            job_id,
+            existing,
+            ..
         } => {
             assert_eq!(job_id, first);
             assert!(existing);
@@ -1210,7 +1227,10 @@ fn idempotency_keys_replay_conflict_and_bypass_admission() {
     h.restart(limited(1));
     match h.submit_request(sha("abc"), None, Some("order-42")) {
         ClientReply::SubmitAccepted {
-            job_id, existing, ..
+            term: Term(1),
+            job_id,
+            existing,
+            ..
         } => {
             assert_eq!(job_id, first);
             assert!(existing);
@@ -1242,11 +1262,13 @@ fn duplicate_keys_in_one_batch_create_one_job() {
     h.release_writes();
     let (
         ClientReply::SubmitAccepted {
+            term: Term(1),
             job_id: first,
             existing: false,
             ..
         },
         ClientReply::SubmitAccepted {
+            term: Term(1),
             job_id: second,
             existing: true,
             ..
@@ -1436,6 +1458,7 @@ fn a_stale_deadline_is_neither_trusted_nor_ignored_after_restart() {
     assert!(h.sent_to_worker("w1").iter().any(|m| matches!(
         m,
         CoordinatorToWorker::TaskCancel {
+            term: Term(1),
             reason: CancelReason::DeadlineExpired,
             ..
         }
@@ -1505,9 +1528,8 @@ fn recovery_refuses_a_log_with_a_gap() {
         },
     };
     let durable = DurableState {
-        jobs: vec![],
-        applied: LogIndex(0),
         log: vec![entry(1), entry(3)],
+        ..DurableState::default()
     };
     assert_eq!(
         Coordinator::recover(config(), 1, Instant::ZERO, durable).err(),

@@ -3,7 +3,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::codec::WireMessage;
-use crate::ids::{Attempt, Incarnation, JobId, LeaseId, NodeId, RequestId, WorkerId};
+use crate::command::LogEntry;
+use crate::ids::{
+    Attempt, Incarnation, JobId, LeaseId, LogIndex, NodeId, RequestId, Term, WorkerId,
+};
 use crate::job::{JobState, PartitionOf};
 use crate::tasks::{TaskOutput, TaskSpec};
 
@@ -86,17 +89,25 @@ pub enum AttemptOutcome {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
 pub enum CoordinatorToWorker {
+    /// The leader of `term` accepted the registration. `members` are the worker addresses of
+    /// every coordinator of the group this leader knows, for failing over later.
     Registered {
+        term: Term,
         heartbeat_interval_millis: u64,
         heartbeat_timeout_millis: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        members: Vec<String>,
     },
     RegisterRejected {
         reason: RegisterRejection,
         message: String,
     },
-    HeartbeatAck {},
+    HeartbeatAck {
+        term: Term,
+    },
     /// Run this attempt. Only results carrying `lease_id` will count.
     TaskAssign {
+        term: Term,
         job_id: JobId,
         lease_id: LeaseId,
         attempt: Attempt,
@@ -106,6 +117,7 @@ pub enum CoordinatorToWorker {
     },
     /// Stop this attempt: its lease was revoked (cancelled, expired or superseded).
     TaskCancel {
+        term: Term,
         job_id: JobId,
         lease_id: LeaseId,
         reason: CancelReason,
@@ -113,18 +125,38 @@ pub enum CoordinatorToWorker {
     /// The result for `lease_id` is durably settled; stop retransmitting it.
     /// `accepted` is false when the lease was no longer current (a stale result).
     ResultAck {
+        term: Term,
         job_id: JobId,
         lease_id: LeaseId,
         accepted: bool,
     },
-    /// This coordinator is not the leader; reconnect to the one named, if known.
+    /// This coordinator is not the leader; reconnect to the one named, if known. `members` are
+    /// the worker addresses of the group's coordinators, as far as this one knows them.
     NotLeader {
         leader: Option<LeaderHint>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        members: Vec<String>,
     },
     Error {
         code: ErrorCode,
         message: String,
     },
+}
+
+impl CoordinatorToWorker {
+    /// The term of the leader that sent it, for the messages that carry one.
+    pub fn term(&self) -> Option<Term> {
+        match self {
+            CoordinatorToWorker::Registered { term, .. }
+            | CoordinatorToWorker::HeartbeatAck { term }
+            | CoordinatorToWorker::TaskAssign { term, .. }
+            | CoordinatorToWorker::TaskCancel { term, .. }
+            | CoordinatorToWorker::ResultAck { term, .. } => Some(*term),
+            CoordinatorToWorker::RegisterRejected { .. }
+            | CoordinatorToWorker::NotLeader { .. }
+            | CoordinatorToWorker::Error { .. } => None,
+        }
+    }
 }
 
 wire_message!(CoordinatorToWorker {
@@ -216,6 +248,16 @@ pub enum ClientRequest {
     Workers {
         request_id: RequestId,
     },
+    /// The group as the answering coordinator sees it; any member answers.
+    Cluster {
+        request_id: RequestId,
+    },
+    /// Ask the leader to hand leadership to `to` (or to the most up-to-date member).
+    TransferLeader {
+        request_id: RequestId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<NodeId>,
+    },
 }
 
 wire_message!(ClientRequest {
@@ -225,11 +267,15 @@ wire_message!(ClientRequest {
     Cancel => "CANCEL",
     List => "LIST",
     Workers => "WORKERS",
+    Cluster => "CLUSTER",
+    TransferLeader => "TRANSFER_LEADER",
 });
 
 impl ClientRequest {
     pub fn request_id(&self) -> RequestId {
         match self {
+            ClientRequest::Cluster { request_id }
+            | ClientRequest::TransferLeader { request_id, .. } => *request_id,
             ClientRequest::Submit { request_id, .. }
             | ClientRequest::Status { request_id, .. }
             | ClientRequest::Wait { request_id, .. }
@@ -247,6 +293,8 @@ pub enum ClientReply {
     /// The job exists durably. `existing` is true when an idempotency key matched an earlier job.
     SubmitAccepted {
         request_id: RequestId,
+        /// The term of the leader that answered.
+        term: Term,
         job_id: JobId,
         existing: bool,
     },
@@ -269,6 +317,8 @@ pub enum ClientReply {
     /// Reply to `CANCEL`. `cancelled` is false when the job was already terminal.
     CancelResult {
         request_id: RequestId,
+        /// The term of the leader that answered.
+        term: Term,
         job: JobView,
         cancelled: bool,
     },
@@ -280,11 +330,27 @@ pub enum ClientReply {
         request_id: RequestId,
         workers: Vec<WorkerView>,
     },
-    /// This coordinator is not the leader; the request was not processed.
+    /// This coordinator is not the leader. When `uncertain` is false the request was not
+    /// processed and may be sent anywhere again. When it is true the coordinator lost its
+    /// leadership while the request was being made durable: it may or may not have taken
+    /// effect, so only a request that is safe to repeat (a keyed submission, a cancel) should
+    /// be sent again. `members` are the client addresses of the group's coordinators, as far
+    /// as this one knows them.
     NotLeader {
         request_id: RequestId,
         leader: Option<LeaderHint>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        uncertain: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        members: Vec<String>,
     },
+    /// Reply to `CLUSTER`.
+    Cluster {
+        request_id: RequestId,
+        cluster: ClusterView,
+    },
+    /// Reply to `TRANSFER_LEADER`: the hand-over to `to` has started.
+    TransferStarted { request_id: RequestId, to: NodeId },
     Error {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request_id: Option<RequestId>,
@@ -302,6 +368,8 @@ wire_message!(ClientReply {
     JobList => "JOB_LIST",
     WorkerList => "WORKER_LIST",
     NotLeader => "NOT_LEADER",
+    Cluster => "CLUSTER",
+    TransferStarted => "TRANSFER_STARTED",
     Error => "ERROR",
 });
 
@@ -316,7 +384,9 @@ impl ClientReply {
             | ClientReply::CancelResult { request_id, .. }
             | ClientReply::JobList { request_id, .. }
             | ClientReply::WorkerList { request_id, .. }
-            | ClientReply::NotLeader { request_id, .. } => Some(*request_id),
+            | ClientReply::NotLeader { request_id, .. }
+            | ClientReply::Cluster { request_id, .. }
+            | ClientReply::TransferStarted { request_id, .. } => Some(*request_id),
             ClientReply::Error { request_id, .. } => *request_id,
         }
     }
@@ -432,6 +502,39 @@ pub struct WorkerView {
     pub last_heartbeat_millis_ago: u64,
 }
 
+/// The coordinator group as one member sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterView {
+    /// The member that answered.
+    pub node_id: NodeId,
+    /// Its role: `leader`, `follower`, `pre-candidate` or `candidate`.
+    pub role: String,
+    pub term: Term,
+    pub leader: Option<NodeId>,
+    /// The last entry in its log, the last committed, and the last applied to its job table.
+    pub last_index: LogIndex,
+    pub commit_index: LogIndex,
+    pub applied_index: LogIndex,
+    pub members: Vec<MemberView>,
+}
+
+/// One member of the group, as the answering member sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberView {
+    pub node_id: NodeId,
+    /// Where its clients and workers connect, once it has said so.
+    pub client_address: Option<String>,
+    pub worker_address: Option<String>,
+    /// Known only to the leader: the last entry it knows the member holds, and how long ago
+    /// the member last answered it (for the leader itself: its own durable index and 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_index: Option<LogIndex>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heard_millis_ago: Option<u64>,
+}
+
 /// Stable, typed error codes carried in `ERROR` messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -492,13 +595,120 @@ impl From<&super::codec::FrameError> for ErrorCode {
 // Coordinator link
 // ---------------------------------------------------------------------------------------------
 
-/// Coordinator-to-coordinator messages. Consensus (votes, log replication, snapshots) arrives
-/// with replication; until then a group has one member and this link carries only a greeting,
-/// so the port, framing and type-tag checks are in place and tested.
+/// Coordinator-to-coordinator messages: the Raft consensus of the group, plus a greeting that
+/// tells a member where the sender's clients and workers connect (so a follower can redirect
+/// them to the leader). Section numbers refer to the Raft paper (Ongaro and Ousterhout, 2014)
+/// and the Raft dissertation (Ongaro, 2014).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
 pub enum PeerMessage {
-    Hello { node_id: NodeId },
+    /// First message on every peer connection.
+    Hello {
+        node_id: NodeId,
+        /// Where the sender's clients connect (`--client-port`), as other hosts reach it.
+        client_address: String,
+        /// Where the sender's workers connect (`--worker-port`).
+        worker_address: String,
+    },
+    /// Would you vote for me in `term` (one above my own)? Asking changes no one's term, so a
+    /// member cut off from the group cannot disrupt it when it returns (dissertation 9.6).
+    PreVote {
+        term: Term,
+        last_index: LogIndex,
+        last_term: Term,
+    },
+    /// `term` is the term asked about when granted, otherwise the replier's own term.
+    PreVoteReply {
+        term: Term,
+        granted: bool,
+    },
+    /// RequestVote (paper 5.2, 5.4.1). `transfer` is set when the leader handed over
+    /// leadership (`TIMEOUT_NOW`): voters then grant although they heard from a leader recently.
+    Vote {
+        term: Term,
+        last_index: LogIndex,
+        last_term: Term,
+        transfer: bool,
+    },
+    VoteReply {
+        term: Term,
+        granted: bool,
+    },
+    /// AppendEntries (paper 5.3): the entries after `prev_index`, and the leader's commit index.
+    /// An empty `entries` is a heartbeat. `seq` is echoed in the reply; the leader uses it to
+    /// confirm it still leads before answering a read (dissertation 6.4).
+    Append {
+        term: Term,
+        prev_index: LogIndex,
+        prev_term: Term,
+        entries: Vec<LogEntry>,
+        commit: LogIndex,
+        seq: u64,
+    },
+    /// On success `index` is the last entry the follower now holds durably and matching the
+    /// leader's. On a rejection `index` is where the leader should try next, and
+    /// `conflict_term` the term the follower holds at `prev_index`, if any (fast backtracking).
+    AppendReply {
+        term: Term,
+        success: bool,
+        index: LogIndex,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        conflict_term: Option<Term>,
+        seq: u64,
+    },
+    /// InstallSnapshot (paper 7): one chunk of the job table as of `index` (whose entry had
+    /// `index_term`), `data` in base64, starting `offset` bytes into a snapshot of `total` bytes.
+    Snapshot {
+        term: Term,
+        index: LogIndex,
+        index_term: Term,
+        offset: u64,
+        total: u64,
+        data: String,
+        seq: u64,
+    },
+    /// The follower holds the first `received` bytes of the snapshot at `index` (all of it,
+    /// installed and durable, when `received` equals the snapshot's size).
+    SnapshotReply {
+        term: Term,
+        index: LogIndex,
+        received: u64,
+        seq: u64,
+    },
+    /// Start an election now (dissertation 3.10): the leader is handing over to the receiver,
+    /// whose log it has brought up to date.
+    TimeoutNow {
+        term: Term,
+    },
 }
 
-wire_message!(PeerMessage { Hello => "HELLO" });
+wire_message!(PeerMessage {
+    Hello => "HELLO",
+    PreVote => "PRE_VOTE",
+    PreVoteReply => "PRE_VOTE_REPLY",
+    Vote => "VOTE",
+    VoteReply => "VOTE_REPLY",
+    Append => "APPEND",
+    AppendReply => "APPEND_REPLY",
+    Snapshot => "SNAPSHOT",
+    SnapshotReply => "SNAPSHOT_REPLY",
+    TimeoutNow => "TIMEOUT_NOW",
+});
+
+impl PeerMessage {
+    /// The sender's term, for every consensus message (`None` for `HELLO`).
+    pub fn term(&self) -> Option<Term> {
+        match self {
+            PeerMessage::Hello { .. } => None,
+            PeerMessage::PreVote { term, .. }
+            | PeerMessage::PreVoteReply { term, .. }
+            | PeerMessage::Vote { term, .. }
+            | PeerMessage::VoteReply { term, .. }
+            | PeerMessage::Append { term, .. }
+            | PeerMessage::AppendReply { term, .. }
+            | PeerMessage::Snapshot { term, .. }
+            | PeerMessage::SnapshotReply { term, .. }
+            | PeerMessage::TimeoutNow { term } => Some(*term),
+        }
+    }
+}

@@ -402,6 +402,7 @@ impl Assignment {
                 max_attempts,
                 task,
                 timeout_millis,
+                ..
             } => Some(Assignment {
                 job_id: *job_id,
                 lease_id: *lease_id,
@@ -488,7 +489,7 @@ impl FakeWorker {
                     decoder.extend(&chunk[..n]);
                     loop {
                         match decoder.next_message::<CoordinatorToWorker>() {
-                            Ok(Some(CoordinatorToWorker::HeartbeatAck {})) => {
+                            Ok(Some(CoordinatorToWorker::HeartbeatAck { .. })) => {
                                 heartbeat_acks.fetch_add(1, Ordering::SeqCst);
                             }
                             Ok(Some(message)) => {

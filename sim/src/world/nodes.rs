@@ -192,6 +192,17 @@ fn event_name(event: &Event) -> &'static str {
         Event::JobSplit { .. } => "coordinator: data-parallel job split",
         Event::ParentCompleted { .. } => "coordinator: data-parallel job completed",
         Event::ParentFailed { .. } => "coordinator: data-parallel job failed",
+        Event::LeaderElected { .. } => "coordinator: leader elected",
+        Event::TookOver { .. } => "coordinator: leader took over",
+        Event::SteppedDown { .. } => "coordinator: leader stepped down",
+        Event::ElectionStarted { pre_vote: true, .. } => "coordinator: pre-vote started",
+        Event::ElectionStarted { .. } => "coordinator: election started",
+        Event::LeaderKnown { .. } => "coordinator: following a leader",
+        Event::TransferStarted { .. } => "coordinator: leadership transfer started",
+        Event::SnapshotInstalled { .. } => "coordinator: snapshot installed",
+        Event::SnapshotRefused { .. } => "coordinator: snapshot refused",
+        Event::PeerIgnored { .. } => "coordinator: peer message ignored",
+        Event::PeerProtocolViolation { .. } => "coordinator: peer protocol violation",
     }
 }
 
@@ -240,6 +251,7 @@ impl World {
                     self.close_conn(conn.0 as usize, Close::ByCoord);
                 }
                 Output::Persist(batch) => self.persist(c, batch),
+                Output::ToPeer { .. } => {} // PEER-LINK: groups arrive in the simulator next
                 Output::Event(event) => {
                     self.count(event_name(&event));
                     self.note(node, format_args!("event: {event}"));
@@ -420,6 +432,7 @@ impl World {
             request_id,
             job_id,
             existing: false,
+            ..
         } = reply
         else {
             return Ok(());

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{LeaderState, Pending, Submission, Waiter};
+use super::{LeaderState, Pending, Read, Submission, Waiter};
 use crate::command::Command;
 use crate::coordinator::member::Member;
 use crate::coordinator::timers::Timer;
@@ -15,7 +15,7 @@ use crate::limits::{
     LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX, WAITERS_MAX,
     WAIT_MILLIS_MAX,
 };
-use crate::protocol::{ClientReply, ErrorCode, Partitions};
+use crate::protocol::{ClientReply, ClientRequest, ErrorCode, Partitions};
 use crate::tasks::TaskSpec;
 
 impl LeaderState {
@@ -25,14 +25,15 @@ impl LeaderState {
         conn: ConnectionId,
         request_id: RequestId,
         submission: Submission,
+        confirmed: bool,
     ) {
         let Submission {
-            task,
-            max_attempts,
+            task: raw_task,
+            max_attempts: asked_attempts,
             idempotency_key,
             partitions,
         } = submission;
-        let task = match TaskSpec::from_json(&task) {
+        let task = match TaskSpec::from_json(&raw_task) {
             Ok(task) => task,
             Err(error) => {
                 return m.client_error(conn, request_id, ErrorCode::InvalidTask, error.to_string())
@@ -50,7 +51,7 @@ impl LeaderState {
                 ),
             );
         }
-        let max_attempts = max_attempts.unwrap_or(m.config.default_max_attempts);
+        let max_attempts = asked_attempts.unwrap_or(m.config.default_max_attempts);
         if !(1..=ATTEMPTS_MAX).contains(&max_attempts) {
             return m.client_error(
                 conn,
@@ -80,6 +81,7 @@ impl LeaderState {
                     return m.send_client(
                         conn,
                         ClientReply::SubmitAccepted {
+                            term: m.replica.term(),
                             request_id,
                             job_id,
                             existing: true,
@@ -126,6 +128,18 @@ impl LeaderState {
             );
         }
         if m.table.active_jobs().saturating_add(slots) > limit {
+            if !confirmed && m.reads_need_confirmation() {
+                // A refusal reads the table: it must not come from a leader that was deposed
+                // while other members finished jobs.
+                let request = ClientRequest::Submit {
+                    request_id,
+                    task: raw_task,
+                    max_attempts: asked_attempts,
+                    idempotency_key,
+                    partitions,
+                };
+                return self.confirm_then(m, Read::Request { conn, request });
+            }
             return self.reject_submission(m, conn, request_id, m.table.active_jobs(), limit);
         }
         // The job's id first, then one per partition, each unlike any drawn before it.
@@ -319,13 +333,33 @@ impl LeaderState {
             return;
         }
         self.waiter_count -= removed;
+        if m.reads_need_confirmation() {
+            let read = Read::WaitTimedOut {
+                conn,
+                request_id,
+                job_id,
+            };
+            return self.confirm_then(m, read);
+        }
+        self.answer_wait_timeout(m, conn, request_id, job_id);
+    }
+
+    /// A wait's time ran out: it is answered with the job as it is now.
+    pub(super) fn answer_wait_timeout(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+        job_id: JobId,
+    ) {
         if let Some(job) = m.table.view(&job_id) {
+            let timed_out = !job.state.is_terminal();
             m.send_client(
                 conn,
                 ClientReply::WaitResult {
                     request_id,
                     job,
-                    timed_out: true,
+                    timed_out,
                 },
             );
         }
@@ -408,7 +442,13 @@ impl LeaderState {
         conn: ConnectionId,
         request_id: RequestId,
         job_id: JobId,
+        confirmed: bool,
     ) {
+        if m.table.get(&job_id).is_none() && !confirmed && m.reads_need_confirmation() {
+            // "No such job" reads the table: confirm this member still leads first.
+            let request = ClientRequest::Cancel { request_id, job_id };
+            return self.confirm_then(m, Read::Request { conn, request });
+        }
         let terminal = m
             .table
             .get(&job_id)
@@ -432,6 +472,7 @@ impl LeaderState {
             m.send_client(
                 conn,
                 ClientReply::CancelResult {
+                    term: m.replica.term(),
                     request_id,
                     job,
                     cancelled: false,

@@ -27,6 +27,7 @@ impl LeaderState {
         for follow_on in outcome.follow_on {
             self.on_outcome(m, follow_on, None);
         }
+        self.answer_confirmed_reads(m);
     }
 
     pub(super) fn on_applied(
@@ -84,7 +85,9 @@ impl LeaderState {
                     }
                 }
                 self.answer_submit(m, pending, job_id, false);
+                self.count_submission_for_rotation(m);
             }
+            Applied::NewLeader { .. } => {}
             Applied::PartitionCreated { .. } => {}
             Applied::ParentCompleted { job_id } => {
                 let partitions = m.table.get(&job_id).map_or(0, |j| j.partitions.len());
@@ -262,6 +265,7 @@ impl LeaderState {
             return;
         };
         let message = CoordinatorToWorker::TaskAssign {
+            term: m.replica.term(),
             job_id,
             lease_id: lease.id,
             attempt,
@@ -316,6 +320,7 @@ impl LeaderState {
             m.send_worker(
                 conn,
                 CoordinatorToWorker::TaskCancel {
+                    term: m.replica.term(),
                     job_id,
                     lease_id: lease.id,
                     reason,
@@ -359,6 +364,7 @@ impl LeaderState {
             m.send_worker(
                 conn,
                 CoordinatorToWorker::TaskCancel {
+                    term: m.replica.term(),
                     job_id,
                     lease_id,
                     reason: CancelReason::LeaseNotCurrent,
@@ -389,6 +395,7 @@ impl LeaderState {
             m.send_worker(
                 conn,
                 CoordinatorToWorker::ResultAck {
+                    term: m.replica.term(),
                     job_id,
                     lease_id,
                     accepted,
@@ -408,6 +415,7 @@ impl LeaderState {
             m.send_client(
                 conn,
                 ClientReply::SubmitAccepted {
+                    term: m.replica.term(),
                     request_id,
                     job_id,
                     existing,
@@ -428,12 +436,28 @@ impl LeaderState {
                 m.send_client(
                     conn,
                     ClientReply::CancelResult {
+                        term: m.replica.term(),
                         request_id,
                         job,
                         cancelled,
                     },
                 );
             }
+        }
+    }
+
+    /// Seed B's term rotation, done safely: after `rotate_leader_after_jobs` new jobs in one
+    /// term, leadership is handed to the next member (running attempts are re-adopted there).
+    fn count_submission_for_rotation(&mut self, m: &mut Member) {
+        self.submitted_this_term += 1;
+        let Some(after) = m.config.rotate_leader_after_jobs else {
+            return;
+        };
+        if self.submitted_this_term < after || m.replica.transferring_to().is_some() {
+            return;
+        }
+        if let Ok(to) = m.replica.transfer_leadership(None) {
+            m.event(Event::TransferStarted { to });
         }
     }
 }

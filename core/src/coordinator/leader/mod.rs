@@ -19,19 +19,20 @@ mod effects;
 mod scheduling;
 mod workers;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::member::Member;
 use super::registry::Registry;
 use super::timers::{Timer, TimerKey, TimerQueue};
-use super::{Event, LossReason, WorkerEntry};
+use super::{Event, Link, LossReason, WorkerEntry};
 use crate::command::Command;
 use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, Term, WorkerId};
 use crate::job::JobState;
+use crate::limits::READS_IN_FLIGHT_MAX;
 use crate::protocol::{
-    CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, Partitions, RunningAttempt,
-    WorkerToCoordinator,
+    CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, Partitions,
+    RunningAttempt, WorkerToCoordinator,
 };
 use crate::replica::Proposal;
 use crate::time::Instant;
@@ -77,7 +78,48 @@ struct Waiter {
     timer: TimerKey,
 }
 
+/// Why a member takes over as leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::coordinator) enum Takeover {
+    /// A group of one restarted on its disk.
+    Restart,
+    /// This member won an election and its first entry of the term is applied.
+    Elected,
+}
+
+/// A client request or a timed-out wait, answered once a majority confirms this member still
+/// leads (ReadIndex, dissertation 6.4).
+#[derive(Clone, Debug)]
+enum Read {
+    Request {
+        conn: ConnectionId,
+        request: ClientRequest,
+    },
+    WaitTimedOut {
+        conn: ConnectionId,
+        request_id: RequestId,
+        job_id: JobId,
+    },
+}
+
+impl Read {
+    fn conn(&self) -> ConnectionId {
+        match self {
+            Read::Request { conn, .. } | Read::WaitTimedOut { conn, .. } => *conn,
+        }
+    }
+
+    fn request_id(&self) -> RequestId {
+        match self {
+            Read::Request { request, .. } => request.request_id(),
+            Read::WaitTimedOut { request_id, .. } => *request_id,
+        }
+    }
+}
+
 pub(super) struct LeaderState {
+    /// The term this member leads; the state is dropped when the term ends.
+    term: Term,
     registry: Registry,
     timers: TimerQueue,
     /// Proposal `(term, index)` -> whom to answer when exactly that entry applies. An entry of
@@ -97,12 +139,20 @@ pub(super) struct LeaderState {
     waiter_count: usize,
     /// Numbers registrations, so a heartbeat check belongs to exactly one of them.
     next_registration: u64,
+    /// Reads asked of consensus and not yet confirmed, by read id.
+    reads: BTreeMap<u64, Read>,
+    next_read: u64,
+    /// Reads confirmed at an index this member has not applied yet.
+    confirmed: VecDeque<(LogIndex, Read)>,
+    /// New jobs accepted in this term (for leader rotation).
+    submitted_this_term: u64,
 }
 
 impl LeaderState {
-    /// A leader with nothing to take over (an empty table).
-    pub(super) fn new() -> LeaderState {
+    /// A leader of `term` with nothing to take over (an empty table).
+    pub(super) fn new(term: Term) -> LeaderState {
         LeaderState {
+            term,
             registry: Registry::default(),
             timers: TimerQueue::default(),
             pending: BTreeMap::new(),
@@ -114,15 +164,23 @@ impl LeaderState {
             waiters: BTreeMap::new(),
             waiter_count: 0,
             next_registration: 0,
+            reads: BTreeMap::new(),
+            next_read: 0,
+            confirmed: VecDeque::new(),
+            submitted_this_term: 0,
         }
+    }
+
+    pub(super) fn term(&self) -> Term {
+        self.term
     }
 
     /// Leader takeover at `m.now`: rebuild soft state from the table. Every `RUNNING` attempt
     /// gets a re-adoption window (its worker may reconnect and report it), every `RETRY_WAIT`
     /// job restarts its backoff from now. No instant from another process is trusted, because
     /// it was measured on another clock.
-    pub(super) fn take_over(m: &mut Member) -> LeaderState {
-        let mut leader = LeaderState::new();
+    pub(super) fn take_over(m: &mut Member, why: Takeover) -> LeaderState {
+        let mut leader = LeaderState::new(m.replica.term());
         let now = m.now;
         let window_end = now.saturating_add(m.config.readoption_window());
         let mut retry_due = Vec::new();
@@ -144,12 +202,119 @@ impl LeaderState {
         if !leader.awaiting_readoption.is_empty() {
             leader.timers.arm(window_end, Timer::ReadoptionEnd);
         }
-        m.event(Event::Recovered {
-            jobs: m.table.len(),
-            active: m.table.active_jobs(),
-            awaiting_readoption: leader.awaiting_readoption.len(),
+        let (jobs, active, awaiting_readoption) = (
+            m.table.len(),
+            m.table.active_jobs(),
+            leader.awaiting_readoption.len(),
+        );
+        m.event(match why {
+            Takeover::Restart => Event::Recovered {
+                jobs,
+                active,
+                awaiting_readoption,
+            },
+            Takeover::Elected => Event::TookOver {
+                term: leader.term,
+                jobs,
+                active,
+                awaiting_readoption,
+            },
         });
         leader
+    }
+
+    /// This member stopped leading: everything it owed is answered with `NOT_LEADER`, and its
+    /// workers are sent to the leader it knows. A reply owed for a proposal is `uncertain`: the
+    /// entry may still be committed by the next leader.
+    pub(super) fn step_down(self, m: &mut Member) {
+        let client_hint = m.leader_hint(Link::Client);
+        let client_members = m.member_addresses(Link::Client);
+        let not_leader = |request_id, uncertain| ClientReply::NotLeader {
+            request_id,
+            leader: client_hint.clone(),
+            uncertain,
+            members: client_members.clone(),
+        };
+        for pending in self.pending.into_values() {
+            if let Pending::Submit { conn, request_id } | Pending::Cancel { conn, request_id } =
+                pending
+            {
+                m.send_client(conn, not_leader(request_id, true));
+            }
+        }
+        for waiter in self.waiters.into_values().flatten() {
+            m.send_client(waiter.conn, not_leader(waiter.request_id, false));
+        }
+        let reads = self
+            .reads
+            .into_values()
+            .chain(self.confirmed.into_iter().map(|(_, r)| r));
+        for read in reads {
+            m.send_client(read.conn(), not_leader(read.request_id(), false));
+        }
+        let worker_hint = m.leader_hint(Link::Worker);
+        let worker_members = m.member_addresses(Link::Worker);
+        for worker in self.registry.iter() {
+            if let Some(conn) = worker.conn.filter(|_| worker.alive) {
+                m.send_worker(
+                    conn,
+                    CoordinatorToWorker::NotLeader {
+                        leader: worker_hint.clone(),
+                        members: worker_members.clone(),
+                    },
+                );
+                m.close(conn);
+            }
+        }
+    }
+
+    /// Answers `read` once a majority has confirmed this member still leads (at once in a
+    /// group of one).
+    fn confirm_then(&mut self, m: &mut Member, read: Read) {
+        if self.reads.len() + self.confirmed.len() >= READS_IN_FLIGHT_MAX {
+            let conn = read.conn();
+            return m.client_error(
+                conn,
+                read.request_id(),
+                ErrorCode::TooManyWaiters,
+                format!("{READS_IN_FLIGHT_MAX} reads are waiting for the leader to confirm it still leads; retry shortly"),
+            );
+        }
+        self.next_read += 1;
+        let id = self.next_read;
+        self.reads.insert(id, read);
+        if let Err(not_leader) = m.replica.request_read(id) {
+            // Leader state exists only while consensus says this member leads.
+            panic!("a leader's read was refused: {not_leader:?}");
+        }
+    }
+
+    /// Consensus confirmed leadership for read `id` as of `index`.
+    pub(super) fn read_confirmed(&mut self, m: &mut Member, id: u64, index: LogIndex) {
+        if let Some(read) = self.reads.remove(&id) {
+            self.confirmed.push_back((index, read));
+        }
+        self.answer_confirmed_reads(m);
+    }
+
+    /// Answers, in order, the confirmed reads whose index is applied.
+    fn answer_confirmed_reads(&mut self, m: &mut Member) {
+        while let Some((index, _)) = self.confirmed.front() {
+            if *index > m.table.applied_index() {
+                break;
+            }
+            let Some((_, read)) = self.confirmed.pop_front() else {
+                break;
+            };
+            match read {
+                Read::Request { conn, request } => self.answer_request(m, conn, request, true),
+                Read::WaitTimedOut {
+                    conn,
+                    request_id,
+                    job_id,
+                } => self.answer_wait_timeout(m, conn, request_id, job_id),
+            }
+        }
     }
 
     pub(super) fn workers(&self) -> impl Iterator<Item = &WorkerEntry> {
@@ -182,12 +347,14 @@ impl LeaderState {
         proposal
     }
 
-    /// `conn` is gone: a worker on it is lost, its parked waits are dropped.
+    /// `conn` is gone: a worker on it is lost, its parked waits and reads are dropped.
     pub(super) fn handle_closed(&mut self, m: &mut Member, conn: ConnectionId) {
         if let Some(worker) = self.registry.worker_on(conn).cloned() {
             self.lose_worker(m, &worker, LossReason::ConnectionClosed);
         }
         self.drop_waiters_of(conn);
+        self.reads.retain(|_, read| read.conn() != conn);
+        self.confirmed.retain(|(_, read)| read.conn() != conn);
         self.schedule(m);
     }
 
@@ -243,7 +410,12 @@ impl LeaderState {
                 self.register(m, conn, registration)
             }
             WorkerToCoordinator::Heartbeat {} => match self.registry.worker_on(conn) {
-                Some(_) => m.send_worker(conn, CoordinatorToWorker::HeartbeatAck {}),
+                Some(_) => m.send_worker(
+                    conn,
+                    CoordinatorToWorker::HeartbeatAck {
+                        term: m.replica.term(),
+                    },
+                ),
                 None => self.reject_unregistered(m, conn),
             },
             WorkerToCoordinator::TaskResult {
@@ -261,6 +433,35 @@ impl LeaderState {
         conn: ConnectionId,
         message: ClientRequest,
     ) {
+        self.answer_request(m, conn, message, false);
+        self.schedule(m);
+    }
+
+    /// Answers a client request. `confirmed` says leadership was confirmed since it arrived;
+    /// until then, an answer that reads the table (rather than proposing) waits for that.
+    fn answer_request(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        message: ClientRequest,
+        confirmed: bool,
+    ) {
+        let is_read = matches!(
+            message,
+            ClientRequest::Status { .. }
+                | ClientRequest::Wait { .. }
+                | ClientRequest::List { .. }
+                | ClientRequest::Workers { .. }
+        );
+        if is_read && !confirmed && m.reads_need_confirmation() {
+            return self.confirm_then(
+                m,
+                Read::Request {
+                    conn,
+                    request: message,
+                },
+            );
+        }
         match message {
             ClientRequest::Submit {
                 request_id,
@@ -275,7 +476,7 @@ impl LeaderState {
                     idempotency_key,
                     partitions,
                 };
-                self.submit(m, conn, request_id, submission)
+                self.submit(m, conn, request_id, submission, confirmed)
             }
             ClientRequest::Status { request_id, job_id } => match m.table.view(&job_id) {
                 Some(job) => m.send_client(conn, ClientReply::Job { request_id, job }),
@@ -287,7 +488,7 @@ impl LeaderState {
                 timeout_millis,
             } => self.wait(m, conn, request_id, job_id, timeout_millis),
             ClientRequest::Cancel { request_id, job_id } => {
-                self.cancel(m, conn, request_id, job_id)
+                self.cancel(m, conn, request_id, job_id, confirmed)
             }
             ClientRequest::List {
                 request_id,
@@ -305,7 +506,10 @@ impl LeaderState {
                     },
                 );
             }
+            // Answered by the coordinator for any member.
+            ClientRequest::Cluster { .. } | ClientRequest::TransferLeader { .. } => {
+                unreachable!("group requests are answered before they reach the leader")
+            }
         }
-        self.schedule(m);
     }
 }

@@ -11,6 +11,10 @@ use crate::job::Lease;
 impl LeaderState {
     /// FIFO onto the least-loaded live worker, while both queued jobs and free slots remain.
     pub(in crate::coordinator) fn schedule(&mut self, m: &mut Member) {
+        if m.replica.transferring_to().is_some() {
+            // Handing over: let the log go quiet so the next leader can catch up.
+            return;
+        }
         if self.registry.least_loaded().is_none() {
             return;
         }

@@ -189,6 +189,8 @@ impl LeaderState {
         m.send_worker(
             conn,
             CoordinatorToWorker::Registered {
+                term: m.replica.term(),
+                members: m.member_addresses(crate::coordinator::Link::Worker),
                 heartbeat_interval_millis: as_millis_u64(m.config.heartbeat_interval),
                 heartbeat_timeout_millis: as_millis_u64(m.config.heartbeat_timeout),
             },
@@ -260,6 +262,7 @@ impl LeaderState {
                 m.send_worker(
                     conn,
                     CoordinatorToWorker::TaskCancel {
+                        term: m.replica.term(),
                         job_id: attempt.job_id,
                         lease_id: attempt.lease_id,
                         reason: CancelReason::LeaseNotCurrent,
@@ -278,6 +281,7 @@ impl LeaderState {
         m.send_worker(
             conn,
             CoordinatorToWorker::TaskCancel {
+                term: m.replica.term(),
                 job_id,
                 lease_id: attempt.lease_id,
                 reason: CancelReason::LeaseNotCurrent,
@@ -520,6 +524,7 @@ impl LeaderState {
         }
         if !held || !current {
             let answer = CoordinatorToWorker::ResultAck {
+                term: m.replica.term(),
                 job_id,
                 lease_id,
                 accepted: false,
