@@ -606,9 +606,11 @@ impl Replica {
         let through = if self.config.members.len() == 1 {
             self.applied
         } else {
+            // A leader keeps what its slowest follower still lacks; any member keeps a window
+            // of applied entries, for the followers it may have to serve once it leads.
             let keep_from = match &self.role {
                 Role::Leader(leading) => leading.slowest_match(),
-                _ => self.applied,
+                _ => LogIndex(0),
             };
             let floor = LogIndex(
                 self.applied
