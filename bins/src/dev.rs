@@ -33,6 +33,8 @@ pub async fn run(args: DevArgs) -> u8 {
         data_dir: args.data_dir.clone(),
         worker_addr,
         client_addr,
+        peer_addr: None,
+        peers: Default::default(),
         seed: None,
     };
     let coordinator = match coordinator::start(options).await {

@@ -107,6 +107,8 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         data_dir: args.data_dir,
         worker_addr,
         client_addr,
+        peer_addr: None,
+        peers: Default::default(),
         seed: None,
     };
     let handle = match coordinator::start(options).await {

@@ -1,9 +1,11 @@
-//! The coordinator process: two TCP listeners, one single-writer driver for the core
-//! `Coordinator`, and a store thread doing group commit.
+//! The coordinator process: three TCP listeners, one single-writer driver for the core
+//! `Coordinator`, a store thread doing group commit, and one outbound link per other member of
+//! the group.
 //!
 //! ```text
 //!  worker port ─accept─> reader tasks ─┐                         ┌─> writer tasks ─> sockets
-//!  client port ─accept─> reader tasks ─┼─> inputs ─> driver ─────┤
+//!  client port ─accept─> reader tasks ─┤                         ├─> peer links ─> other members
+//!  peer port ───accept─> peer readers ─┼─> inputs ─> driver ─────┤   (see `peer`)
 //!                       timers ────────┘     │  ^                └─> store thread (SQLite)
 //!                                            │  └── "batch N durable" ───────┘
 //!                                            └─> tracing (events)
@@ -14,7 +16,7 @@
 //! thread takes every batch queued while it was busy and commits them in one transaction, then
 //! reports the highest batch id durable.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,10 +25,10 @@ use std::sync::Arc;
 use herder_core::coordinator::{
     BatchId, Coordinator, CoordinatorConfig, Event, Link, Output, PersistBatch, RecoveryError,
 };
-use herder_core::ids::ConnectionId;
+use herder_core::ids::{ConnectionId, NodeId};
 use herder_core::protocol::codec::FrameError;
 use herder_core::protocol::{
-    ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, WorkerToCoordinator,
+    ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, PeerMessage, WorkerToCoordinator,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -34,6 +36,7 @@ use tokio::task::JoinHandle;
 
 use crate::clock::{os_seed, sleep_until, Clock};
 use crate::net::{open_connection, Inbound, Outbound, SendError};
+use crate::peer::{self, Greeting, PeerLinks};
 use crate::store::{Store, StoreError};
 
 /// Inputs waiting for the driver before readers are made to wait (TCP backpressure).
@@ -43,10 +46,19 @@ const INPUT_BURST_MAX: usize = 512;
 
 #[derive(Clone, Debug)]
 pub struct CoordinatorOptions {
+    /// `config.peers` names the other members of the group; `peers` below must give an address
+    /// for exactly those. An empty `config.client_address` or `config.worker_address` is
+    /// filled in with the address the listener got, unless it listens on every interface
+    /// (then no host can be guessed, and the caller must say how others reach it).
     pub config: CoordinatorConfig,
     pub data_dir: PathBuf,
     pub worker_addr: SocketAddr,
     pub client_addr: SocketAddr,
+    /// Where the other members connect (`--peer-port`). `None`: no peer listener, which only a
+    /// group of one can do without.
+    pub peer_addr: Option<SocketAddr>,
+    /// The other members' peer addresses, as this member dials them.
+    pub peers: BTreeMap<NodeId, String>,
     /// Seed for the coordinator's RNG; `None` draws one from the OS (the normal case).
     pub seed: Option<u64>,
 }
@@ -65,18 +77,65 @@ pub enum CoordinatorError {
     },
     #[error("store thread failed: {0}")]
     StoreThread(String),
+    #[error("{0}")]
+    Group(String),
 }
 
 enum Input {
     Opened(ConnectionId, Outbound),
     Worker(ConnectionId, Inbound<WorkerToCoordinator>),
     Client(ConnectionId, Inbound<ClientRequest>),
+    /// A message from another member, tagged with the member its connection's `HELLO` named.
+    Peer(NodeId, PeerMessage),
+}
+
+/// A coordinator's listening sockets, bound before it starts, so that the members of a group
+/// started together (in tests, or `herder dev`) can learn each other's ports first.
+pub struct Listeners {
+    worker: TcpListener,
+    client: TcpListener,
+    peer: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the worker, client and (if given) peer addresses of `options`.
+    pub async fn bind(options: &CoordinatorOptions) -> Result<Listeners, CoordinatorError> {
+        let bind = |addr: SocketAddr, what: &'static str| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| CoordinatorError::Bind { addr, what, source })
+        };
+        let worker = bind(options.worker_addr, "workers").await?;
+        let client = bind(options.client_addr, "clients").await?;
+        let peer = match options.peer_addr {
+            Some(addr) => Some(bind(addr, "other coordinators").await?),
+            None => None,
+        };
+        Ok(Listeners {
+            worker,
+            client,
+            peer,
+        })
+    }
+
+    pub fn worker_addr(&self) -> Option<SocketAddr> {
+        self.worker.local_addr().ok()
+    }
+
+    pub fn client_addr(&self) -> Option<SocketAddr> {
+        self.client.local_addr().ok()
+    }
+
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer.as_ref().and_then(|l| l.local_addr().ok())
+    }
 }
 
 /// A running coordinator.
 pub struct CoordinatorHandle {
     worker_addr: SocketAddr,
     client_addr: SocketAddr,
+    peer_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<Result<(), CoordinatorError>>,
 }
@@ -88,6 +147,11 @@ impl CoordinatorHandle {
 
     pub fn client_addr(&self) -> SocketAddr {
         self.client_addr
+    }
+
+    /// Where the other members connect (`None` when this member has no peer listener).
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer_addr
     }
 
     /// Stops accepting, lets the store finish what it was given, and returns.
@@ -110,16 +174,57 @@ impl CoordinatorHandle {
     }
 }
 
-/// Opens the store, recovers, binds both ports and starts serving.
+/// Binds the ports, opens the store, recovers and starts serving.
 pub async fn start(options: CoordinatorOptions) -> Result<CoordinatorHandle, CoordinatorError> {
+    let listeners = Listeners::bind(&options).await?;
+    start_on(listeners, options).await
+}
+
+/// Like `start`, on listeners bound already (the addresses in `options` are not used).
+pub async fn start_on(
+    listeners: Listeners,
+    options: CoordinatorOptions,
+) -> Result<CoordinatorHandle, CoordinatorError> {
     let CoordinatorOptions {
-        config,
+        mut config,
         data_dir,
-        worker_addr,
-        client_addr,
+        peers,
         seed,
+        ..
     } = options;
+    let Listeners {
+        worker: worker_listener,
+        client: client_listener,
+        peer: peer_listener,
+    } = listeners;
+    let worker_addr = worker_listener
+        .local_addr()
+        .map_err(|e| CoordinatorError::Group(format!("worker listener: {e}")))?;
+    let client_addr = client_listener
+        .local_addr()
+        .map_err(|e| CoordinatorError::Group(format!("client listener: {e}")))?;
+    let peer_addr = match &peer_listener {
+        Some(listener) => Some(
+            listener
+                .local_addr()
+                .map_err(|e| CoordinatorError::Group(format!("peer listener: {e}")))?,
+        ),
+        None => None,
+    };
+    check_group(&config, &peers, peer_addr)?;
+    if config.client_address.is_empty() && !client_addr.ip().is_unspecified() {
+        config.client_address = client_addr.to_string();
+    }
+    if config.worker_address.is_empty() && !worker_addr.ip().is_unspecified() {
+        config.worker_address = worker_addr.to_string();
+    }
     let max_frame_bytes = config.max_frame_bytes;
+    let greeting = Greeting {
+        node_id: config.node_id.clone(),
+        client_address: config.client_address.clone(),
+        worker_address: config.worker_address.clone(),
+    };
+    let members: BTreeSet<NodeId> = config.peers.iter().cloned().collect();
     let clock = Clock::new();
     let store = Store::open(&data_dir)?;
     let durable = store.load()?;
@@ -129,26 +234,17 @@ pub async fn start(options: CoordinatorOptions) -> Result<CoordinatorHandle, Coo
         data = %store.path().display(),
         "Coordinator store opened"
     );
-
-    let worker_listener =
-        TcpListener::bind(worker_addr)
-            .await
-            .map_err(|source| CoordinatorError::Bind {
-                addr: worker_addr,
-                what: "workers",
-                source,
-            })?;
-    let client_listener =
-        TcpListener::bind(client_addr)
-            .await
-            .map_err(|source| CoordinatorError::Bind {
-                addr: client_addr,
-                what: "clients",
-                source,
-            })?;
-    let worker_addr = worker_listener.local_addr().unwrap_or(worker_addr);
-    let client_addr = client_listener.local_addr().unwrap_or(client_addr);
-    tracing::info!(%worker_addr, %client_addr, "Coordinator listening");
+    match peer_addr {
+        Some(peer_addr) => tracing::info!(
+            %worker_addr,
+            %client_addr,
+            %peer_addr,
+            node = %greeting.node_id,
+            members = members.len() + 1,
+            "Coordinator listening"
+        ),
+        None => tracing::info!(%worker_addr, %client_addr, "Coordinator listening"),
+    }
 
     let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -165,10 +261,21 @@ pub async fn start(options: CoordinatorOptions) -> Result<CoordinatorHandle, Coo
         client_listener,
         Link::Client,
         max_frame_bytes,
-        input_tx,
+        input_tx.clone(),
         next_conn,
         shutdown_rx.clone(),
     ));
+    let peer_accept = peer_listener.map(|listener| {
+        peer::spawn_accept_loop(
+            listener,
+            members,
+            max_frame_bytes,
+            input_tx,
+            Input::Peer,
+            shutdown_rx.clone(),
+        )
+    });
+    let peer_links = PeerLinks::start(greeting, &peers, max_frame_bytes);
 
     let (batch_tx, batch_rx) = std::sync::mpsc::channel::<PersistBatch>();
     let (durable_tx, durable_rx) = mpsc::unbounded_channel::<Result<BatchId, String>>();
@@ -177,16 +284,23 @@ pub async fn start(options: CoordinatorOptions) -> Result<CoordinatorHandle, Coo
         .spawn(move || store_loop(store, batch_rx, durable_tx))
         .map_err(|e| CoordinatorError::StoreThread(e.to_string()))?;
 
+    let stopped = shutdown_tx.clone();
     let task = tokio::spawn(async move {
         let driver = Driver {
             coordinator,
             clock,
             conns: HashMap::new(),
             batches: batch_tx,
+            peers: peer_links,
         };
         let result = driver.run(input_rx, durable_rx, shutdown_rx).await;
+        // However the driver ended, every task serving a connection stops with it.
+        let _ = stopped.send(true);
         worker_accept.abort();
         client_accept.abort();
+        if let Some(peer_accept) = peer_accept {
+            peer_accept.abort();
+        }
         // Dropping the driver closed the batch channel; the store thread finishes and exits.
         let joined = tokio::task::spawn_blocking(move || store_thread.join()).await;
         if !matches!(joined, Ok(Ok(()))) {
@@ -197,9 +311,37 @@ pub async fn start(options: CoordinatorOptions) -> Result<CoordinatorHandle, Coo
     Ok(CoordinatorHandle {
         worker_addr,
         client_addr,
+        peer_addr,
         shutdown: shutdown_tx,
         task,
     })
+}
+
+/// A group needs a peer listener and an address for every other member, and nothing more.
+fn check_group(
+    config: &CoordinatorConfig,
+    peers: &BTreeMap<NodeId, String>,
+    peer_addr: Option<SocketAddr>,
+) -> Result<(), CoordinatorError> {
+    let configured: BTreeSet<&NodeId> = config.peers.iter().collect();
+    let addressed: BTreeSet<&NodeId> = peers.keys().collect();
+    if let Some(missing) = configured.difference(&addressed).next() {
+        return Err(CoordinatorError::Group(format!(
+            "member {missing} of the group has no peer address"
+        )));
+    }
+    if let Some(extra) = addressed.difference(&configured).next() {
+        return Err(CoordinatorError::Group(format!(
+            "a peer address is given for {extra}, which is not a member of the group"
+        )));
+    }
+    if !config.peers.is_empty() && peer_addr.is_none() {
+        return Err(CoordinatorError::Group(
+            "a member of a group of several needs a peer port for the others to connect to"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 async fn accept_loop(
@@ -269,6 +411,7 @@ struct Driver {
     clock: Clock,
     conns: HashMap<ConnectionId, Outbound>,
     batches: std::sync::mpsc::Sender<PersistBatch>,
+    peers: PeerLinks,
 }
 
 impl Driver {
@@ -307,6 +450,11 @@ impl Driver {
                             Err(_) => break,
                         }
                     }
+                    // Under a steady stream of inputs the timer branch below might never be
+                    // polled; elections and heartbeats must not wait for a quiet moment.
+                    if timer.is_some_and(|at| at <= tokio::time::Instant::now()) {
+                        self.coordinator.handle_timeout(self.clock.now());
+                    }
                 }
                 _ = sleep_until(timer) => self.coordinator.handle_timeout(self.clock.now()),
             }
@@ -336,6 +484,7 @@ impl Driver {
                 self.conns.remove(&conn);
                 self.coordinator.handle_closed(now, conn);
             }
+            Input::Peer(from, message) => self.coordinator.handle_peer_message(now, &from, message),
         }
     }
 
@@ -361,7 +510,7 @@ impl Driver {
                     }
                 }
                 Output::Event(event) => log_event(&event),
-                Output::ToPeer { .. } => {} // PEER-LINK: replaced when the peer port lands
+                Output::ToPeer { to, message } => self.peers.send(&to, message),
             }
         }
         Ok(())
@@ -415,10 +564,19 @@ fn log_event(event: &Event) {
         | Event::WorkerRejected { .. }
         | Event::MalformedFrame { .. }
         | Event::JobFailed { .. }
-        | Event::LeaseExpired { .. } => {
+        | Event::LeaseExpired { .. }
+        | Event::SnapshotRefused { .. }
+        | Event::PeerIgnored { .. }
+        | Event::PeerProtocolViolation { .. } => {
             tracing::warn!("{event}")
         }
-        Event::SubmitRejected { .. } | Event::JobSubmitted { .. } => tracing::debug!("{event}"),
+        // A member cut off from the others pre-votes every election timeout; only real
+        // elections are news.
+        Event::ElectionStarted { pre_vote: true, .. }
+        | Event::SubmitRejected { .. }
+        | Event::JobSubmitted { .. } => tracing::debug!("{event}"),
+        // Everything else, leader elected, took over, stepped down, elections, transfers and
+        // snapshots included, is the story an operator follows.
         _ => tracing::info!("{event}"),
     }
 }

@@ -9,5 +9,6 @@ pub mod client;
 pub mod clock;
 pub mod coordinator;
 pub mod net;
+pub mod peer;
 pub mod store;
 pub mod worker;

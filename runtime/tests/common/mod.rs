@@ -116,6 +116,8 @@ pub async fn try_start_coordinator(
         data_dir: data_dir.to_owned(),
         worker_addr,
         client_addr,
+        peer_addr: None,
+        peers: Default::default(),
         seed: None,
     })
     .await
