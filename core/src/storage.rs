@@ -14,6 +14,10 @@ use crate::job::Job;
 pub struct HardState {
     pub term: Term,
     pub voted_for: Option<NodeId>,
+    /// The member started with an empty disk and has not yet rejoined its group: it must keep
+    /// abstaining from elections after a restart too.
+    #[serde(default)]
+    pub abstaining: bool,
 }
 
 /// Numbers persistence batches; `handle_persisted` acknowledges every batch up to one.

@@ -148,8 +148,8 @@ impl Store {
             // the applied entry (every entry a version 1 coordinator wrote has term 1).
             conn.execute_batch(
                 "BEGIN;
-                 CREATE TABLE IF NOT EXISTS vote (id INTEGER PRIMARY KEY CHECK (id = 1), term INTEGER NOT NULL, voted_for TEXT);
-                 INSERT OR IGNORE INTO vote (id, term, voted_for) VALUES (1, 0, NULL);
+                 CREATE TABLE IF NOT EXISTS vote (id INTEGER PRIMARY KEY CHECK (id = 1), term INTEGER NOT NULL, voted_for TEXT, abstaining INTEGER NOT NULL DEFAULT 0);
+                 INSERT OR IGNORE INTO vote (id, term, voted_for, abstaining) VALUES (1, 0, NULL, 0);
                  INSERT OR IGNORE INTO meta (key, value)
                      SELECT 'applied_term', CASE WHEN value > 0 THEN 1 ELSE 0 END FROM meta WHERE key = 'applied_index';
                  PRAGMA user_version = 2;
@@ -214,11 +214,13 @@ impl Store {
             .ok_or_else(|| corrupt("the term of the applied entry is missing".into()))?;
         let applied_term = u64::try_from(applied_term)
             .map_err(|_| corrupt(format!("negative applied term {applied_term}")))?;
-        let (term, voted_for): (i64, Option<String>) = self
+        let (term, voted_for, abstaining): (i64, Option<String>, i64) = self
             .conn
-            .query_row("SELECT term, voted_for FROM vote WHERE id = 1", [], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
+            .query_row(
+                "SELECT term, voted_for, abstaining FROM vote WHERE id = 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
             .optional()?
             .ok_or_else(|| corrupt("the term and vote are missing".into()))?;
         let term = u64::try_from(term).map_err(|_| corrupt(format!("negative term {term}")))?;
@@ -250,6 +252,7 @@ impl Store {
             hard_state: HardState {
                 term: Term(term),
                 voted_for: voted_for.map(NodeId),
+                abstaining: abstaining != 0,
             },
             jobs,
             applied: LogIndex(applied),
@@ -279,13 +282,14 @@ impl Store {
             let mut discard = tx.prepare_cached("DELETE FROM log WHERE idx <= ?1")?;
             let mut truncate = tx.prepare_cached("DELETE FROM log WHERE idx > ?1")?;
             let mut set_vote =
-                tx.prepare_cached("UPDATE vote SET term = ?1, voted_for = ?2 WHERE id = 1")?;
+                tx.prepare_cached("UPDATE vote SET term = ?1, voted_for = ?2, abstaining = ?3 WHERE id = 1")?;
             for record in records {
                 match record {
                     Record::HardState(hard_state) => {
                         set_vote.execute(params![
                             to_sql(hard_state.term.0),
-                            hard_state.voted_for.as_ref().map(|id| id.0.as_str())
+                            hard_state.voted_for.as_ref().map(|id| id.0.as_str()),
+                            i64::from(hard_state.abstaining)
                         ])?;
                     }
                     Record::TruncateLogAfter(index) => {

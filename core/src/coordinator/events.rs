@@ -169,6 +169,19 @@ pub enum Event {
         index: LogIndex,
         error: String,
     },
+    /// This member started with an empty disk in a group of several: it abstains from
+    /// elections until it has heard every member (and caught up, if the group holds data).
+    Abstaining,
+    /// It has: it takes part in elections again from `term` on.
+    Rejoined {
+        term: Term,
+    },
+    /// A follower no longer holds entries it acknowledged (its disk was lost).
+    FollowerLostEntries {
+        follower: NodeId,
+        acknowledged: LogIndex,
+        holds: LogIndex,
+    },
     /// A peer message from a node that is not a member of the group.
     PeerIgnored {
         from: NodeId,
@@ -337,6 +350,20 @@ impl fmt::Display for Event {
             Event::SnapshotRefused { index, error } => {
                 write!(f, "Snapshot refused: index={index} error=\"{error}\"")
             }
+            Event::Abstaining => f.write_str(
+                "Empty disk in a group: abstaining from elections until every member has been heard (and, if the group holds data, this member has caught up)"
+            ),
+            Event::Rejoined { term } => {
+                write!(f, "Rejoined the group: takes part in elections again from term {}", term.0)
+            }
+            Event::FollowerLostEntries {
+                follower,
+                acknowledged,
+                holds,
+            } => write!(
+                f,
+                "Follower lost entries: {follower} had acknowledged up to {acknowledged} and now holds up to {holds}"
+            ),
             Event::PeerIgnored { from } => {
                 write!(f, "Peer message ignored: from={from} is not a member of the group")
             }

@@ -100,6 +100,16 @@ impl Coordinator {
                 ReplicaEvent::StrangerIgnored { from } => {
                     self.member.event(Event::PeerIgnored { from })
                 }
+                ReplicaEvent::Rejoined { term } => self.member.event(Event::Rejoined { term }),
+                ReplicaEvent::FollowerLostEntries {
+                    follower,
+                    acknowledged,
+                    holds,
+                } => self.member.event(Event::FollowerLostEntries {
+                    follower,
+                    acknowledged,
+                    holds,
+                }),
                 ReplicaEvent::ProtocolViolation { from, what } => self
                     .member
                     .event(Event::PeerProtocolViolation { from, what }),

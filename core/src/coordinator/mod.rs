@@ -248,6 +248,9 @@ impl Coordinator {
             parked: Parked::default(),
         };
         coordinator.apply_committed();
+        if coordinator.member.replica.is_abstaining() {
+            coordinator.member.event(Event::Abstaining);
+        }
         if coordinator.member.replica.is_leader() {
             // A group of one leads from its first moment.
             let leader = if recovering {

@@ -98,6 +98,9 @@ impl Replica {
 
     pub(super) fn on_pre_vote_reply(&mut self, from: &NodeId, term: Term, granted: bool) {
         let quorum = self.config.quorum();
+        if self.is_abstaining() {
+            return; // the reply to a probe for terms (see `rejoin`)
+        }
         let Role::PreCandidate { granted: votes } = &mut self.role else {
             return;
         };
@@ -120,8 +123,10 @@ impl Replica {
         // A higher term was adopted by `handle_message` unless a live leader is known; then the
         // vote is refused without touching our term (dissertation 9.6).
         let free = self.voted_for.is_none() || self.voted_for.as_ref() == Some(from);
-        let granted =
-            term == self.term && free && self.log.candidate_up_to_date(last_index, last_term);
+        let granted = term == self.term
+            && free
+            && !self.is_abstaining()
+            && self.log.candidate_up_to_date(last_index, last_term);
         if granted {
             self.voted_for = Some(from.clone());
             self.save_hard_state();
@@ -171,7 +176,11 @@ impl Replica {
     }
 
     pub(super) fn on_timeout_now(&mut self, from: &NodeId, term: Term) {
-        if term != self.term || self.leader.as_ref() != Some(from) || self.is_leader() {
+        if term != self.term
+            || self.leader.as_ref() != Some(from)
+            || self.is_leader()
+            || self.is_abstaining()
+        {
             return;
         }
         self.start_election(true);

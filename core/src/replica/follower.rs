@@ -26,7 +26,11 @@ impl Replica {
         // A candidate (or pre-candidate) learns that its term already has a leader.
         self.role = Role::Follower;
         self.set_leader(Some(from.clone()));
-        self.reset_election_deadline();
+        if !self.is_abstaining() {
+            // An abstaining member's timer only paces its probes for terms: a live leader
+            // must not silence them.
+            self.reset_election_deadline();
+        }
         true
     }
 
@@ -115,6 +119,7 @@ impl Replica {
         }
         let reply = self.append_reply(true, last_new, None, seq);
         self.send_when_durable(from.clone(), reply);
+        self.note_caught_up(last_new, leader_commit);
     }
 
     fn append_reply(

@@ -215,14 +215,13 @@ fn log_append(
     let prev_index = LogIndex(next.0.saturating_sub(1));
     let prev_term = log.term_at(prev_index).unwrap_or_default();
     let entries = log.entries_from(next, APPEND_ENTRIES_MAX, max_bytes);
-    let last_sent = entries.last().map_or(prev_index, |e| e.index);
     PeerMessage::Append {
         term,
         prev_index,
         prev_term,
         entries,
-        // Never tell a follower to commit beyond what it is known to match (paper 5.3).
-        commit: commit.min(last_sent),
+        // The follower commits no further than what this message proves it holds (figure 2).
+        commit,
         seq,
     }
 }
@@ -534,7 +533,7 @@ impl Replica {
             prev_index,
             prev_term,
             entries: Vec::new(),
-            commit: commit.min(p.matched),
+            commit,
             seq,
         };
         self.send(peer.clone(), message);
@@ -554,7 +553,7 @@ impl Replica {
         }
         let now = self.now;
         let last = self.log.last_index();
-        let Some(leading) = self.leading() else {
+        let Role::Leader(leading) = &mut self.role else {
             return;
         };
         let Some(p) = leading.progress.get_mut(from) else {
@@ -586,7 +585,19 @@ impl Replica {
                 Mode::Snapshot(_) => {}
             }
             leading.replication_due = true;
-        } else if !matches!(p.mode, Mode::Snapshot(_)) && index > p.matched {
+        } else if !matches!(p.mode, Mode::Snapshot(_)) {
+            if index <= p.matched {
+                // It no longer holds entries it acknowledged: its disk was lost. Count only what
+                // it holds now (commitment never goes back; what it helped commit is on the
+                // others, and it abstains from elections until it has caught up again).
+                let acknowledged = p.matched;
+                p.matched = LogIndex(index.0.saturating_sub(1));
+                self.events.push_back(ReplicaEvent::FollowerLostEntries {
+                    follower: from.clone(),
+                    acknowledged,
+                    holds: p.matched,
+                });
+            }
             // Paper 5.3: go back to where the follower's log may agree; `index` is the first
             // entry of the term it holds at the rejected position (or just past its log), so
             // one round trip skips a whole conflicting term.

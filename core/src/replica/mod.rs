@@ -37,6 +37,7 @@ mod election;
 mod follower;
 mod leader;
 pub mod log;
+mod rejoin;
 #[cfg(test)]
 mod tests;
 
@@ -54,6 +55,7 @@ use crate::storage::{HardState, Record};
 use crate::time::Instant;
 use leader::Leading;
 use log::RaftLog;
+use rejoin::Abstaining;
 
 pub use leader::{FollowerProgress, SnapshotSource};
 
@@ -191,6 +193,18 @@ pub enum ReplicaEvent {
     StrangerIgnored {
         from: NodeId,
     },
+    /// An empty member has heard every member (and, in a group that holds data, caught up):
+    /// it takes part in elections from `term` on (see `rejoin`).
+    Rejoined {
+        term: Term,
+    },
+    /// A follower no longer holds entries it acknowledged (its disk was lost): replication to it
+    /// starts over from what it holds.
+    FollowerLostEntries {
+        follower: NodeId,
+        acknowledged: LogIndex,
+        holds: LogIndex,
+    },
     /// A member sent something Raft rules out (a bug somewhere); it was ignored.
     ProtocolViolation {
         from: NodeId,
@@ -261,6 +275,8 @@ pub struct Replica {
     incoming: Option<Incoming>,
     /// Whom to tell, once an installed snapshot is durable: (leader, seq, snapshot bytes).
     pending_snapshot_reply: Option<(NodeId, u64, u64)>,
+    /// Abstaining from elections after an empty start (see `rejoin`).
+    abstaining: Option<Abstaining>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -295,6 +311,7 @@ impl Replica {
             log.append(entry);
         }
         let last = log.last_index();
+        let empty = hard_state == HardState::default() && last == LogIndex(0);
         let mut replica = Replica {
             rng: ChaCha8Rng::seed_from_u64(seed),
             now,
@@ -319,6 +336,8 @@ impl Replica {
             events: VecDeque::new(),
             incoming: None,
             pending_snapshot_reply: None,
+            abstaining: ((empty && config.members.len() > 1) || hard_state.abstaining)
+                .then(Abstaining::default),
             config,
         };
         if replica.config.members.len() == 1 {
@@ -498,6 +517,7 @@ impl Replica {
         self.emit(Record::HardState(HardState {
             term: self.term,
             voted_for: self.voted_for.clone(),
+            abstaining: self.abstaining.is_some(),
         }));
     }
 
@@ -642,7 +662,11 @@ impl Replica {
             Role::Leader(_) => self.leader_tick(),
             _ => {
                 if self.now >= self.election_deadline {
-                    self.start_pre_vote();
+                    if self.is_abstaining() {
+                        self.probe_terms();
+                    } else {
+                        self.start_pre_vote();
+                    }
                 }
             }
         }
@@ -655,6 +679,7 @@ impl Replica {
                 .push_back(ReplicaEvent::StrangerIgnored { from: from.clone() });
             return;
         }
+        self.note_peer(from, &message);
         let Some(term) = message.term() else {
             return;
         };
