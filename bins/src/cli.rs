@@ -49,7 +49,8 @@ pub enum Command {
     Cluster(ClientArgs),
     /// Load generator: submit N jobs over C connections and wait for all of them.
     Bench(BenchArgs),
-    /// Embedded default: one coordinator and N workers in one process, SQLite in a local folder.
+    /// Embedded default: one coordinator (or a group of 3 or 5) and N workers in one process,
+    /// SQLite in a local folder.
     Dev(DevArgs),
 }
 
@@ -67,10 +68,15 @@ pub struct CoordinatorArgs {
     /// Address to bind for clients (host part optional).
     #[arg(long, default_value = "7071")]
     pub client_port: String,
-    /// Port for coordinator-to-coordinator traffic (replication is not available yet).
+    /// Address to bind for the other coordinators of the group (host part optional). Defaults
+    /// to the port of this coordinator's own --peers entry; without --peers, no peer port is
+    /// opened unless this flag is given.
     #[arg(long)]
     pub peer_port: Option<String>,
-    /// Other members of a replicated group (not available yet: run a group of one).
+    /// Every member of the group, this one included, as ID=HOST:PORT (their peer ports),
+    /// comma-separated; every member is given the same list. This member's clients and
+    /// workers are sent to the host of its own entry, with its --client-port and
+    /// --worker-port. Leave out for a group of one.
     #[arg(long)]
     pub peers: Option<String>,
     #[command(flatten)]
@@ -103,6 +109,14 @@ pub struct CoordinatorTuning {
     /// Largest frame accepted or sent.
     #[arg(long, default_value_t = 1_048_576)]
     pub max_frame_bytes: usize,
+    /// A member that hears no leader for a time between this and twice this starts an
+    /// election (a group of several only).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub election_timeout_millis: u64,
+    /// Hand leadership to the next member after this many submissions in one term (off
+    /// unless given).
+    #[arg(long)]
+    pub rotate_leader_after_jobs: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -221,6 +235,16 @@ pub struct NumberList {
     pub file: Option<std::path::PathBuf>,
 }
 
+/// `herder dev --coordinators`: a group that tolerates 0, 1 or 2 failures.
+fn dev_group_size(raw: &str) -> Result<u32, String> {
+    match raw.trim() {
+        "1" => Ok(1),
+        "3" => Ok(3),
+        "5" => Ok(5),
+        _ => Err(format!("{raw:?}: a dev group has 1, 3 or 5 coordinators")),
+    }
+}
+
 impl NumberList {
     /// The numbers, or a message naming the file, line and column of the first bad token.
     /// `None` when neither flag was given.
@@ -333,6 +357,11 @@ pub struct DevArgs {
     /// Workers to run in the process.
     #[arg(long, default_value_t = 3)]
     pub workers: u32,
+    /// Coordinators in the group: 1, 3 or 5. Member N listens 10 ports above member N-1 (for
+    /// clients, workers and peers alike) and keeps its data in <data-dir>/cN; a single
+    /// coordinator keeps it in <data-dir> itself.
+    #[arg(long, default_value_t = 1, value_parser = dev_group_size)]
+    pub coordinators: u32,
     /// Task slots per worker.
     #[arg(long, default_value_t = 4)]
     pub capacity: u32,
@@ -343,6 +372,9 @@ pub struct DevArgs {
     pub worker_port: String,
     #[arg(long, default_value = "127.0.0.1:7071")]
     pub client_port: String,
+    /// The first coordinator's peer port (a group of 3 or 5 only).
+    #[arg(long, default_value = "127.0.0.1:7072")]
+    pub peer_port: String,
     /// Submit a demonstration set of jobs, print what happened, and exit.
     #[arg(long)]
     pub demo: bool,

@@ -1,51 +1,50 @@
-//! `herder dev`: the embedded default — one coordinator and N workers in one process, SQLite in
-//! a local folder. With `--demo` it also runs a small demonstration and exits.
+//! `herder dev`: the embedded default — one coordinator (or a group of 3 or 5) and N workers in
+//! one process, SQLite in a local folder. With `--demo` it also runs a small demonstration and
+//! exits.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use herder_core::client::ClientConfig;
-use herder_core::ids::WorkerId;
+use herder_core::ids::{NodeId, WorkerId};
 use herder_core::job::JobState;
 use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
-use herder_runtime::client::{HerderClient, SubmitOptions};
-use herder_runtime::{coordinator, worker};
+use herder_runtime::client::{CallError, HerderClient, SubmitOptions};
+use herder_runtime::coordinator::{self, CoordinatorHandle, CoordinatorOptions, Listeners};
+use herder_runtime::worker;
 
 use crate::cli::DevArgs;
 use crate::exit;
-use crate::output::{job_for_people, usage_error};
+use crate::output::{job_for_people, report_error, usage_error};
 use crate::verbs::{coordinator_config, parse_listen_addr, terminated};
 
+/// Ports between one member of a dev group and the next (7071, 7081, 7091, ...).
+const DEV_PORT_STRIDE: u16 = 10;
+/// How long a dev group may take to elect a leader and register its workers.
+const DEV_READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Pause between two looks at whether the dev group is ready.
+const DEV_READY_POLL: Duration = Duration::from_millis(50);
+
 pub async fn run(args: DevArgs) -> u8 {
-    let config = coordinator_config("dev", &args.tuning);
-    if let Err(error) = config.validate() {
-        return usage_error(&error.to_string(), false);
-    }
-    let (worker_addr, client_addr) = match (
-        parse_listen_addr(&args.worker_port, "127.0.0.1"),
-        parse_listen_addr(&args.client_port, "127.0.0.1"),
-    ) {
-        (Ok(w), Ok(c)) => (w, c),
-        (Err(e), _) | (_, Err(e)) => return usage_error(&e, false),
+    let members = match plan(&args) {
+        Ok(members) => members,
+        Err(error) => return usage_error(&error, false),
     };
-    let options = coordinator::CoordinatorOptions {
-        config,
-        data_dir: args.data_dir.clone(),
-        worker_addr,
-        client_addr,
-        peer_addr: None,
-        peers: Default::default(),
-        seed: None,
+    let coordinators = match start_group(&args, members).await {
+        Ok(coordinators) => coordinators,
+        Err(code) => return code,
     };
-    let coordinator = match coordinator::start(options).await {
-        Ok(handle) => handle,
-        Err(error) => {
-            eprintln!("herder: {error}");
-            return exit::SERVER;
-        }
-    };
-    let worker_addr = coordinator.worker_addr();
-    let client_addr = coordinator.client_addr();
+    let worker_addrs: Vec<String> = coordinators
+        .iter()
+        .map(|c| reachable(c.worker_addr()))
+        .collect();
+    let client_addrs: Vec<String> = coordinators
+        .iter()
+        .map(|c| reachable(c.client_addr()))
+        .collect();
     let mut workers = Vec::new();
     for n in 1..=args.workers {
         let id = match WorkerId::parse(&format!("worker-{n}")) {
@@ -53,7 +52,7 @@ pub async fn run(args: DevArgs) -> u8 {
             Err(error) => return usage_error(&error.to_string(), false),
         };
         let options = worker::WorkerOptions {
-            config: WorkerConfig::new(id, args.capacity, vec![worker_addr.to_string()]),
+            config: WorkerConfig::new(id, args.capacity, worker_addrs.clone()),
             max_frame_bytes: args.tuning.max_frame_bytes,
             seed: None,
         };
@@ -62,34 +61,197 @@ pub async fn run(args: DevArgs) -> u8 {
             Err(error) => return usage_error(&error.to_string(), false),
         }
     }
-    eprintln!(
-        "Herder dev cluster: {} workers x {} slots; clients at {client_addr}, workers at {worker_addr}; data in {}",
-        args.workers,
-        args.capacity,
-        args.data_dir.display()
-    );
-    let code = if args.demo {
-        demo(&client_addr.to_string()).await
+    let clients = client_addrs.join(",");
+    let workers_at = worker_addrs.join(",");
+    if coordinators.len() == 1 {
+        eprintln!(
+            "Herder dev cluster: {} workers x {} slots; clients at {clients}, workers at {workers_at}; data in {}",
+            args.workers,
+            args.capacity,
+            args.data_dir.display()
+        );
     } else {
-        eprintln!("Try, in another terminal:  herder submit sha256 --text hello --wait --coordinator {client_addr}");
-        eprintln!("Press Ctrl-C to stop.");
-        terminated().await;
-        exit::OK
-    };
+        eprintln!(
+            "Herder dev cluster: {} coordinators, {} workers x {} slots; clients at {clients}; workers at {workers_at}; data in {}/c1..c{}",
+            coordinators.len(),
+            args.workers,
+            args.capacity,
+            args.data_dir.display(),
+            coordinators.len()
+        );
+    }
+    let mut code = exit::OK;
+    if coordinators.len() > 1 {
+        code = ready(&client_addrs, args.workers).await;
+    }
+    if code == exit::OK {
+        code = if args.demo {
+            demo(&client_addrs).await
+        } else {
+            eprintln!("Try, in another terminal:  herder submit sha256 --text hello --wait --coordinator {clients}");
+            eprintln!("Press Ctrl-C to stop.");
+            terminated().await;
+            exit::OK
+        };
+    }
     for handle in workers {
         handle.shutdown().await;
     }
-    if let Err(error) = coordinator.shutdown().await {
-        eprintln!("herder: {error}");
-        return exit::SERVER;
+    for coordinator in coordinators {
+        if let Err(error) = coordinator.shutdown().await {
+            eprintln!("herder: {error}");
+            code = exit::SERVER;
+        }
     }
     code
 }
 
+/// One member of the dev group, before it starts.
+struct Planned {
+    id: NodeId,
+    data_dir: PathBuf,
+    worker_addr: SocketAddr,
+    client_addr: SocketAddr,
+    peer_addr: Option<SocketAddr>,
+}
+
+/// Every member's id, data dir and listen addresses. A single coordinator is exactly the
+/// long-standing dev layout: id `dev`, data in `--data-dir`, no peer port.
+fn plan(args: &DevArgs) -> Result<Vec<Planned>, String> {
+    let worker = parse_listen_addr(&args.worker_port, "127.0.0.1")?;
+    let client = parse_listen_addr(&args.client_port, "127.0.0.1")?;
+    if args.coordinators <= 1 {
+        return Ok(vec![Planned {
+            id: NodeId("dev".to_owned()),
+            data_dir: args.data_dir.clone(),
+            worker_addr: worker,
+            client_addr: client,
+            peer_addr: None,
+        }]);
+    }
+    let peer = parse_listen_addr(&args.peer_port, "127.0.0.1")?;
+    (0..args.coordinators)
+        .map(|n| {
+            Ok(Planned {
+                id: NodeId(format!("c{}", n + 1)),
+                data_dir: args.data_dir.join(format!("c{}", n + 1)),
+                worker_addr: offset(worker, n)?,
+                client_addr: offset(client, n)?,
+                peer_addr: Some(offset(peer, n)?),
+            })
+        })
+        .collect()
+}
+
+/// `addr` moved `n` strides up; port 0 (any free port) stays 0.
+fn offset(addr: SocketAddr, n: u32) -> Result<SocketAddr, String> {
+    if addr.port() == 0 {
+        return Ok(addr);
+    }
+    let port = u16::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_mul(DEV_PORT_STRIDE))
+        .and_then(|up| addr.port().checked_add(up))
+        .ok_or_else(|| format!("port {} leaves no room for member {}", addr.port(), n + 1))?;
+    Ok(SocketAddr::new(addr.ip(), port))
+}
+
+/// Where a listener on `addr` is reached from this host.
+fn reachable(addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        SocketAddr::from(([127, 0, 0, 1], addr.port())).to_string()
+    } else {
+        addr.to_string()
+    }
+}
+
+/// Binds every member's ports first, so each member is started knowing where the others are.
+async fn start_group(args: &DevArgs, members: Vec<Planned>) -> Result<Vec<CoordinatorHandle>, u8> {
+    let mut bound = Vec::new();
+    for member in members {
+        let options = CoordinatorOptions {
+            config: coordinator_config(&member.id.0, &args.tuning),
+            data_dir: member.data_dir.clone(),
+            worker_addr: member.worker_addr,
+            client_addr: member.client_addr,
+            peer_addr: member.peer_addr,
+            peers: BTreeMap::new(),
+            seed: None,
+        };
+        if let Err(error) = options.config.validate() {
+            return Err(usage_error(&error.to_string(), false));
+        }
+        match Listeners::bind(&options).await {
+            Ok(listeners) => bound.push((options, listeners)),
+            Err(error) => {
+                eprintln!("herder: {error}");
+                return Err(exit::SERVER);
+            }
+        }
+    }
+    let peer_addrs: BTreeMap<NodeId, String> = bound
+        .iter()
+        .filter_map(|(options, listeners)| {
+            let addr = listeners.peer_addr()?;
+            Some((options.config.node_id.clone(), reachable(addr)))
+        })
+        .collect();
+    let mut handles = Vec::new();
+    for (mut options, listeners) in bound {
+        let me = options.config.node_id.clone();
+        options.peers = peer_addrs
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .map(|(id, addr)| (id.clone(), addr.clone()))
+            .collect();
+        options.config.peers = options.peers.keys().cloned().collect();
+        if let (Some(client), Some(worker)) = (listeners.client_addr(), listeners.worker_addr()) {
+            options.config.client_address = reachable(client);
+            options.config.worker_address = reachable(worker);
+        }
+        match coordinator::start_on(listeners, options).await {
+            Ok(handle) => handles.push(handle),
+            Err(error) => {
+                eprintln!("herder: {error}");
+                for handle in handles {
+                    let _ = handle.shutdown().await;
+                }
+                return Err(exit::SERVER);
+            }
+        }
+    }
+    Ok(handles)
+}
+
+/// Waits until the group has a leader that answers and every worker has registered with it.
+async fn ready(client_addrs: &[String], workers: u32) -> u8 {
+    let client = HerderClient::new(ClientConfig::new(client_addrs.to_vec()));
+    let deadline = tokio::time::Instant::now() + DEV_READY_TIMEOUT;
+    loop {
+        let last: Result<usize, CallError> = client
+            .workers()
+            .await
+            .map(|list| list.iter().filter(|w| w.alive).count());
+        match &last {
+            Ok(alive) if *alive >= workers as usize => return exit::OK,
+            _ if tokio::time::Instant::now() >= deadline => {
+                return match last {
+                    Err(error) => report_error(&error, false),
+                    Ok(alive) => {
+                        eprintln!("herder: only {alive} of {workers} workers registered within {DEV_READY_TIMEOUT:?}");
+                        exit::SERVER
+                    }
+                };
+            }
+            _ => tokio::time::sleep(DEV_READY_POLL).await,
+        }
+    }
+}
+
 /// One job of each built-in kind, including one that fails before it succeeds and two split
 /// across the workers, so the output shows scheduling, results, a retry and aggregation.
-async fn demo(client_addr: &str) -> u8 {
-    let client = HerderClient::new(ClientConfig::new(vec![client_addr.to_owned()]));
+async fn demo(client_addrs: &[String]) -> u8 {
+    let client = HerderClient::new(ClientConfig::new(client_addrs.to_vec()));
     let tasks = [
         TaskSpec::Sha256 {
             text: "hello, herder".into(),

@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod dev;
+mod group;
 mod output;
 mod verbs;
 

@@ -21,6 +21,7 @@ use crate::cli::{
     WorkerArgs,
 };
 use crate::exit;
+use crate::group::{parse_node_id, parse_peers};
 use crate::output::{
     job_for_people, job_json, jobs_for_people, report_error, usage_error, workers_for_people,
 };
@@ -36,6 +37,12 @@ pub fn parse_listen_addr(raw: &str, default_host: &str) -> Result<SocketAddr, St
         .map_err(|_| format!("{raw:?} is not a port or an IP:port address"))
 }
 
+/// The replication heartbeat for an election timeout: the default 50 ms, or a third of the
+/// timeout when that is shorter (followers must hear several heartbeats per timeout).
+fn replication_heartbeat(election_timeout_millis: u64) -> Duration {
+    Duration::from_millis((election_timeout_millis / 3).clamp(1, 50))
+}
+
 pub fn coordinator_config(id: &str, tuning: &CoordinatorTuning) -> CoordinatorConfig {
     CoordinatorConfig {
         node_id: NodeId(id.to_owned()),
@@ -48,6 +55,12 @@ pub fn coordinator_config(id: &str, tuning: &CoordinatorTuning) -> CoordinatorCo
         max_active_jobs: tuning.max_active_jobs,
         readoption_window: None,
         max_frame_bytes: tuning.max_frame_bytes,
+        election_timeout_min: Duration::from_millis(tuning.election_timeout_millis),
+        election_timeout_max: Duration::from_millis(
+            tuning.election_timeout_millis.saturating_mul(2),
+        ),
+        replication_heartbeat: replication_heartbeat(tuning.election_timeout_millis),
+        rotate_leader_after_jobs: tuning.rotate_leader_after_jobs,
         ..CoordinatorConfig::default()
     }
 }
@@ -84,14 +97,18 @@ pub fn stop_on_signal(stop: watch::Sender<bool>) {
 }
 
 pub async fn coordinator(args: CoordinatorArgs) -> u8 {
-    if args.peers.is_some() || args.peer_port.is_some() {
-        return usage_error(
-            "replicated coordinators (--peers, --peer-port) are not available in this version; \
-             run a group of one by leaving both out",
-            false,
-        );
-    }
-    let config = coordinator_config(&args.id, &args.tuning);
+    let id = match parse_node_id(&args.id, "--id") {
+        Ok(id) => id,
+        Err(error) => return usage_error(&error, false),
+    };
+    let group = match args.peers.as_deref().map(|raw| parse_peers(raw, &id)) {
+        None => None,
+        Some(Ok(group)) => Some(group),
+        Some(Err(error)) => return usage_error(&error, false),
+    };
+    let mut config = coordinator_config(&args.id, &args.tuning);
+    let others = group.as_ref().map_or(&[][..], |g| g.others.as_slice());
+    config.peers = others.iter().map(|e| e.id.clone()).collect();
     if let Err(error) = config.validate() {
         return usage_error(&error.to_string(), false);
     }
@@ -102,16 +119,41 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         (Ok(w), Ok(c)) => (w, c),
         (Err(e), _) | (_, Err(e)) => return usage_error(&e, false),
     };
-    let options = coordinator::CoordinatorOptions {
+    // Others dial the port of this member's own --peers entry, so that is where it listens
+    // unless told otherwise.
+    let peer_addr = match (&args.peer_port, &group) {
+        (Some(raw), _) => match parse_listen_addr(raw, "0.0.0.0") {
+            Ok(addr) => Some(addr),
+            Err(e) => return usage_error(&e, false),
+        },
+        (None, Some(group)) => Some(SocketAddr::from(([0, 0, 0, 0], group.me.port))),
+        (None, None) => None,
+    };
+    let mut options = coordinator::CoordinatorOptions {
         config,
         data_dir: args.data_dir,
         worker_addr,
         client_addr,
-        peer_addr: None,
-        peers: Default::default(),
+        peer_addr,
+        peers: others.iter().map(|e| (e.id.clone(), e.address())).collect(),
         seed: None,
     };
-    let handle = match coordinator::start(options).await {
+    let listeners = match coordinator::Listeners::bind(&options).await {
+        Ok(listeners) => listeners,
+        Err(error) => {
+            eprintln!("herder: {error}");
+            return exit::SERVER;
+        }
+    };
+    if let Some(group) = &group {
+        // Clients and workers reach this member on the host the others reach it on.
+        let port = |addr: Option<SocketAddr>| addr.map_or(0, |a| a.port());
+        options.config.client_address =
+            format!("{}:{}", group.me.host, port(listeners.client_addr()));
+        options.config.worker_address =
+            format!("{}:{}", group.me.host, port(listeners.worker_addr()));
+    }
+    let handle = match coordinator::start_on(listeners, options).await {
         Ok(handle) => handle,
         Err(error) => {
             eprintln!("herder: {error}");

@@ -151,10 +151,58 @@ fn an_unreachable_coordinator_exits_4_without_hanging() {
 }
 
 #[test]
-fn replication_flags_are_refused_clearly() {
-    let output = herder(&["coordinator", "--peers", "c2=127.0.0.1:7072"]);
-    assert_eq!(code(&output), 2);
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--peers"));
+fn bad_group_flags_are_refused_with_exit_2_and_what_is_wrong() {
+    // Nothing is bound or written: every case is refused before the coordinator starts.
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--peers", "c2=127.0.0.1:7072,c3=127.0.0.1:7082"],
+            "--id coordinator-1 is not in --peers (c2, c3)",
+        ),
+        (
+            &[
+                "--id",
+                "c1",
+                "--peers",
+                "c1=127.0.0.1:7072,c1=127.0.0.1:7082",
+            ],
+            "--peers names member c1 twice",
+        ),
+        (
+            &["--id", "c1", "--peers", "c1=127.0.0.1:7072,c2"],
+            "--peers entry 2 (\"c2\") is not ID=HOST:PORT",
+        ),
+        (
+            &["--id", "c1", "--peers", "c1=127.0.0.1:peer"],
+            "\"peer\" is not a port",
+        ),
+        (
+            &[
+                "--id",
+                "c1",
+                "--peers",
+                "c1=a:1,c2=b:2,c3=c:3,c4=d:4,c5=e:5,c6=f:6,c7=g:7,c8=h:8",
+            ],
+            "a group has 1 to 7 members",
+        ),
+        (
+            &["--id", "c1", "--rotate-leader-after-jobs", "0"],
+            "--rotate-leader-after-jobs must be at least 1",
+        ),
+        (
+            &["--election-timeout-millis", "5"],
+            "--election-timeout-millis",
+        ),
+    ];
+    let dir = temp_dir("group-flags");
+    for (flags, expected) in cases {
+        let mut args = vec!["coordinator", "--data-dir", dir.to_str().expect("utf-8")];
+        args.extend_from_slice(flags);
+        let output = herder(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(code(&output), 2, "{flags:?}: {stderr}");
+        assert!(stderr.contains(expected), "{flags:?}: {stderr}");
+    }
+    assert!(!dir.exists(), "a refused coordinator created its data dir");
 }
 
 #[test]

@@ -33,6 +33,7 @@ use herder_core::protocol::{
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::clock::{os_seed, sleep_until, Clock};
 use crate::net::{open_connection, Inbound, Outbound, SendError};
@@ -225,57 +226,73 @@ pub async fn start_on(
         worker_address: config.worker_address.clone(),
     };
     let members: BTreeSet<NodeId> = config.peers.iter().cloned().collect();
+    // Several members may share a process (`herder dev`, tests): their lines say whose they
+    // are. A group of one logs as it always has.
+    let span = if members.is_empty() {
+        tracing::Span::none()
+    } else {
+        tracing::info_span!("coordinator", node = %greeting.node_id)
+    };
     let clock = Clock::new();
     let store = Store::open(&data_dir)?;
     let durable = store.load()?;
     let seed = seed.unwrap_or_else(os_seed);
     let coordinator = Coordinator::recover(config, seed, clock.now(), durable)?;
-    tracing::info!(
-        data = %store.path().display(),
-        "Coordinator store opened"
-    );
-    match peer_addr {
-        Some(peer_addr) => tracing::info!(
-            %worker_addr,
-            %client_addr,
-            %peer_addr,
-            node = %greeting.node_id,
-            members = members.len() + 1,
-            "Coordinator listening"
-        ),
-        None => tracing::info!(%worker_addr, %client_addr, "Coordinator listening"),
-    }
+    span.in_scope(|| {
+        tracing::info!(
+            data = %store.path().display(),
+            "Coordinator store opened"
+        );
+        match peer_addr {
+            Some(peer_addr) => tracing::info!(
+                %worker_addr,
+                %client_addr,
+                %peer_addr,
+                members = members.len() + 1,
+                "Coordinator listening"
+            ),
+            None => tracing::info!(%worker_addr, %client_addr, "Coordinator listening"),
+        }
+    });
 
     let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let next_conn = Arc::new(AtomicU64::new(1));
-    let worker_accept = tokio::spawn(accept_loop(
-        worker_listener,
-        Link::Worker,
-        max_frame_bytes,
-        input_tx.clone(),
-        next_conn.clone(),
-        shutdown_rx.clone(),
-    ));
-    let client_accept = tokio::spawn(accept_loop(
-        client_listener,
-        Link::Client,
-        max_frame_bytes,
-        input_tx.clone(),
-        next_conn,
-        shutdown_rx.clone(),
-    ));
-    let peer_accept = peer_listener.map(|listener| {
-        peer::spawn_accept_loop(
-            listener,
-            members,
+    let worker_accept = tokio::spawn(
+        accept_loop(
+            worker_listener,
+            Link::Worker,
             max_frame_bytes,
-            input_tx,
-            Input::Peer,
+            input_tx.clone(),
+            next_conn.clone(),
             shutdown_rx.clone(),
         )
+        .instrument(span.clone()),
+    );
+    let client_accept = tokio::spawn(
+        accept_loop(
+            client_listener,
+            Link::Client,
+            max_frame_bytes,
+            input_tx.clone(),
+            next_conn,
+            shutdown_rx.clone(),
+        )
+        .instrument(span.clone()),
+    );
+    let peer_accept = span.in_scope(|| {
+        peer_listener.map(|listener| {
+            peer::spawn_accept_loop(
+                listener,
+                members,
+                max_frame_bytes,
+                input_tx,
+                Input::Peer,
+                shutdown_rx.clone(),
+            )
+        })
     });
-    let peer_links = PeerLinks::start(greeting, &peers, max_frame_bytes);
+    let peer_links = span.in_scope(|| PeerLinks::start(greeting, &peers, max_frame_bytes));
 
     let (batch_tx, batch_rx) = std::sync::mpsc::channel::<PersistBatch>();
     let (durable_tx, durable_rx) = mpsc::unbounded_channel::<Result<BatchId, String>>();
@@ -285,29 +302,32 @@ pub async fn start_on(
         .map_err(|e| CoordinatorError::StoreThread(e.to_string()))?;
 
     let stopped = shutdown_tx.clone();
-    let task = tokio::spawn(async move {
-        let driver = Driver {
-            coordinator,
-            clock,
-            conns: HashMap::new(),
-            batches: batch_tx,
-            peers: peer_links,
-        };
-        let result = driver.run(input_rx, durable_rx, shutdown_rx).await;
-        // However the driver ended, every task serving a connection stops with it.
-        let _ = stopped.send(true);
-        worker_accept.abort();
-        client_accept.abort();
-        if let Some(peer_accept) = peer_accept {
-            peer_accept.abort();
+    let task = tokio::spawn(
+        async move {
+            let driver = Driver {
+                coordinator,
+                clock,
+                conns: HashMap::new(),
+                batches: batch_tx,
+                peers: peer_links,
+            };
+            let result = driver.run(input_rx, durable_rx, shutdown_rx).await;
+            // However the driver ended, every task serving a connection stops with it.
+            let _ = stopped.send(true);
+            worker_accept.abort();
+            client_accept.abort();
+            if let Some(peer_accept) = peer_accept {
+                peer_accept.abort();
+            }
+            // Dropping the driver closed the batch channel; the store thread finishes and exits.
+            let joined = tokio::task::spawn_blocking(move || store_thread.join()).await;
+            if !matches!(joined, Ok(Ok(()))) {
+                tracing::error!("store thread did not exit cleanly");
+            }
+            result
         }
-        // Dropping the driver closed the batch channel; the store thread finishes and exits.
-        let joined = tokio::task::spawn_blocking(move || store_thread.join()).await;
-        if !matches!(joined, Ok(Ok(()))) {
-            tracing::error!("store thread did not exit cleanly");
-        }
-        result
-    });
+        .instrument(span),
+    );
     Ok(CoordinatorHandle {
         worker_addr,
         client_addr,

@@ -31,6 +31,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::clock::os_seed;
 
@@ -107,7 +108,8 @@ pub struct PeerLinks {
 }
 
 impl PeerLinks {
-    /// Starts one outbound task per entry of `peers` (member id -> its peer address).
+    /// Starts one outbound task per entry of `peers` (member id -> its peer address). The tasks
+    /// log in the span current when this is called.
     pub fn start(
         greeting: Greeting,
         peers: &BTreeMap<NodeId, String>,
@@ -127,7 +129,8 @@ impl PeerLinks {
                         counters: counters.clone(),
                         rng: ChaCha8Rng::seed_from_u64(os_seed()),
                     }
-                    .run(rx),
+                    .run(rx)
+                    .in_current_span(),
                 );
                 let link = OutboundLink {
                     queue,
@@ -340,7 +343,7 @@ type Current = Arc<Mutex<HashMap<NodeId, (u64, watch::Sender<bool>)>>>;
 
 /// Accepts peer connections on `listener` until `shutdown`: each must open with a `HELLO` from
 /// one of `members`; every message it carries (the `HELLO` included) is sent on `inputs` as
-/// `wrap(member, message)`.
+/// `wrap(member, message)`. The tasks log in the span current when this is called.
 pub fn spawn_accept_loop<T, F>(
     listener: TcpListener,
     members: BTreeSet<NodeId>,
@@ -357,43 +360,50 @@ where
     let members = Arc::new(members);
     let current: Current = Arc::default();
     let mut next_generation: u64 = 0;
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                _ = shutdown.changed() => return,
-            };
-            let (stream, remote) = match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Usually descriptor exhaustion; back off briefly rather than spin.
-                    tracing::warn!(%error, "peer accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::spawn(
+        async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = shutdown.changed() => return,
+                };
+                let (stream, remote) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        // Usually descriptor exhaustion; back off briefly rather than spin.
+                        tracing::warn!(%error, "peer accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(
+                        %remote,
+                        limit = PEER_INBOUND_CONNECTIONS_MAX,
+                        "too many inbound peer connections; closing the new one"
+                    );
+                    drop(stream);
                     continue;
-                }
-            };
-            let Ok(permit) = slots.clone().try_acquire_owned() else {
-                tracing::warn!(
-                    %remote,
-                    limit = PEER_INBOUND_CONNECTIONS_MAX,
-                    "too many inbound peer connections; closing the new one"
+                };
+                next_generation += 1;
+                let connection = Inbound {
+                    stream,
+                    remote,
+                    generation: next_generation,
+                    members: members.clone(),
+                    current: current.clone(),
+                    max_frame_bytes,
+                    _permit: permit,
+                };
+                tokio::spawn(
+                    connection
+                        .run(inputs.clone(), wrap.clone(), shutdown.clone())
+                        .in_current_span(),
                 );
-                drop(stream);
-                continue;
-            };
-            next_generation += 1;
-            let connection = Inbound {
-                stream,
-                remote,
-                generation: next_generation,
-                members: members.clone(),
-                current: current.clone(),
-                max_frame_bytes,
-                _permit: permit,
-            };
-            tokio::spawn(connection.run(inputs.clone(), wrap.clone(), shutdown.clone()));
+            }
         }
-    })
+        .in_current_span(),
+    )
 }
 
 /// One accepted peer connection.
