@@ -586,6 +586,7 @@ fn log_event(event: &Event) {
         | Event::JobFailed { .. }
         | Event::LeaseExpired { .. }
         | Event::SnapshotRefused { .. }
+        | Event::FollowerLostEntries { .. }
         | Event::PeerIgnored { .. }
         | Event::PeerProtocolViolation { .. } => {
             tracing::warn!("{event}")
