@@ -281,8 +281,9 @@ impl Store {
                 tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'applied_term'")?;
             let mut discard = tx.prepare_cached("DELETE FROM log WHERE idx <= ?1")?;
             let mut truncate = tx.prepare_cached("DELETE FROM log WHERE idx > ?1")?;
-            let mut set_vote =
-                tx.prepare_cached("UPDATE vote SET term = ?1, voted_for = ?2, abstaining = ?3 WHERE id = 1")?;
+            let mut set_vote = tx.prepare_cached(
+                "UPDATE vote SET term = ?1, voted_for = ?2, abstaining = ?3 WHERE id = 1",
+            )?;
             for record in records {
                 match record {
                     Record::HardState(hard_state) => {
