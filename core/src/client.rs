@@ -59,6 +59,12 @@ pub struct ClientConfig {
     pub max_resends: u32,
     /// Redirects one operation may follow.
     pub max_redirects: u32,
+    /// After the second redirect in a row, the client pauses before following the next:
+    /// `redirect_pause_base * 2^(n-2)`, capped at `redirect_pause_max`. While leadership moves,
+    /// the old leader and the member taking over can name each other for a moment; the pause
+    /// lets the election finish instead of spending every redirect in a millisecond.
+    pub redirect_pause_base: Duration,
+    pub redirect_pause_max: Duration,
 }
 
 impl ClientConfig {
@@ -75,6 +81,8 @@ impl ClientConfig {
             connect_backoff_max: Duration::from_millis(2_000),
             max_resends: 4,
             max_redirects: 8,
+            redirect_pause_base: Duration::from_millis(20),
+            redirect_pause_max: Duration::from_millis(500),
         }
     }
 }
@@ -363,7 +371,16 @@ impl Client {
             Link::Ready { draining: true, .. } if self.ops.values().all(|op| op.sent.is_none()) => {
                 self.outputs.push_back(ClientOutput::Close);
                 self.link = Link::Idle;
-                if ready {
+                let hops = self.ops.values().map(|op| op.redirects).max().unwrap_or(0);
+                if hops >= 2 {
+                    let doubling = 1u32 << (hops - 2).min(16);
+                    let pause = self
+                        .config
+                        .redirect_pause_base
+                        .saturating_mul(doubling)
+                        .min(self.config.redirect_pause_max);
+                    self.reconnect_at = Some(now.saturating_add(pause));
+                } else if ready {
                     self.connect(now);
                 }
             }

@@ -1354,6 +1354,29 @@ fn auto_partitions_are_one_per_live_worker_and_spread_over_distinct_workers() {
 }
 
 #[test]
+fn auto_partitions_fit_the_room_admission_has_left_now() {
+    // Limit 3, one job already active, two live workers: two partitions would need 1 + 2 + 1 =
+    // 4 slots, over the limit, but one partition fits (1 + 1 + 1 = 3): `auto` takes what is
+    // left instead of refusing a job that fits. (The simulator's check of every rejection
+    // against the room really left found this.)
+    let mut h = Harness::with(CoordinatorConfig {
+        max_active_jobs: 3,
+        ..config()
+    });
+    h.register("w1", 1);
+    h.register("w2", 1);
+    h.submit(json!({"kind": "sleep", "milliseconds": 60_000}), None, None);
+    let parent = h.submit(
+        json!({"kind": "max", "numbers": [3, 9, 4, 1]}),
+        None,
+        Some(Partitions::Auto),
+    );
+    let job = h.c.job(&parent).expect("accepted");
+    assert_eq!(job.partitions.len(), 1, "one partition fits the room left");
+    assert_eq!(h.c.table().active_jobs(), 3);
+}
+
+#[test]
 fn partitions_prefer_a_busier_worker_to_doubling_up_on_one() {
     // w2 already runs two ordinary jobs; w1 is idle. Plain least-loaded placement would put
     // both partitions on w1; the spread rule puts the second on w2, which has room.

@@ -1,18 +1,32 @@
-//! The invariant checker: SPEC section 4 safety properties, checked after every simulated step.
+//! The invariant checker: SPEC section 4's safety properties, checked as the world runs.
 //!
-//! It sees three things: what reaches each coordinator's disk (`record_durable`), every output a
-//! coordinator emits (`check_output`, before the output takes effect), and the coordinator's state
-//! after each step (`check_state`). Every error names the job, lease or worker concerned; the
-//! world prefixes the time and node.
+//! It judges with knowledge of its own, never by re-running the code it checks:
+//!
+//! - a mirror of every coordinator's disk, fed with exactly the records that became durable
+//!   there, so "durable on a majority" is a count of mirrors;
+//! - the committed log, learned from what coordinators apply (an entry can only be applied once
+//!   it is on the applier's disk, so the mirror says what it was), and checked for state machine
+//!   safety: no two members ever apply different entries at one index;
+//! - the reference [`Model`] of the job rules, fed with the committed log, against which every
+//!   coordinator's table is compared whenever it has applied exactly as far as the model;
+//! - consensus invariants: at most one leader per term, committed entries held unchanged by
+//!   every member that has committed them (log matching), and by every member that takes over
+//!   as leader (leader completeness);
+//! - every visible output (`SUBMIT_ACCEPTED`, `TASK_ASSIGN`, `RESULT_ACK`, `TASK_CANCEL`,
+//!   `CANCEL_RESULT`, `SUBMIT_REJECTED`) against the model: its fact committed, durable on a
+//!   majority and on the sender's disk, and true.
+//!
+//! Every error names the job, lease, entry or member concerned; the world prefixes the time and
+//! node.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use herder_core::command::{Applied, Command, JobTable};
-use herder_core::coordinator::{DiskImage, Output, Record, WorkerEntry};
-use herder_core::ids::{Attempt, JobId, LeaseId, WorkerId};
-use herder_core::job::{Job, JobState};
+use herder_core::command::LogEntry;
+use herder_core::coordinator::{Coordinator, DiskImage, Output, Record, WorkerEntry};
+use herder_core::ids::{JobId, LeaseId, LogIndex, Term, WorkerId};
 use herder_core::protocol::{CancelReason, ClientReply, CoordinatorToWorker, JobView};
-use herder_core::tasks::{self, TaskSpec};
+
+use crate::model::Model;
 
 pub type Check = Result<(), String>;
 
@@ -27,21 +41,6 @@ macro_rules! ensure {
 /// A coordinator's disk: exactly the batches that became durable, applied in order.
 pub type Disk = DiskImage;
 
-/// Monotone facts about commands that reached a disk (log entries are discarded later, so the
-/// facts are collected as batches land).
-#[derive(Clone, Debug, Default)]
-pub struct Facts {
-    pub submits: HashSet<JobId>,
-    pub assigns: HashMap<(JobId, LeaseId), WorkerId>,
-    pub settles: HashSet<(JobId, LeaseId)>,
-    /// Jobs a durable entry cancelled: by a `Cancel` of the job (or of its data-parallel parent),
-    /// or because a sibling partition failed for good.
-    pub cancels: HashSet<JobId>,
-    /// The table the durable log alone produces, applied entry by entry as entries become
-    /// durable, so cascades (a parent's cancel cancelling its partitions) are known exactly.
-    pub durable_table: JobTable,
-}
-
 /// Who a coordinator connection belongs to, as the world knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnOwner {
@@ -50,66 +49,249 @@ pub enum ConnOwner {
     Unknown,
 }
 
+/// Every log entry that ever reached one coordinator's disk, as the disk now holds it
+/// (truncations remove entries; discarding applied entries does not, since the mirror is only
+/// asked about entries the coordinator had when it applied or acknowledged them).
+#[derive(Clone, Debug, Default)]
+struct Mirror {
+    log: BTreeMap<LogIndex, LogEntry>,
+    /// The highest snapshot installed: the disk holds the effect of every entry up to it.
+    snapshot: LogIndex,
+}
+
+impl Mirror {
+    fn write(&mut self, records: &[Record]) {
+        for record in records {
+            match record {
+                Record::Log(entry) => {
+                    self.log.insert(entry.index, entry.clone());
+                }
+                Record::TruncateLogAfter(index) => {
+                    self.log.retain(|i, _| i <= index);
+                }
+                Record::Snapshot { index, .. } => self.snapshot = self.snapshot.max(*index),
+                Record::HardState(_)
+                | Record::Job(_)
+                | Record::Applied { .. }
+                | Record::DiscardLogThrough(_) => {}
+            }
+        }
+    }
+
+    /// Whether this disk holds `entry` (or a snapshot covering it).
+    fn holds(&self, entry: &LogEntry) -> bool {
+        entry.index <= self.snapshot || self.log.get(&entry.index) == Some(entry)
+    }
+}
+
+/// What the checker follows of one coordinator process.
+#[derive(Clone, Debug, Default)]
+struct Follow {
+    /// The last applied index seen (entries up to it were checked).
+    applied: LogIndex,
+    /// Committed entries up to here were checked against this member's log.
+    commit_checked: LogIndex,
+    /// The applied index at which its table was last compared with the model.
+    compared: Option<LogIndex>,
+    /// Whether it was the acting leader at the last look.
+    acting: bool,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Checker {
-    pub facts: Facts,
+    quorum: usize,
+    mirrors: Vec<Mirror>,
+    /// Disks as they were when they were lost: an entry they held was durable there, so an
+    /// acknowledgement that counted them was honest (the loss is the fault, within a minority).
+    lost: Vec<(usize, Mirror)>,
+    follow: Vec<Follow>,
+    /// The committed log: index -> the entry every member applies there, and the term of the
+    /// member that first applied it (a term in which it was already committed).
+    committed: BTreeMap<LogIndex, (LogEntry, Term)>,
+    pub model: Model,
+    leaders_by_term: BTreeMap<Term, usize>,
     /// Every lease id ever sent in a `TASK_ASSIGN`.
     leases_sent: HashSet<LeaseId>,
     /// (job, attempt) -> (lease, worker) of its one assignment.
     attempts: HashMap<(JobId, u32), (LeaseId, WorkerId)>,
-    /// Terminal jobs as first seen; they must never change.
-    terminal: BTreeMap<JobId, Job>,
     /// Jobs acknowledged by `SUBMIT_ACCEPTED`.
     acked: BTreeSet<JobId>,
-    /// Idempotency key -> the job it was acknowledged for.
-    key_binding: HashMap<String, JobId>,
     pub assignments: u64,
     pub completions: u64,
 }
 
 impl Checker {
-    pub fn new() -> Checker {
-        Checker::default()
+    pub fn new(coordinators: usize) -> Checker {
+        Checker {
+            quorum: coordinators / 2 + 1,
+            mirrors: vec![Mirror::default(); coordinators],
+            follow: vec![Follow::default(); coordinators],
+            model: Model::new(),
+            ..Checker::default()
+        }
     }
 
     pub fn acked(&self) -> &BTreeSet<JobId> {
         &self.acked
     }
 
-    /// A batch became durable.
-    pub fn record_durable(&mut self, records: &[Record]) {
-        for record in records {
-            let Record::Log(entry) = record else { continue };
-            match &entry.command {
-                Command::Submit { job_id, .. } => {
-                    self.facts.submits.insert(*job_id);
-                }
-                Command::Assign { job_id, lease } => {
-                    self.facts
-                        .assigns
-                        .insert((*job_id, lease.id), lease.worker.clone());
-                }
-                Command::Complete {
-                    job_id, lease_id, ..
-                }
-                | Command::AttemptFailed {
-                    job_id, lease_id, ..
-                }
-                | Command::Abandon { job_id, lease_id } => {
-                    self.facts.settles.insert((*job_id, *lease_id));
-                }
-                Command::Cancel { .. } | Command::Requeue { .. } | Command::NewLeader { .. } => {}
+    /// A batch became durable on coordinator `c`'s disk.
+    pub fn record_durable(&mut self, c: usize, records: &[Record]) {
+        self.mirrors[c].write(records);
+    }
+
+    /// Coordinator `c`'s disk was lost: it starts again empty.
+    pub fn disk_lost(&mut self, c: usize) {
+        let lost = std::mem::take(&mut self.mirrors[c]);
+        self.lost.push((c, lost));
+    }
+
+    /// A new process of coordinator `c` started on a disk whose job rows reflect every entry up
+    /// to `rows_applied`. Whatever it applied beyond them at start (a group of one replays its
+    /// log) is checked at the next look, from the mirror.
+    pub fn process_started(&mut self, c: usize, rows_applied: LogIndex, machine: &Coordinator) {
+        let applied = machine.table().applied_index();
+        self.follow[c] = Follow {
+            applied: rows_applied.min(applied),
+            commit_checked: rows_applied.min(applied),
+            compared: None,
+            acting: false,
+        };
+    }
+
+    /// Looks at coordinator `c` after it handled an input: what it applied joins the committed
+    /// log (and the model), and the consensus invariants are checked.
+    pub fn observe(&mut self, c: usize, machine: &Coordinator) -> Check {
+        let replica = machine.replica();
+        let applied = machine.table().applied_index();
+        // Entries applied since the last look, as its disk holds them.
+        let mut index = self.follow[c].applied;
+        while index < applied {
+            index = index.next();
+            // A follower that installed the leader's table moved past these entries without
+            // applying them (the snapshot record reaches its disk with its next batch).
+            if index <= replica.installed_snapshot() {
+                continue;
             }
-            let table = &mut self.facts.durable_table;
-            if entry.index == table.applied_index().next() {
-                let outcome = table.apply(entry.index, &entry.command);
-                for applied in std::iter::once(&outcome.applied).chain(&outcome.follow_on) {
-                    if let Applied::Cancelled { job_id, .. } = applied {
-                        self.facts.cancels.insert(*job_id);
-                    }
+            let mirror = &self.mirrors[c];
+            let Some(entry) = mirror.log.get(&index).cloned() else {
+                ensure!(
+                    index <= mirror.snapshot,
+                    "coord-{c} applied entry {index}, which never became durable on its disk"
+                );
+                continue;
+            };
+            match self.committed.get(&index) {
+                Some((known, _)) => ensure!(
+                    *known == entry,
+                    "state machine safety: coord-{c} applied {entry:?} at {index}, but {known:?} was applied there before"
+                ),
+                None => {
+                    self.committed.insert(index, (entry, replica.term()));
                 }
             }
         }
+        self.follow[c].applied = applied;
+        while let Some((entry, _)) = self.committed.get(&self.model.applied.next()) {
+            let entry = entry.clone();
+            self.model.apply(&entry)?;
+        }
+        // At most one leader per term (paper 5.2).
+        if replica.is_leader() {
+            let first = *self.leaders_by_term.entry(replica.term()).or_insert(c);
+            ensure!(
+                first == c,
+                "election safety: coord-{first} and coord-{c} both led term {}",
+                replica.term().0
+            );
+        }
+        // Log matching: what this member has committed, it holds as committed (paper 5.3).
+        let base = replica.log().base_index();
+        let commit = replica.committed_index().min(replica.last_index());
+        let from = self.follow[c].commit_checked.max(base);
+        let unchecked = if commit > from {
+            self.committed.range(from.next()..=commit)
+        } else {
+            self.committed.range(LogIndex(1)..LogIndex(1))
+        };
+        for (index, (entry, _)) in unchecked {
+            let held = replica.term_at(*index);
+            ensure!(
+                held == Some(entry.term),
+                "log matching: coord-{c} committed entry {index} holding term {held:?}, but the committed entry there has term {}",
+                entry.term.0
+            );
+        }
+        self.follow[c].commit_checked = self.follow[c].commit_checked.max(commit);
+        // Leader completeness (paper 5.4): a member taking over holds every entry committed in
+        // an earlier term.
+        let acting = machine.is_acting_leader();
+        if acting && !self.follow[c].acting {
+            for (index, (entry, seen_in)) in self.committed.range(base.next()..) {
+                if *seen_in >= replica.term() {
+                    continue;
+                }
+                ensure!(
+                    replica.term_at(*index) == Some(entry.term),
+                    "leader completeness: coord-{c} took over term {} without committed entry {index} (term {})",
+                    replica.term().0,
+                    entry.term.0
+                );
+            }
+        }
+        self.follow[c].acting = acting;
+        // Identical tables at the same applied index: the model's.
+        if applied == self.model.applied && self.follow[c].compared != Some(applied) {
+            self.follow[c].compared = Some(applied);
+            self.compare_with_model(c, machine)?;
+        }
+        Ok(())
+    }
+
+    fn compare_with_model(&mut self, c: usize, machine: &Coordinator) -> Check {
+        let table = machine.table();
+        for row in table.jobs() {
+            self.model
+                .matches(row)
+                .map_err(|e| format!("coord-{c} at entry {}: {e}", table.applied_index()))?;
+        }
+        ensure!(
+            table.len() == self.model.jobs.len(),
+            "coord-{c} holds {} jobs at entry {}, the rules {}",
+            table.len(),
+            table.applied_index(),
+            self.model.jobs.len()
+        );
+        ensure!(
+            table.active_jobs() == self.model.active(),
+            "coord-{c} counts {} non-terminal jobs at entry {}, the rules {}",
+            table.active_jobs(),
+            table.applied_index(),
+            self.model.active()
+        );
+        Ok(())
+    }
+
+    /// Whether the committed entry at `index` is durable on a majority of disks and on `c`'s.
+    fn durable(&self, c: usize, index: LogIndex, what: &str) -> Check {
+        let Some((entry, _)) = self.committed.get(&index) else {
+            return Err(format!(
+                "durability: {what} left coord-{c} before entry {index} was committed"
+            ));
+        };
+        let holders = (0..self.mirrors.len())
+            .filter(|&d| {
+                self.mirrors[d].holds(entry)
+                    || self.lost.iter().any(|(l, m)| *l == d && m.holds(entry))
+            })
+            .count();
+        ensure!(
+            holders >= self.quorum && self.mirrors[c].holds(entry),
+            "durability: {what} left coord-{c} while entry {index} was durable on {holders} disks (a majority is {}){}",
+            self.quorum,
+            if self.mirrors[c].holds(entry) { "" } else { ", not on its own" }
+        );
+        Ok(())
     }
 
     /// A `TASK_ASSIGN` left a coordinator for `worker`.
@@ -140,8 +322,17 @@ impl Checker {
         Ok(())
     }
 
-    /// Checks one coordinator output before it takes effect.
-    pub fn check_output(&mut self, output: &Output, owner: &ConnOwner, key: Option<&str>) -> Check {
+    /// Checks one output of coordinator `c` before it takes effect. `slots` is the fewest
+    /// admission slots the submission a `SUBMIT_REJECTED` answers could take.
+    pub fn check_output(
+        &mut self,
+        c: usize,
+        machine: &Coordinator,
+        output: &Output,
+        owner: &ConnOwner,
+        key: Option<&str>,
+        slots: u64,
+    ) -> Check {
         match output {
             Output::ToWorker { message, conn } => match message {
                 CoordinatorToWorker::TaskAssign {
@@ -156,15 +347,21 @@ impl Checker {
                             "TASK_ASSIGN {job_id}/{lease_id} sent on connection {conn}, which is not a worker's ({owner:?})"
                         ));
                     };
-                    let durable = self.facts.assigns.get(&(*job_id, *lease_id));
+                    let Some((index, job, to)) = self.model.assigned_at.get(lease_id).cloned()
+                    else {
+                        return Err(format!(
+                            "durability: TASK_ASSIGN job {job_id} lease {lease_id} left before its Assign was committed"
+                        ));
+                    };
                     ensure!(
-                        durable.is_some(),
-                        "durability: TASK_ASSIGN job {job_id} lease {lease_id} left before its Assign was durable"
+                        job == *job_id && to == *worker,
+                        "TASK_ASSIGN job {job_id} lease {lease_id} sent to {worker}, but the committed Assign gave it to {to} for job {job}"
                     );
-                    ensure!(
-                        durable == Some(worker),
-                        "TASK_ASSIGN job {job_id} lease {lease_id} durable for {durable:?} but sent to {worker}"
-                    );
+                    self.durable(
+                        c,
+                        index,
+                        &format!("TASK_ASSIGN job {job_id} lease {lease_id}"),
+                    )?;
                     self.observe_assign(*job_id, *lease_id, attempt.0, *max_attempts, worker)?;
                 }
                 CoordinatorToWorker::ResultAck {
@@ -172,45 +369,64 @@ impl Checker {
                     lease_id,
                     accepted: true,
                     ..
-                } => ensure!(
-                    self.facts.settles.contains(&(*job_id, *lease_id)),
-                    "durability: RESULT_ACK(accepted) job {job_id} lease {lease_id} before its settlement was durable"
-                ),
+                } => {
+                    let index = self.model.settled_at.get(lease_id).copied().ok_or_else(|| {
+                        format!("durability: RESULT_ACK(accepted) job {job_id} lease {lease_id} before its settlement was committed")
+                    })?;
+                    self.durable(c, index, &format!("RESULT_ACK(accepted) job {job_id}"))?;
+                }
                 CoordinatorToWorker::TaskCancel {
                     job_id,
                     lease_id,
                     reason: CancelReason::JobCancelled,
                     ..
-                } => ensure!(
-                    self.facts.cancels.contains(job_id),
-                    "durability: TASK_CANCEL(job cancelled) job {job_id} lease {lease_id} before the cancel was durable"
-                ),
+                } => {
+                    let index = self.model.cancelled_at.get(job_id).copied().ok_or_else(|| {
+                        format!("durability: TASK_CANCEL(job cancelled) job {job_id} lease {lease_id} before the cancel was committed")
+                    })?;
+                    self.durable(
+                        c,
+                        index,
+                        &format!("TASK_CANCEL(job cancelled) job {job_id}"),
+                    )?;
+                }
                 CoordinatorToWorker::TaskCancel {
                     job_id,
                     lease_id,
                     reason: CancelReason::DeadlineExpired,
                     ..
-                } => ensure!(
-                    self.facts.settles.contains(&(*job_id, *lease_id)),
-                    "durability: TASK_CANCEL(deadline) job {job_id} lease {lease_id} before the failure was durable"
-                ),
+                } => {
+                    let index = self.model.settled_at.get(lease_id).copied().ok_or_else(|| {
+                        format!("durability: TASK_CANCEL(deadline) job {job_id} lease {lease_id} before the failure was committed")
+                    })?;
+                    self.durable(c, index, &format!("TASK_CANCEL(deadline) job {job_id}"))?;
+                }
                 _ => {}
             },
-            Output::ToClient { message, .. } => self.check_reply(message, key)?,
+            Output::ToClient { message, .. } => {
+                self.check_reply(c, machine, message, key, slots)?
+            }
             _ => {}
         }
         Ok(())
     }
 
-    fn check_reply(&mut self, reply: &ClientReply, key: Option<&str>) -> Check {
+    fn check_reply(
+        &mut self,
+        c: usize,
+        machine: &Coordinator,
+        reply: &ClientReply,
+        key: Option<&str>,
+        slots: u64,
+    ) -> Check {
         match reply {
             ClientReply::SubmitAccepted {
                 job_id, existing, ..
             } => {
-                ensure!(
-                    self.facts.submits.contains(job_id),
-                    "durability: SUBMIT_ACCEPTED for job {job_id} before its Submit was durable"
-                );
+                let index = self.model.submitted_at.get(job_id).copied().ok_or_else(|| {
+                    format!("durability: SUBMIT_ACCEPTED for job {job_id} before its Submit was committed")
+                })?;
+                self.durable(c, index, &format!("SUBMIT_ACCEPTED job {job_id}"))?;
                 if !existing {
                     ensure!(
                         !self.acked.contains(job_id),
@@ -218,24 +434,56 @@ impl Checker {
                     );
                 }
                 if let Some(key) = key {
-                    let bound = *self.key_binding.entry(key.to_owned()).or_insert(*job_id);
+                    let bound = self.model.keys.get(key);
                     ensure!(
-                        bound == *job_id,
-                        "idempotency key {key:?} acknowledged for job {bound} and for job {job_id}"
+                        bound == Some(job_id),
+                        "a submission with idempotency key {key:?} was answered with job {job_id}, but the key is bound to {bound:?}"
                     );
                 }
                 self.acked.insert(*job_id);
+            }
+            ClientReply::SubmitRejected {
+                active_jobs,
+                max_active_jobs,
+                ..
+            } => {
+                // A rejection only when the limit was really reached: either the committed
+                // submission was refused when it applied (with the partitions it carried), or
+                // the leader refused it up front with too few slots left for it.
+                let applied = machine.table().applied_index();
+                let at_apply = self
+                    .model
+                    .refused
+                    .iter()
+                    .any(|(at, active)| *at <= applied && *active == *active_jobs);
+                ensure!(
+                    at_apply || active_jobs + slots > *max_active_jobs,
+                    "SUBMIT_REJECTED with {active_jobs} of {max_active_jobs} slots taken: there was room"
+                );
+                let lo = LogIndex(applied.0.saturating_sub(64));
+                let seen = (lo.0..=applied.0)
+                    .any(|i| self.model.active_at(LogIndex(i)) == Some(*active_jobs));
+                ensure!(
+                    seen,
+                    "SUBMIT_REJECTED reports {active_jobs} non-terminal jobs, a count the rules never had near entry {applied}"
+                );
             }
             ClientReply::CancelResult {
                 job,
                 cancelled: true,
                 ..
-            } => ensure!(
-                self.facts.cancels.contains(&job.id) && job.state == JobState::Cancelled,
-                "durability: CANCEL_RESULT(cancelled) for job {} ({}) before the cancel was durable",
-                job.id,
-                job.state
-            ),
+            } => {
+                let index = self.model.cancelled_at.get(&job.id).copied().ok_or_else(|| {
+                    format!("durability: CANCEL_RESULT(cancelled) for job {} before the cancel was committed", job.id)
+                })?;
+                ensure!(
+                    job.state == herder_core::job::JobState::Cancelled,
+                    "CANCEL_RESULT(cancelled) shows job {} as {}",
+                    job.id,
+                    job.state
+                );
+                self.durable(c, index, &format!("CANCEL_RESULT job {}", job.id))?;
+            }
             ClientReply::WaitResult {
                 job,
                 timed_out: false,
@@ -254,26 +502,30 @@ impl Checker {
         Ok(())
     }
 
-    /// A terminal job shown to a client must be the one the checker froze (when it knows it).
+    /// A terminal job shown to a client must be terminal in the committed log, the same way.
     fn check_view(&self, view: &JobView) -> Check {
-        if let Some(frozen) = self.terminal.get(&view.id) {
-            ensure!(
-                frozen.state == view.state && frozen.result == view.result,
-                "job {} shown to a client as {} {:?}, but it ended {} {:?}",
-                view.id,
-                view.state,
-                view.result,
-                frozen.state,
-                frozen.result
-            );
-        }
+        let Some(job) = self.model.jobs.get(&view.id) else {
+            return Err(format!(
+                "job {} shown to a client as {}, but the rules never created it",
+                view.id, view.state
+            ));
+        };
+        ensure!(
+            job.state == view.state && job.result == view.result,
+            "job {} shown to a client as {} {:?}, but by the committed log it is {} {:?}",
+            view.id,
+            view.state,
+            view.result,
+            job.state,
+            job.result
+        );
         Ok(())
     }
 
-    /// Checks a live coordinator's state (after every step, and right after a recovery).
+    /// Checks a live coordinator's own state (after every step, and right after a recovery).
     pub fn check_state<'a>(
         &mut self,
-        table: &JobTable,
+        table: &herder_core::command::JobTable,
         workers: impl Iterator<Item = &'a WorkerEntry>,
     ) -> Check {
         table
@@ -289,167 +541,27 @@ impl Checker {
                 worker.leases.keys().collect::<Vec<_>>()
             );
         }
-        for (id, frozen) in &self.terminal {
-            match table.get(id) {
-                Some(job) => ensure!(
-                    job == frozen,
-                    "terminal job {id} changed: it was {} (attempt {}, result {:?}), now {} (attempt {}, result {:?})",
-                    frozen.state,
-                    frozen.attempt,
-                    frozen.result,
-                    job.state,
-                    job.attempt,
-                    job.result
-                ),
-                None => return Err(format!("terminal job {id} ({}) disappeared", frozen.state)),
-            }
-        }
-        for id in &self.acked {
-            ensure!(
-                table.get(id).is_some(),
-                "acknowledged job {id} is missing from the table"
-            );
-        }
-        if table.len() > self.terminal.len() {
-            let fresh: Vec<Job> = table
-                .jobs()
-                .filter(|job| job.state.is_terminal() && !self.terminal.contains_key(&job.id))
-                .cloned()
-                .collect();
-            for job in fresh {
-                if job.is_parent() {
-                    self.check_parent_terminal(&job, table)?;
-                } else {
-                    self.check_newly_terminal(&job)?;
-                }
-                self.terminal.insert(job.id, job);
-            }
-        }
         Ok(())
     }
 
-    /// SPEC invariant 7: a data-parallel job that completed holds exactly the sequential answer
-    /// over its whole input, and its partitions cover that input exactly once, in order, each
-    /// completed; one that failed has a partition that failed for good.
-    pub fn check_parent_terminal(&mut self, job: &Job, table: &JobTable) -> Check {
-        let parts: Vec<&Job> = job
-            .partitions
-            .iter()
-            .map(|id| {
-                table
-                    .get(id)
-                    .ok_or_else(|| format!("job {}: partition {id} is missing", job.id))
-            })
-            .collect::<Result<_, _>>()?;
-        match job.state {
-            JobState::Completed => {
-                self.completions += 1;
-                let expected = tasks::execute(&job.task, Attempt(0));
-                ensure!(
-                    expected.as_ref().ok() == job.result.as_ref(),
-                    "data-parallel job {} completed with {:?} over {} partitions, but the whole input gives {:?}",
-                    job.id,
-                    job.result,
-                    parts.len(),
-                    expected
-                );
-                let pieces = job.task.split(parts.len() as u32);
-                ensure!(
-                    pieces.len() == parts.len(),
-                    "data-parallel job {} has {} partitions but its input splits into {}",
-                    job.id,
-                    parts.len(),
-                    pieces.len()
-                );
-                for (index, (part, piece)) in parts.iter().zip(&pieces).enumerate() {
-                    ensure!(
-                        part.task == *piece && part.state == JobState::Completed,
-                        "data-parallel job {}: partition {index} ({}) is {} over {:?}, expected COMPLETED over {:?}",
-                        job.id,
-                        part.id,
-                        part.state,
-                        part.task,
-                        piece
-                    );
-                }
-                ensure!(
-                    covers_exactly_once(&job.task, &pieces),
-                    "data-parallel job {}: its partitions do not cover its input exactly once",
-                    job.id
-                );
-            }
-            JobState::Failed => ensure!(
-                parts.iter().any(|p| p.state == JobState::Failed),
-                "data-parallel job {} failed ({:?}) but none of its partitions did",
-                job.id,
-                job.error
-            ),
-            _ => {}
-        }
-        Ok(())
+    /// Whether every acknowledged job is terminal by the committed log.
+    pub fn acked_terminal(&self) -> bool {
+        self.acked.iter().all(|id| {
+            self.model
+                .jobs
+                .get(id)
+                .is_some_and(|job| job.state.is_terminal())
+        })
     }
 
-    /// A job just became terminal: a completion must carry the right answer for its attempt.
-    pub fn check_newly_terminal(&mut self, job: &Job) -> Check {
-        if job.state != JobState::Completed {
-            return Ok(());
-        }
-        self.completions += 1;
-        let Some((lease, worker)) = self.attempts.get(&(job.id, job.attempt.0)) else {
-            return Err(format!(
-                "job {} completed on attempt {}, which was never assigned",
-                job.id, job.attempt
-            ));
-        };
-        let expected = tasks::execute(&job.task, job.attempt);
-        ensure!(
-            expected.as_ref().ok() == job.result.as_ref(),
-            "job {} completed on attempt {} (lease {lease}, worker {worker}) with {:?}, but the task gives {:?}",
-            job.id,
-            job.attempt,
-            job.result,
-            expected
-        );
-        ensure!(
-            job.last_worker.as_ref() == Some(worker),
-            "job {} completed by {:?}, but attempt {} (lease {lease}) was assigned to {worker}",
-            job.id,
-            job.last_worker,
-            job.attempt
-        );
-        Ok(())
-    }
-}
-
-/// Whether `pieces`, in order, hold every item of `whole` exactly once: joined lists equal
-/// the list; ranges abut with no gap or overlap from `start` to `end`.
-fn covers_exactly_once(whole: &TaskSpec, pieces: &[TaskSpec]) -> bool {
-    match whole {
-        TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
-            let mut joined = Vec::new();
-            for piece in pieces {
-                match piece {
-                    TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
-                        joined.extend_from_slice(numbers)
-                    }
-                    _ => return false,
-                }
-            }
-            joined == *numbers
-        }
-        TaskSpec::PrimeSum { start, end } => {
-            let mut next = i128::from(*start);
-            for piece in pieces {
-                match piece {
-                    TaskSpec::PrimeSum { start: a, end: b } if i128::from(*a) == next && a <= b => {
-                        next = i128::from(*b) + 1;
-                    }
-                    _ => return false,
-                }
-            }
-            next == i128::from(*end) + 1
-        }
-        _ => false,
+    /// Counts completions as jobs reach `COMPLETED` by the committed log (for the report).
+    pub fn count_completions(&mut self) {
+        self.completions = self
+            .model
+            .jobs
+            .values()
+            .filter(|j| j.state == herder_core::job::JobState::Completed)
+            .count() as u64;
     }
 }
 

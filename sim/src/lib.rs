@@ -13,6 +13,7 @@
 //! - [`checker`]: the invariants.
 
 pub mod checker;
+pub mod model;
 pub mod rng;
 pub mod scenario;
 pub mod world;

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use herder_core::coordinator::CoordinatorConfig;
+use herder_core::ids::NodeId;
 
 use crate::rng::SimRng;
 
@@ -36,6 +37,13 @@ pub struct Faults {
     /// Probability that a message the protocol allows to be repeated (results, heartbeats,
     /// acknowledgements, replies, keyed submissions, queries) is sent again a while later.
     pub duplicate: f64,
+    /// In a group: crashes, pauses and partitions aim at the leader half of the time, and
+    /// partitions may split the coordinators into a minority and a majority.
+    pub leader_faults: bool,
+    /// In a group: a member restarts from an empty disk (never more than a minority at once).
+    pub disk_loss: bool,
+    /// A worker crashes and never comes back (at least one worker always stays).
+    pub worker_leave: bool,
 }
 
 impl Faults {
@@ -54,6 +62,9 @@ impl Faults {
             partition: false,
             loss: 0.0,
             duplicate: 0.0,
+            leader_faults: false,
+            disk_loss: false,
+            worker_leave: false,
         }
     }
 
@@ -64,12 +75,14 @@ impl Faults {
             || self.worker_pause
             || self.connection_reset
             || self.partition
+            || self.disk_loss
+            || self.worker_leave
     }
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
-    /// Coordinators in the group (this slice supports exactly one).
+    /// Coordinators in the group: 1, 3 or 5.
     pub coordinators: usize,
     pub workers: usize,
     pub worker_capacity: Vec<u32>,
@@ -121,7 +134,24 @@ impl Scenario {
             partition: true,
             loss: 0.02,
             duplicate: 0.02,
+            leader_faults: false,
+            disk_loss: false,
+            worker_leave: false,
         };
+        scenario
+    }
+
+    /// The named standard scenario of a replicated group: the standard scenario with three
+    /// coordinators, and the faults aimed at consensus on as well (leader crashes, pauses and
+    /// isolation, minority/majority splits, a member restarting from an empty disk, a worker
+    /// leaving for good).
+    pub fn standard_group(seed: u64) -> Scenario {
+        let mut scenario = Scenario::standard(seed);
+        scenario.coordinators = 3;
+        scenario.coordinator.peers = (1..3).map(|c| NodeId(format!("coord-{c}"))).collect();
+        scenario.faults.leader_faults = true;
+        scenario.faults.disk_loss = true;
+        scenario.faults.worker_leave = true;
         scenario
     }
 
@@ -205,6 +235,24 @@ impl Scenario {
             } else {
                 0.0
             };
+        }
+        // Groups are drawn last, so the draws above stay what they were.
+        let election_min = rng.range(150, 600);
+        scenario.coordinator.election_timeout_min = Duration::from_millis(election_min);
+        scenario.coordinator.election_timeout_max = Duration::from_millis(2 * election_min);
+        scenario.coordinator.replication_heartbeat = Duration::from_millis(election_min / 4);
+        scenario.coordinators = match rng.below(10) {
+            0..=3 => 1,
+            4..=7 => 3,
+            _ => 5,
+        };
+        scenario.coordinator.peers = (1..scenario.coordinators)
+            .map(|c| NodeId(format!("coord-{c}")))
+            .collect();
+        if scenario.faults != Faults::none() {
+            scenario.faults.leader_faults = scenario.coordinators > 1 && rng.chance(0.6);
+            scenario.faults.disk_loss = scenario.coordinators > 1 && rng.chance(0.3);
+            scenario.faults.worker_leave = scenario.workers > 1 && rng.chance(0.3);
         }
         scenario
     }

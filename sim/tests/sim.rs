@@ -3,16 +3,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use herder_core::command::{Command, JobTable};
-use herder_core::coordinator::{Output, Record, WorkerEntry};
+use herder_core::command::{Command, JobTable, LogEntry};
+use herder_core::coordinator::{Coordinator, CoordinatorConfig, Output, Record, WorkerEntry};
 use herder_core::ids::{
     Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, Term, WorkerId,
 };
 use herder_core::job::Lease;
-use herder_core::protocol::{ClientReply, CoordinatorToWorker};
+use herder_core::protocol::{ClientReply, ClientRequest};
 use herder_core::tasks::{TaskOutput, TaskSpec};
 use herder_core::time::Instant;
 use herder_sim::checker::{Checker, ConnOwner};
+use herder_sim::model::Model;
 use herder_sim::{run_scenario, run_seed, Scenario};
 
 #[test]
@@ -113,9 +114,8 @@ fn lease_id(n: u8) -> LeaseId {
         .expect("a uuid")
 }
 
-/// A table holding one job that completed on attempt 1 with `output`, and the durable records
-/// of its commands.
-fn completed_table(spec: TaskSpec, output: TaskOutput) -> (JobTable, Vec<Record>) {
+/// The commands of one job that completed on attempt 1 with `output`, as log entries.
+fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
     let commands = vec![
         Command::Submit {
             partitions: Vec::new(),
@@ -139,38 +139,20 @@ fn completed_table(spec: TaskSpec, output: TaskOutput) -> (JobTable, Vec<Record>
             output,
         },
     ];
-    let mut table = JobTable::new();
-    let mut records = Vec::new();
-    for (i, command) in commands.into_iter().enumerate() {
-        let index = LogIndex(i as u64 + 1);
-        table.apply(index, &command);
-        records.push(Record::Log(herder_core::command::LogEntry {
-            index,
+    commands
+        .into_iter()
+        .enumerate()
+        .map(|(i, command)| LogEntry {
+            index: LogIndex(i as u64 + 1),
             term: Term(1),
             command,
-        }));
-    }
-    (table, records)
-}
-
-fn assign(job: u8, lease: u8, attempt: u32) -> Output {
-    Output::ToWorker {
-        conn: ConnectionId(1),
-        message: CoordinatorToWorker::TaskAssign {
-            term: Term(1),
-            job_id: job_id(job),
-            lease_id: lease_id(lease),
-            attempt: Attempt(attempt),
-            max_attempts: 3,
-            task: TaskSpec::Sleep { milliseconds: 1 },
-            timeout_millis: 1_000,
-        },
-    }
+        })
+        .collect()
 }
 
 #[test]
 fn the_checker_catches_a_double_assignment_and_a_reused_lease() {
-    let mut checker = Checker::new();
+    let mut checker = Checker::new(1);
     checker
         .observe_assign(job_id(1), lease_id(1), 1, 3, &worker())
         .expect("a first assignment is fine");
@@ -185,79 +167,95 @@ fn the_checker_catches_a_double_assignment_and_a_reused_lease() {
 }
 
 #[test]
-fn the_checker_catches_outputs_that_run_ahead_of_the_disk() {
-    let mut checker = Checker::new();
-    let owner = ConnOwner::Worker(worker());
-    let early = checker
-        .check_output(&assign(1, 1, 1), &owner, None)
-        .expect_err("an assignment that is not durable");
-    assert!(early.contains("before its Assign was durable"), "{early}");
-
+fn the_checker_catches_an_acknowledgement_that_runs_ahead_of_the_disk() {
+    // A real coordinator proposes a submission; an acknowledgement of it, forged before the
+    // batch is durable, is caught; after the batch lands and the entry applies, it passes.
+    let mut c = Coordinator::new(CoordinatorConfig::default(), 1).expect("valid config");
+    let mut checker = Checker::new(1);
+    c.handle_client_message(
+        Instant::ZERO,
+        ConnectionId(2),
+        ClientRequest::Submit {
+            request_id: RequestId(1),
+            task: serde_json::json!({"kind": "sha256", "text": "x"}),
+            max_attempts: None,
+            idempotency_key: None,
+            partitions: None,
+        },
+    );
+    let mut batches = Vec::new();
+    while let Some(output) = c.poll_output() {
+        if let Output::Persist(batch) = output {
+            batches.push(batch);
+        }
+    }
+    let submitted = batches
+        .iter()
+        .flat_map(|b| &b.records)
+        .find_map(|r| match r {
+            Record::Log(LogEntry {
+                command: Command::Submit { job_id, .. },
+                ..
+            }) => Some(*job_id),
+            _ => None,
+        })
+        .expect("the submission was proposed");
     let accepted = Output::ToClient {
         conn: ConnectionId(2),
         message: ClientReply::SubmitAccepted {
             term: Term(1),
             request_id: RequestId(1),
-            job_id: job_id(1),
+            job_id: submitted,
             existing: false,
         },
     };
     let early = checker
-        .check_output(&accepted, &ConnOwner::Client, None)
+        .check_output(0, &c, &accepted, &ConnOwner::Client, None, 1)
         .expect_err("an acknowledgement that is not durable");
     assert!(early.contains("SUBMIT_ACCEPTED"), "{early}");
-
-    // Once durable, the same outputs pass.
-    let (_, records) = completed_table(
-        TaskSpec::Sleep { milliseconds: 1 },
-        TaskOutput::Slept { milliseconds: 1 },
-    );
-    checker.record_durable(&records);
+    for batch in &batches {
+        checker.record_durable(0, &batch.records);
+        c.handle_persisted(Instant::ZERO, batch.id);
+    }
+    checker.observe(0, &c).expect("a durable, applied entry");
     checker
-        .check_output(&assign(1, 1, 1), &owner, None)
-        .expect("durable assignment");
-    checker
-        .check_output(&accepted, &ConnOwner::Client, None)
-        .expect("durable submission");
+        .check_output(0, &c, &accepted, &ConnOwner::Client, None, 1)
+        .expect("a durable submission");
 }
 
 #[test]
-fn the_checker_catches_a_wrong_result_and_a_vanished_terminal_job() {
+fn the_model_refuses_a_wrong_result_and_a_table_that_disagrees() {
     // The right answer for sha256 "x" is not this.
     let spec = TaskSpec::Sha256 { text: "x".into() };
-    let (table, _) = completed_table(
-        spec.clone(),
-        TaskOutput::Sha256 {
-            hex: "00".repeat(32),
-        },
-    );
-    let mut checker = Checker::new();
-    checker
-        .observe_assign(job_id(1), lease_id(1), 1, 3, &worker())
-        .expect("assigned");
-    let wrong = checker
-        .check_state(&table, std::iter::empty())
-        .expect_err("a wrong result");
-    assert!(wrong.contains("but the task gives"), "{wrong}");
+    let wrong = TaskOutput::Sha256 {
+        hex: "00".repeat(32),
+    };
+    let mut model = Model::new();
+    let log = completed_log(spec.clone(), wrong);
+    model.apply(&log[0]).expect("submit");
+    model.apply(&log[1]).expect("assign");
+    let caught = model.apply(&log[2]).expect_err("a wrong result");
+    assert!(caught.contains("but its task gives"), "{caught}");
 
-    // The right result passes; then the job must never disappear or change.
+    // The right result is accepted; a product row that shows anything else is not.
     let right = herder_core::tasks::execute(&spec, Attempt(1)).expect("sha256 succeeds");
-    let (table, _) = completed_table(spec, right);
-    let mut checker = Checker::new();
-    checker
-        .observe_assign(job_id(1), lease_id(1), 1, 3, &worker())
-        .expect("assigned");
-    checker
-        .check_state(&table, std::iter::empty())
-        .expect("a correct completion");
-    let gone = checker
-        .check_state(&JobTable::new(), std::iter::empty())
-        .expect_err("a terminal job vanished");
-    assert!(gone.contains("disappeared"), "{gone}");
+    let mut model = Model::new();
+    let mut table = JobTable::new();
+    for entry in completed_log(spec, right) {
+        model.apply(&entry).expect("a correct completion");
+        table.apply(entry.index, &entry.command);
+    }
+    let mut row = table.get(&job_id(1)).expect("the job").clone();
+    model.matches(&row).expect("the product agrees");
+    row.attempt = Attempt(2);
+    let disagrees = model
+        .matches(&row)
+        .expect_err("a row the rules do not allow");
+    assert!(disagrees.contains("the rules say"), "{disagrees}");
 }
 
 #[test]
-fn the_checker_catches_a_worker_over_capacity_and_a_completion_never_assigned() {
+fn the_checker_catches_a_worker_over_capacity() {
     let mut leases = BTreeMap::new();
     leases.insert(lease_id(1), job_id(1));
     leases.insert(lease_id(2), job_id(2));
@@ -271,19 +269,11 @@ fn the_checker_catches_a_worker_over_capacity_and_a_completion_never_assigned() 
         last_heartbeat: Instant::ZERO,
         leases,
     };
-    let mut checker = Checker::new();
+    let mut checker = Checker::new(1);
     let over = checker
         .check_state(&JobTable::new(), [&entry].into_iter())
         .expect_err("two leases on one slot");
     assert!(over.contains("capacity 1"), "{over}");
-
-    let spec = TaskSpec::Sleep { milliseconds: 1 };
-    let output = herder_core::tasks::execute(&spec, Attempt(1)).expect("sleep succeeds");
-    let (table, _) = completed_table(spec, output);
-    let never = Checker::new()
-        .check_state(&table, std::iter::empty())
-        .expect_err("no TASK_ASSIGN was ever seen");
-    assert!(never.contains("never assigned"), "{never}");
 }
 
 /// (seed, standard scenario, strict) entries of `regression-seeds.txt`: (must pass, known failing).

@@ -61,8 +61,17 @@ impl DiskImage {
 
     /// The job table a recovery from this disk rebuilds: the rows, then the log beyond them.
     pub fn table(&self) -> Result<JobTable, RecoveryError> {
+        self.table_through(LogIndex(u64::MAX))
+    }
+
+    /// The rows, then the log beyond them up to `through` (a member of a group applies entries
+    /// beyond its rows only once they are known committed).
+    pub fn table_through(&self, through: LogIndex) -> Result<JobTable, RecoveryError> {
         let mut table = JobTable::from_rows(self.jobs.values().cloned().collect(), self.applied)?;
-        for (index, entry) in self.log.range(self.applied.next()..) {
+        if through <= self.applied {
+            return Ok(table);
+        }
+        for (index, entry) in self.log.range(self.applied.next()..=through) {
             let expected = table.applied_index().next();
             if *index != expected {
                 return Err(RecoveryError::LogGap {

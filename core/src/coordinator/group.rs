@@ -53,6 +53,9 @@ impl SnapshotSource for JobTable {
 impl Coordinator {
     /// After every input: apply what committed, act on what consensus reports, replicate.
     pub(super) fn settle(&mut self) {
+        // Role changes first: a member that learned of a newer term drops its leader state
+        // before it applies anything else, so it never acts for a term that has ended.
+        while self.handle_replica_events() {}
         loop {
             self.apply_committed();
             if !self.handle_replica_events() {
@@ -145,20 +148,27 @@ impl Coordinator {
             .leader_since()
             .is_some_and(|since| self.member.table.applied_index() >= since);
         if self.leader.is_none() && caught_up {
-            let mut leader = LeaderState::take_over(&mut self.member, Takeover::Elected);
-            for (conn, held) in std::mem::take(&mut self.parked.held) {
-                match held {
-                    Held::Client(request) => {
-                        leader.handle_client_message(&mut self.member, conn, request)
-                    }
-                    Held::Worker(message) => {
-                        leader.handle_worker_message(&mut self.member, conn, message)
-                    }
-                }
-            }
-            leader.schedule(&mut self.member);
+            let leader = LeaderState::take_over(&mut self.member, Takeover::Elected);
             self.leader = Some(leader);
             changed = true;
+        }
+        // What waited for the take-over (or for a hand-over that was abandoned) is handled now.
+        let handing_over = self.member.replica.transferring_to().is_some();
+        if let (Some(leader), false) = (self.leader.as_mut(), handing_over) {
+            if !self.parked.held.is_empty() {
+                for (conn, held) in std::mem::take(&mut self.parked.held) {
+                    match held {
+                        Held::Client(request) => {
+                            leader.handle_client_message(&mut self.member, conn, request)
+                        }
+                        Held::Worker(message) => {
+                            leader.handle_worker_message(&mut self.member, conn, message)
+                        }
+                    }
+                }
+                leader.schedule(&mut self.member);
+                changed = true;
+            }
         }
         changed
     }
@@ -219,15 +229,16 @@ impl Coordinator {
                     },
                 );
             }
-            ClientRequest::TransferLeader { request_id, to } if self.leader.is_some() => {
+            // Consensus decides a hand-over, whether or not this leader has caught up yet.
+            ClientRequest::TransferLeader { request_id, to } => {
                 self.transfer_leader(conn, request_id, to)
             }
             message => {
-                if self.member.replica.transferring_to().is_some() {
-                    // Handing over: new work goes to the member taking over.
-                    return self.client_not_leader(conn, message.request_id());
-                }
-                if let Some(leader) = self.leader.as_mut() {
+                // Handing over: new work waits (bounded) and is answered with the new leader's
+                // name once this member steps down, or handled here if the hand-over is
+                // abandoned. A leader still catching up holds it the same way.
+                let handing_over = self.member.replica.transferring_to().is_some();
+                if let (Some(leader), false) = (self.leader.as_mut(), handing_over) {
                     return leader.handle_client_message(&mut self.member, conn, message);
                 }
                 if self.member.replica.is_leader() && self.parked.held.len() < PARKED_INPUTS_MAX {

@@ -116,11 +116,7 @@ impl Member {
     /// Where to send a client or worker instead of this member: the leader it knows, with the
     /// address of the given link, if that member has told us its addresses.
     pub(super) fn leader_hint(&self, link: super::Link) -> Option<LeaderHint> {
-        let leader = self
-            .replica
-            .transferring_to()
-            .or(self.replica.leader())
-            .filter(|leader| **leader != self.config.node_id)?;
+        let leader = self.replica.leader_hint()?;
         let addresses = self.addresses.get(leader)?;
         let address = match link {
             super::Link::Client => &addresses.client,

@@ -261,6 +261,7 @@ impl Replica {
             self.commit = index;
         }
         self.applied = self.applied.max(index);
+        self.installed_snapshot = self.installed_snapshot.max(index);
         if let Some((to, seq, total)) = self.pending_snapshot_reply.take() {
             let reply = PeerMessage::SnapshotReply {
                 term: self.term,

@@ -297,6 +297,7 @@ impl Replica {
         self.send(to.clone(), PeerMessage::TimeoutNow { term });
         self.role = Role::Follower;
         self.leader = None;
+        self.handed_to = Some(to.clone());
         self.reset_election_deadline();
         self.events.push_back(ReplicaEvent::SteppedDown {
             term,

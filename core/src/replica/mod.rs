@@ -277,6 +277,11 @@ pub struct Replica {
     pending_snapshot_reply: Option<(NodeId, u64, u64)>,
     /// Abstaining from elections after an empty start (see `rejoin`).
     abstaining: Option<Abstaining>,
+    /// The last snapshot this process installed: entries up to it were never applied here.
+    installed_snapshot: LogIndex,
+    /// The member this one handed leadership to, until a leader is known again (a hint for
+    /// redirects while the election it started runs).
+    handed_to: Option<NodeId>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -338,6 +343,8 @@ impl Replica {
             pending_snapshot_reply: None,
             abstaining: ((empty && config.members.len() > 1) || hard_state.abstaining)
                 .then(Abstaining::default),
+            installed_snapshot: LogIndex(0),
+            handed_to: None,
             config,
         };
         if replica.config.members.len() == 1 {
@@ -426,6 +433,12 @@ impl Replica {
         self.applied
     }
 
+    /// The last snapshot this process installed (0: none): the entries up to it reached this
+    /// member's job table through the snapshot, not through its log.
+    pub fn installed_snapshot(&self) -> LogIndex {
+        self.installed_snapshot
+    }
+
     pub fn log(&self) -> &RaftLog {
         &self.log
     }
@@ -445,8 +458,17 @@ impl Replica {
 
     fn not_leader(&self) -> NotLeader {
         NotLeader {
-            leader_hint: self.leader.clone().filter(|l| *l != self.config.id),
+            leader_hint: self.leader_hint().cloned(),
         }
+    }
+
+    /// Where a client or worker should go instead of this member: the leader it knows, or the
+    /// member it just handed leadership to.
+    pub fn leader_hint(&self) -> Option<&NodeId> {
+        self.transferring_to()
+            .or(self.leader.as_ref())
+            .or(self.handed_to.as_ref())
+            .filter(|l| **l != self.config.id)
     }
 
     // -----------------------------------------------------------------------------------------
@@ -799,6 +821,7 @@ impl Replica {
         }
         if leader.is_some() {
             self.leader_contact = Some(self.now);
+            self.handed_to = None;
         }
         self.leader = leader;
     }

@@ -8,6 +8,7 @@ use std::cmp::Ordering;
 use herder_core::client::ConnectAttempt;
 use herder_core::coordinator::BatchId;
 use herder_core::ids::LeaseId;
+use herder_core::protocol::PeerMessage;
 
 use super::network::{Dir, Down, Peer, Up};
 use super::{NodeRef, World};
@@ -77,6 +78,13 @@ pub(super) enum Ev {
         dir: Dir,
     },
     FaultsEnd,
+    /// A consensus message between coordinators, for process `gen` of `to`.
+    Peer {
+        from: usize,
+        to: usize,
+        gen: u64,
+        message: PeerMessage,
+    },
 }
 
 pub(super) struct Queued {
@@ -136,7 +144,7 @@ impl World {
             Ev::Up { conn, .. } | Ev::ClosedAtCoord { conn } => {
                 NodeRef::Coordinator(self.conns[*conn].coord)
             }
-            Ev::Durable { coord, .. } => NodeRef::Coordinator(*coord),
+            Ev::Durable { coord, .. } | Ev::Peer { to: coord, .. } => NodeRef::Coordinator(*coord),
             _ => return None,
         };
         let paused = match node {
@@ -232,6 +240,15 @@ impl World {
             Ev::Heal { id } => (NodeRef::World, self.heal(Some(id))),
             Ev::Flush { conn, dir } => self.flush(conn, dir),
             Ev::FaultsEnd => (NodeRef::World, self.faults_end()),
+            Ev::Peer {
+                from,
+                to,
+                gen,
+                message,
+            } => (
+                NodeRef::Coordinator(to),
+                self.deliver_peer(from, to, gen, message),
+            ),
         }
     }
 }

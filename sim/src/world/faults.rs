@@ -10,9 +10,9 @@ use herder_core::worker::Worker;
 
 use super::events::Ev;
 use super::network::{Close, Dir, Partition, RETRANSMIT_US};
-use super::nodes::{clock_for, coordinator_address};
+use super::nodes::{clock_for, coordinator_config};
 use super::{NodeRef, World};
-use crate::checker::Check;
+use crate::checker::{Check, Disk};
 
 /// The longest a crashed coordinator stays down.
 pub(super) const COORDINATOR_DOWN_MAX_US: u64 = 3_000_000;
@@ -42,9 +42,18 @@ impl World {
         if faults.partition {
             kinds.push(5);
         }
+        if faults.disk_loss {
+            kinds.push(6);
+        }
+        if faults.worker_leave {
+            kinds.push(7);
+        }
         let kind = self.fault_rng.pick(&kinds).copied();
         let result = match kind {
-            Some(0) => self.crash_coordinator(0),
+            Some(0) => {
+                let c = self.fault_target();
+                self.crash_coordinator(c, false)
+            }
             Some(1) => {
                 let w = self.fault_rng.below(self.workers.len() as u64) as usize;
                 self.crash_worker(w)
@@ -80,11 +89,16 @@ impl World {
                 }
                 Ok(())
             }
-            Some(4) => self.pause_coordinator(0),
+            Some(4) => {
+                let c = self.fault_target();
+                self.pause_coordinator(c)
+            }
             Some(5) => {
                 self.start_partition();
                 Ok(())
             }
+            Some(6) => self.lose_disk(),
+            Some(7) => self.worker_leaves(),
             _ => Ok(()),
         };
         let gap = self
@@ -94,8 +108,74 @@ impl World {
         result
     }
 
-    fn crash_coordinator(&mut self, c: usize) -> Check {
-        if self.coords[c].machine.is_none() {
+    /// Which coordinator a crash or pause hits: with faults aimed at consensus, the leader
+    /// half of the time (when there is one), otherwise any member.
+    fn fault_target(&mut self) -> usize {
+        let n = self.coords.len() as u64;
+        if self.scenario.faults.leader_faults && self.fault_rng.chance(0.5) {
+            if let Some(leader) = self.current_leader() {
+                return leader;
+            }
+        }
+        self.fault_rng.below(n) as usize
+    }
+
+    /// The running member that believes it leads the highest term, if any.
+    pub(super) fn current_leader(&self) -> Option<usize> {
+        (0..self.coords.len())
+            .filter(|&c| {
+                self.coords[c]
+                    .machine
+                    .as_ref()
+                    .is_some_and(|m| m.replica().is_leader())
+            })
+            .max_by_key(|&c| self.coords[c].machine.as_ref().map(|m| m.replica().term()))
+    }
+
+    /// Members that have not finished rejoining after an empty start: still abstaining, or
+    /// down with a disk that is empty or says it abstains.
+    fn recovering(&self) -> usize {
+        self.coords
+            .iter()
+            .filter(|node| match &node.machine {
+                Some(m) => m.replica().is_abstaining(),
+                None => node.disk.hard_state.abstaining || node.disk == Disk::default(),
+            })
+            .count()
+    }
+
+    /// A member loses its disk and restarts empty, if no more than a minority would then be
+    /// without their data.
+    fn lose_disk(&mut self) -> Check {
+        let n = self.coords.len();
+        if n < 3 || self.recovering() + 1 > (n - 1) / 2 {
+            return Ok(());
+        }
+        let c = self.fault_rng.below(n as u64) as usize;
+        self.wiped += 1;
+        self.count("fault: coordinator restarts from an empty disk");
+        self.crash_coordinator(c, true)
+    }
+
+    /// A worker crashes and never comes back (one always stays).
+    fn worker_leaves(&mut self) -> Check {
+        let staying: Vec<usize> = (0..self.workers.len())
+            .filter(|w| !self.left.contains(w))
+            .collect();
+        if staying.len() < 2 {
+            return Ok(());
+        }
+        let Some(&w) = self.fault_rng.pick(&staying) else {
+            return Ok(());
+        };
+        self.left.insert(w);
+        self.count("fault: worker leaves for good");
+        self.note(NodeRef::Worker(w), format_args!("FAULT leaves for good"));
+        self.crash_worker(w)
+    }
+
+    fn crash_coordinator(&mut self, c: usize, lose_disk: bool) -> Check {
+        if self.coords[c].machine.is_none() && !lose_disk {
             return Ok(());
         }
         let torn = self.fault_rng.chance(self.scenario.faults.torn_tail);
@@ -112,6 +192,10 @@ impl World {
         node.paused = false;
         node.stalled.clear();
         let lost = self.crash_disk(c, landed);
+        if lose_disk {
+            self.coords[c].disk = Disk::default();
+            self.checker.disk_lost(c);
+        }
         self.count("fault: coordinator crash");
         if landed > 0 {
             self.count("fault: crash with unreported batches on disk");
@@ -119,7 +203,8 @@ impl World {
         self.note(
             NodeRef::Coordinator(c),
             format_args!(
-                "FAULT crash: {landed} unreported batches reached the disk, {lost} lost; restart in {down} us"
+                "FAULT crash: {landed} unreported batches reached the disk, {lost} lost{}; restart in {down} us",
+                if lose_disk { ", then the disk is lost" } else { "" }
             ),
         );
         let conns: Vec<usize> = self
@@ -146,11 +231,10 @@ impl World {
     }
 
     pub(super) fn restart_coordinator(&mut self, c: usize) -> Check {
-        let mut config = self.scenario.coordinator.clone();
-        config.node_id = herder_core::ids::NodeId(coordinator_address(c));
         if self.coords[c].machine.is_some() {
             return Ok(());
         }
+        let config = coordinator_config(&self.scenario, c);
         let process = self.coords[c].gen;
         let clock = clock_for(
             self.seed,
@@ -165,6 +249,8 @@ impl World {
         let local = node.clock.local(self.now);
         let machine = Coordinator::recover(config, seed, local, node.disk.durable_state())
             .map_err(|e| format!("recovery from the durable state failed: {e}"))?;
+        let rows_applied = node.disk.applied;
+        self.checker.process_started(c, rows_applied, &machine);
         node.machine = Some(machine);
         node.last_durable_at = self.now;
         node.timer_floor = 0;
@@ -172,6 +258,7 @@ impl World {
             NodeRef::Coordinator(c),
             format_args!("restarted from disk (process seed {seed:#x})"),
         );
+        self.greet_peers(c);
         self.drain_coord(c)
     }
 
@@ -207,12 +294,14 @@ impl World {
             };
             self.close_conn(conn, how);
         }
-        self.push(self.now + down, Ev::WorkerRestart { worker: w });
+        if !self.left.contains(&w) {
+            self.push(self.now + down, Ev::WorkerRestart { worker: w });
+        }
         Ok(())
     }
 
     pub(super) fn restart_worker(&mut self, w: usize) -> Check {
-        if self.workers[w].machine.is_some() {
+        if self.workers[w].machine.is_some() || self.left.contains(&w) {
             return Ok(());
         }
         let process = self.workers[w].gen;
@@ -290,7 +379,14 @@ impl World {
         if node.machine.is_none() || node.paused {
             return Ok(());
         }
-        let timeout = self.heartbeat_timeout_micros();
+        // In a group, pauses are drawn around the election timeout: a paused leader sometimes
+        // wakes up deposed.
+        let timeout = if self.coords.len() > 1 {
+            let election = self.scenario.coordinator.election_timeout_max;
+            u64::try_from(election.as_micros()).unwrap_or(0)
+        } else {
+            self.heartbeat_timeout_micros()
+        };
         let span = self.fault_rng.range(timeout / 4, 3 * timeout);
         self.coords[c].paused = true;
         self.count("fault: coordinator pause");
@@ -330,7 +426,14 @@ impl World {
         let (Some(&coord), Some(&other)) = (rng.pick(&coords), rng.pick(&others)) else {
             return;
         };
-        let shape = rng.below(4);
+        let aimed = self.scenario.faults.leader_faults && coords.len() > 1;
+        let leader = self.current_leader().map(NodeRef::Coordinator);
+        let rng = &mut self.fault_rng;
+        let shape = if aimed && rng.chance(0.5) {
+            4 + rng.below(3)
+        } else {
+            rng.below(4)
+        };
         let what = match shape {
             0 => {
                 let Some(&lonely) = rng.pick(&all) else {
@@ -354,7 +457,7 @@ impl World {
                 cuts.insert((from, to));
                 format!("cut {from} -> {to} only")
             }
-            _ => {
+            3 => {
                 // Two sides; in a group, the side with most coordinators is the majority.
                 let mut side: Vec<bool> = all.iter().map(|_| rng.chance(0.5)).collect();
                 if side.iter().all(|&s| s) || side.iter().all(|&s| !s) {
@@ -378,6 +481,50 @@ impl World {
                 };
                 format!("split {{{}}} | {{{}}}", names(true), names(false))
             }
+            4 => {
+                let Some(lonely) = leader.or_else(|| rng.pick(&coords).copied()) else {
+                    return;
+                };
+                for &n in all.iter().filter(|&&n| n != lonely) {
+                    both(lonely, n, &mut cuts);
+                }
+                format!("isolate the leader {lonely}")
+            }
+            5 => {
+                // The coordinators split into a minority and a majority; every worker and
+                // client lands on one side or the other.
+                let mut order: Vec<NodeRef> = coords.clone();
+                for i in (1..order.len()).rev() {
+                    let j = rng.below(i as u64 + 1) as usize;
+                    order.swap(i, j);
+                }
+                let minority: Vec<NodeRef> = order[..(coords.len() - 1) / 2].to_vec();
+                let mut side_a: Vec<NodeRef> = minority.clone();
+                for &n in &others {
+                    if rng.chance(0.5) {
+                        side_a.push(n);
+                    }
+                }
+                for &a in &all {
+                    for &b in &all {
+                        if side_a.contains(&a) != side_a.contains(&b) {
+                            cuts.insert((a, b));
+                        }
+                    }
+                }
+                let names: Vec<String> = minority.iter().map(|n| n.to_string()).collect();
+                format!("split the coordinators: minority {{{}}}", names.join(" "))
+            }
+            _ => {
+                let (Some(&a), Some(&b)) = (rng.pick(&coords), rng.pick(&coords)) else {
+                    return;
+                };
+                if a == b {
+                    return;
+                }
+                cuts.insert((a, b));
+                format!("cut {a} -> {b} only (coordinators)")
+            }
         };
         let timeout = self.heartbeat_timeout_micros();
         let span = self.fault_rng.range(timeout / 2, 6 * timeout);
@@ -388,7 +535,10 @@ impl World {
             0 => "fault: partition isolating one node",
             1 => "fault: partition cutting a pair",
             2 => "fault: one-way partition",
-            _ => "fault: partition splitting the nodes",
+            3 => "fault: partition splitting the nodes",
+            4 => "fault: partition isolating the leader",
+            5 => "fault: partition splitting the coordinators",
+            _ => "fault: one-way partition between coordinators",
         });
         self.note(
             NodeRef::World,

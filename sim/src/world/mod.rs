@@ -31,7 +31,7 @@ use std::fmt::{self, Write as _};
 
 use herder_core::client::{Client, ClientConfig};
 use herder_core::coordinator::Coordinator;
-use herder_core::ids::{JobId, RequestId, WorkerId};
+use herder_core::ids::{JobId, LogIndex, RequestId, WorkerId};
 use herder_core::tasks::TaskSpec;
 use herder_core::time::Instant;
 use herder_core::worker::{Worker, WorkerConfig};
@@ -43,7 +43,9 @@ use crate::scenario::Scenario;
 use events::{Ev, Queued};
 use faults::COORDINATOR_DOWN_MAX_US;
 use network::{Conn, Partition};
-use nodes::{clock_for, coordinator_address, ClientNode, CoordNode, WorkerNode};
+use nodes::{
+    clock_for, coordinator_address, coordinator_config, ClientNode, CoordNode, WorkerNode,
+};
 use workload::WAIT_MILLIS_MAX;
 
 pub use nodes::{Clock, NodeRef};
@@ -98,6 +100,12 @@ pub struct World {
     next_partition: u64,
     next_token: u64,
     submit_keys: HashMap<(usize, RequestId), String>,
+    /// (connection, request id) -> the fewest admission slots that submission can take.
+    submit_dp: HashMap<(usize, RequestId), u64>,
+    /// Coordinators that restarted from an empty disk so far.
+    wiped: usize,
+    /// Workers that crashed for good.
+    left: BTreeSet<usize>,
     /// (client, request id) -> the job its submission created: one operation, one job.
     created_by: HashMap<(usize, RequestId), JobId>,
     key_specs: BTreeMap<String, TaskSpec>,
@@ -132,8 +140,7 @@ impl World {
         let mut coords = Vec::new();
         for c in 0..scenario.coordinators {
             let mut seeds = SimRng::new(seed, "coordinator-process", c as u64);
-            let mut config = scenario.coordinator.clone();
-            config.node_id = herder_core::ids::NodeId(coordinator_address(c));
+            let config = coordinator_config(&scenario, c);
             let machine = Coordinator::new(config, seeds.next_u64())
                 .map_err(|e| format!("bad coordinator config: {e}"))?;
             coords.push(CoordNode {
@@ -210,7 +217,7 @@ impl World {
             net: SimRng::new(seed, "network", 0),
             disk_rng: SimRng::new(seed, "disk", 0),
             fault_rng: SimRng::new(seed, "faults", 0),
-            checker: Checker::new(),
+            checker: Checker::new(scenario.coordinators),
             faults_active: scenario.faults.any(),
             fault_end,
             deadline,
@@ -220,6 +227,9 @@ impl World {
             next_partition: 0,
             next_token: 0,
             submit_keys: HashMap::new(),
+            submit_dp: HashMap::new(),
+            wiped: 0,
+            left: BTreeSet::new(),
             created_by: HashMap::new(),
             key_specs: BTreeMap::new(),
             hash: Fnv::new(),
@@ -288,6 +298,13 @@ impl World {
             self.push(at, Ev::FaultTick);
         }
         self.push(self.fault_end, Ev::FaultsEnd);
+        for c in 0..self.coords.len() {
+            if let Some(machine) = &self.coords[c].machine {
+                self.checker.process_started(c, LogIndex(0), machine);
+            }
+            self.greet_peers(c);
+            self.drain_coord(c)?;
+        }
         for w in 0..self.workers.len() {
             self.drain_worker(w)?;
         }
@@ -349,13 +366,26 @@ impl World {
     }
 
     fn check_state(&mut self) -> Check {
-        for coord in &self.coords {
+        for (c, coord) in self.coords.iter().enumerate() {
             if let Some(machine) = &coord.machine {
                 self.checker
-                    .check_state(machine.table(), machine.workers())?;
+                    .observe(c, machine)
+                    .map_err(|e| format!("coord-{c}: {e}"))?;
+                self.checker
+                    .check_state(machine.table(), machine.workers())
+                    .map_err(|e| format!("coord-{c}: {e}"))?;
             }
         }
         Ok(())
+    }
+
+    /// The member acting as leader (caught up with its term), if any.
+    fn acting_leader(&self) -> Option<&Coordinator> {
+        self.coords
+            .iter()
+            .filter_map(|c| c.machine.as_ref())
+            .filter(|m| m.is_acting_leader())
+            .max_by_key(|m| m.replica().term())
     }
 
     fn all_done(&self) -> bool {
@@ -366,19 +396,41 @@ impl World {
         {
             return false;
         }
-        let Some(machine) = self.coords.first().and_then(|c| c.machine.as_ref()) else {
+        let Some(machine) = self.acting_leader() else {
             return false;
         };
-        self.checker
-            .acked()
-            .iter()
-            .all(|id| machine.job(id).is_some_and(|job| job.state.is_terminal()))
+        self.checker.acked_terminal()
+            && self
+                .checker
+                .acked()
+                .iter()
+                .all(|id| machine.job(id).is_some_and(|job| job.state.is_terminal()))
     }
 
     fn liveness_failure(&mut self, why: &str) -> Check {
         let mut problems = Vec::new();
-        match self.coords.first().and_then(|c| c.machine.as_ref()) {
-            None => problems.push("the coordinator is down".to_owned()),
+        match self.acting_leader() {
+            None => {
+                let roles: Vec<String> = self
+                    .coords
+                    .iter()
+                    .enumerate()
+                    .map(|(c, node)| match &node.machine {
+                        Some(m) => format!(
+                            "coord-{c} {} in term {}{}",
+                            m.replica().role_kind(),
+                            m.replica().term().0,
+                            if m.replica().is_abstaining() {
+                                " (abstaining)"
+                            } else {
+                                ""
+                            }
+                        ),
+                        None => format!("coord-{c} down"),
+                    })
+                    .collect();
+                problems.push(format!("no acting leader: {}", roles.join(", ")))
+            }
             Some(machine) => {
                 for id in self.checker.acked() {
                     match machine.job(id) {

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 use herder_core::client::{Client, ClientOutput, ConnectAttempt, Operation};
-use herder_core::coordinator::{Coordinator, Event, Output, PersistBatch};
-use herder_core::ids::{ConnectionId, JobId, LeaseId};
+use herder_core::coordinator::{Coordinator, CoordinatorConfig, Event, Output, PersistBatch};
+use herder_core::ids::{ConnectionId, JobId, LeaseId, NodeId};
 use herder_core::protocol::{AttemptOutcome, ClientReply};
 use herder_core::tasks::{self, TaskSpec};
 use herder_core::time::Instant;
@@ -160,6 +160,20 @@ pub(super) fn coordinator_address(coord: usize) -> String {
     format!("coord-{coord}")
 }
 
+/// Coordinator `c`'s configuration: the scenario's, with its own id and every other member as
+/// a peer. One address per member serves both its worker and its client link here.
+pub(super) fn coordinator_config(scenario: &Scenario, c: usize) -> CoordinatorConfig {
+    let mut config = scenario.coordinator.clone();
+    config.node_id = NodeId(coordinator_address(c));
+    config.peers = (0..scenario.coordinators)
+        .filter(|&d| d != c)
+        .map(|d| NodeId(coordinator_address(d)))
+        .collect();
+    config.client_address = coordinator_address(c);
+    config.worker_address = coordinator_address(c);
+    config
+}
+
 pub(super) fn address_coordinator(address: &str) -> usize {
     address
         .strip_prefix("coord-")
@@ -203,6 +217,9 @@ fn event_name(event: &Event) -> &'static str {
         Event::SnapshotRefused { .. } => "coordinator: snapshot refused",
         Event::PeerIgnored { .. } => "coordinator: peer message ignored",
         Event::PeerProtocolViolation { .. } => "coordinator: peer protocol violation",
+        Event::Abstaining => "coordinator: empty disk, abstaining from elections",
+        Event::Rejoined { .. } => "coordinator: rejoined after an empty start",
+        Event::FollowerLostEntries { .. } => "coordinator: a follower lost entries",
     }
 }
 
@@ -217,6 +234,10 @@ impl World {
 
     pub(super) fn drain_coord(&mut self, c: usize) -> Check {
         let node = NodeRef::Coordinator(c);
+        // What it applied joins the committed log (and the model) before its outputs are judged.
+        if let Some(machine) = &self.coords[c].machine {
+            self.checker.observe(c, machine)?;
+        }
         loop {
             let Some(output) = self.coords[c]
                 .machine
@@ -225,17 +246,24 @@ impl World {
             else {
                 return Ok(());
             };
-            let (owner, key) = match &output {
-                Output::ToWorker { conn, .. } => (self.conn_owner(*conn), None),
-                Output::ToClient { conn, message } => (
-                    ConnOwner::Client,
-                    message
-                        .request_id()
-                        .and_then(|r| self.submit_keys.get(&(conn.0 as usize, r)).cloned()),
-                ),
-                _ => (ConnOwner::Unknown, None),
+            let (owner, key, dp) = match &output {
+                Output::ToWorker { conn, .. } => (self.conn_owner(*conn), None, 1),
+                Output::ToClient { conn, message } => {
+                    let request = message.request_id().map(|r| (conn.0 as usize, r));
+                    (
+                        ConnOwner::Client,
+                        request.and_then(|r| self.submit_keys.get(&r).cloned()),
+                        request
+                            .and_then(|r| self.submit_dp.get(&r).copied())
+                            .unwrap_or(1),
+                    )
+                }
+                _ => (ConnOwner::Unknown, None, 1),
             };
-            self.checker.check_output(&output, &owner, key.as_deref())?;
+            if let Some(machine) = &self.coords[c].machine {
+                self.checker
+                    .check_output(c, machine, &output, &owner, key.as_deref(), dp)?;
+            }
             match output {
                 Output::ToWorker { conn, message } => {
                     self.note(node, format_args!("-> conn {conn} {message:?}"));
@@ -251,7 +279,10 @@ impl World {
                     self.close_conn(conn.0 as usize, Close::ByCoord);
                 }
                 Output::Persist(batch) => self.persist(c, batch),
-                Output::ToPeer { .. } => {} // PEER-LINK: groups arrive in the simulator next
+                Output::ToPeer { to, message } => {
+                    let d = super::nodes::address_coordinator(&to.0);
+                    self.send_peer(c, d, message)?;
+                }
                 Output::Event(event) => {
                     self.count(event_name(&event));
                     self.note(node, format_args!("event: {event}"));
@@ -456,8 +487,8 @@ impl World {
         let fits = match (asked, reply) {
             (Operation::Submit { task, .. }, ClientReply::SubmitAccepted { job_id, .. }) => {
                 let submitted = TaskSpec::from_json(task).ok();
-                let durable = self.checker.facts.durable_table.get(job_id);
-                durable.is_some_and(|job| Some(&job.task) == submitted.as_ref())
+                let committed = self.checker.model.jobs.get(job_id);
+                committed.is_some_and(|job| Some(&job.task) == submitted.as_ref())
             }
             (Operation::Status { job_id }, ClientReply::Job { job, .. })
             | (Operation::Wait { job_id, .. }, ClientReply::WaitResult { job, .. })

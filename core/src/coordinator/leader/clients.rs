@@ -40,7 +40,15 @@ impl LeaderState {
             }
         };
         let encoded = serde_json::to_vec(&task).map_or(usize::MAX, |bytes| bytes.len());
-        if encoded.saturating_add(ASSIGN_ENVELOPE_BYTES) > m.config.max_frame_bytes {
+        // The log entry also carries the key (escaped as JSON), and must fit one APPEND.
+        let key_bytes = idempotency_key.as_ref().map_or(0, |k| {
+            serde_json::to_vec(k).map_or(usize::MAX, |bytes| bytes.len())
+        });
+        if encoded
+            .saturating_add(key_bytes)
+            .saturating_add(ASSIGN_ENVELOPE_BYTES)
+            > m.config.max_frame_bytes
+        {
             return m.client_error(
                 conn,
                 request_id,
@@ -81,7 +89,7 @@ impl LeaderState {
                     return m.send_client(
                         conn,
                         ClientReply::SubmitAccepted {
-                            term: m.replica.term(),
+                            term: self.term,
                             request_id,
                             job_id,
                             existing: true,
@@ -189,9 +197,16 @@ impl LeaderState {
         }
         let requested = match partitions.unwrap_or(Partitions::Auto) {
             Partitions::Auto => {
-                // One per live worker, but never more than the admission limit leaves room for.
+                // One per live worker, but never more than admission leaves room for now (the
+                // parent takes a slot too). When nothing is left, one partition is asked for,
+                // and admission refuses it.
                 let live = self.registry.iter().filter(|w| w.alive).count() as u64;
-                let room = m.config.max_active_jobs.saturating_sub(1).max(1);
+                let room = m
+                    .config
+                    .max_active_jobs
+                    .saturating_sub(m.table.active_jobs())
+                    .saturating_sub(1)
+                    .max(1);
                 u32::try_from(live.clamp(1, room)).unwrap_or(PARTITIONS_MAX)
             }
             Partitions::Count(n) => n,
@@ -472,7 +487,7 @@ impl LeaderState {
             m.send_client(
                 conn,
                 ClientReply::CancelResult {
-                    term: m.replica.term(),
+                    term: self.term,
                     request_id,
                     job,
                     cancelled: false,

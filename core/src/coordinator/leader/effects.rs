@@ -265,7 +265,7 @@ impl LeaderState {
             return;
         };
         let message = CoordinatorToWorker::TaskAssign {
-            term: m.replica.term(),
+            term: self.term,
             job_id,
             lease_id: lease.id,
             attempt,
@@ -320,7 +320,7 @@ impl LeaderState {
             m.send_worker(
                 conn,
                 CoordinatorToWorker::TaskCancel {
-                    term: m.replica.term(),
+                    term: self.term,
                     job_id,
                     lease_id: lease.id,
                     reason,
@@ -364,7 +364,7 @@ impl LeaderState {
             m.send_worker(
                 conn,
                 CoordinatorToWorker::TaskCancel {
-                    term: m.replica.term(),
+                    term: self.term,
                     job_id,
                     lease_id,
                     reason: CancelReason::LeaseNotCurrent,
@@ -395,7 +395,7 @@ impl LeaderState {
             m.send_worker(
                 conn,
                 CoordinatorToWorker::ResultAck {
-                    term: m.replica.term(),
+                    term: self.term,
                     job_id,
                     lease_id,
                     accepted,
@@ -415,7 +415,7 @@ impl LeaderState {
             m.send_client(
                 conn,
                 ClientReply::SubmitAccepted {
-                    term: m.replica.term(),
+                    term: self.term,
                     request_id,
                     job_id,
                     existing,
@@ -436,7 +436,7 @@ impl LeaderState {
                 m.send_client(
                     conn,
                     ClientReply::CancelResult {
-                        term: m.replica.term(),
+                        term: self.term,
                         request_id,
                         job,
                         cancelled,

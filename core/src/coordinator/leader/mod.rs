@@ -410,12 +410,9 @@ impl LeaderState {
                 self.register(m, conn, registration)
             }
             WorkerToCoordinator::Heartbeat {} => match self.registry.worker_on(conn) {
-                Some(_) => m.send_worker(
-                    conn,
-                    CoordinatorToWorker::HeartbeatAck {
-                        term: m.replica.term(),
-                    },
-                ),
+                Some(_) => {
+                    m.send_worker(conn, CoordinatorToWorker::HeartbeatAck { term: self.term })
+                }
                 None => self.reject_unregistered(m, conn),
             },
             WorkerToCoordinator::TaskResult {
@@ -506,7 +503,8 @@ impl LeaderState {
                     },
                 );
             }
-            // Answered by the coordinator for any member.
+            // Answered for any member by `Coordinator::client_message`, which never parks them
+            // either, so they cannot reach the leader state.
             ClientRequest::Cluster { .. } | ClientRequest::TransferLeader { .. } => {
                 unreachable!("group requests are answered before they reach the leader")
             }

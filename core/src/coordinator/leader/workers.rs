@@ -189,7 +189,7 @@ impl LeaderState {
         m.send_worker(
             conn,
             CoordinatorToWorker::Registered {
-                term: m.replica.term(),
+                term: self.term,
                 members: m.member_addresses(crate::coordinator::Link::Worker),
                 heartbeat_interval_millis: as_millis_u64(m.config.heartbeat_interval),
                 heartbeat_timeout_millis: as_millis_u64(m.config.heartbeat_timeout),
@@ -262,7 +262,7 @@ impl LeaderState {
                 m.send_worker(
                     conn,
                     CoordinatorToWorker::TaskCancel {
-                        term: m.replica.term(),
+                        term: self.term,
                         job_id: attempt.job_id,
                         lease_id: attempt.lease_id,
                         reason: CancelReason::LeaseNotCurrent,
@@ -281,7 +281,7 @@ impl LeaderState {
         m.send_worker(
             conn,
             CoordinatorToWorker::TaskCancel {
-                term: m.replica.term(),
+                term: self.term,
                 job_id,
                 lease_id: attempt.lease_id,
                 reason: CancelReason::LeaseNotCurrent,
@@ -524,7 +524,7 @@ impl LeaderState {
         }
         if !held || !current {
             let answer = CoordinatorToWorker::ResultAck {
-                term: m.replica.term(),
+                term: self.term,
                 job_id,
                 lease_id,
                 accepted: false,

@@ -3,7 +3,8 @@
 
 use herder_core::client::ConnectAttempt;
 use herder_core::ids::ConnectionId;
-use herder_core::protocol::{ClientRequest, WorkerToCoordinator};
+use herder_core::protocol::{ClientRequest, Partitions, WorkerToCoordinator};
+use herder_core::tasks::TaskSpec;
 
 use super::{Conn, Down, Peer, Up};
 use crate::checker::Check;
@@ -129,11 +130,28 @@ impl World {
             Up::Client(message) => {
                 if let ClientRequest::Submit {
                     request_id,
-                    idempotency_key: Some(key),
+                    idempotency_key,
+                    task,
+                    partitions,
                     ..
                 } = &message
                 {
-                    self.submit_keys.insert((conn, *request_id), key.clone());
+                    if let Some(key) = idempotency_key {
+                        self.submit_keys.insert((conn, *request_id), key.clone());
+                    }
+                    // The fewest admission slots it can take: one, plus one per partition of a
+                    // data-parallel job (`auto` is at least one).
+                    let slots = match TaskSpec::from_json(task) {
+                        Ok(t) if t.is_data_parallel() => {
+                            let asked = match partitions {
+                                Some(Partitions::Count(n)) => u64::from(*n),
+                                _ => 1,
+                            };
+                            1 + asked.min(t.items()).max(1)
+                        }
+                        _ => 1,
+                    };
+                    self.submit_dp.insert((conn, *request_id), slots);
                 }
                 machine.handle_client_message(local, id, message)
             }

@@ -6,6 +6,7 @@
 //! far end.
 
 mod delivery;
+mod peer;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
@@ -117,7 +118,7 @@ impl Conn {
 
 /// One message through the real frame codec: encoded as the sender's runtime would, decoded as
 /// the receiver's would. It must come out exactly as it went in.
-fn through_codec<M>(message: M) -> Result<M, String>
+pub(super) fn through_codec<M>(message: M) -> Result<M, String>
 where
     M: WireMessage + PartialEq + fmt::Debug,
 {
@@ -330,7 +331,7 @@ impl World {
         }
     }
 
-    fn is_cut(&self, from: NodeRef, to: NodeRef) -> bool {
+    pub(super) fn is_cut(&self, from: NodeRef, to: NodeRef) -> bool {
         self.partitions.iter().any(|p| p.cuts.contains(&(from, to)))
     }
 

@@ -1,0 +1,472 @@
+//! The checker's own model of the job rules, written from the specification and not from the
+//! product's `JobTable::apply`, so that a bug in apply cannot hide behind itself.
+//!
+//! It consumes the committed log (every entry exactly once, in index order) and keeps, per job,
+//! what the rules say it must be: state, attempts, the current lease, the result. It also
+//! remembers at which log index each visible fact was decided (a job created, an attempt
+//! assigned or settled, a job cancelled), so the checker can ask whether that entry was durable
+//! on a majority when the fact left a coordinator, and the number of non-terminal jobs after
+//! every index, so it can judge admission answers.
+//!
+//! The rules (seed A's lifecycle, SPEC 2.2):
+//!
+//! - **Submit**: a known idempotency key answers with its job (same task and attempts) or
+//!   conflicts, consuming nothing; otherwise the job takes one admission slot (a data-parallel
+//!   job one more per partition) if the limit the leader stated allows, and is created `QUEUED`
+//!   (a data-parallel parent `RUNNING` over `QUEUED` partitions, one per piece of its input).
+//! - **Assign** starts attempt `n + 1` of a `QUEUED` job with attempts left under a fresh lease.
+//! - **Complete / AttemptFailed / Abandon** count only with the current lease of a `RUNNING`
+//!   job. A failure retries (`RETRY_WAIT`) or, on the last attempt, fails the job; an abandoned
+//!   attempt requeues or fails. A partition's end decides its parent: all completed completes
+//!   it with the sequential answer over the whole input; one failed for good fails it and
+//!   cancels the others.
+//! - **Requeue** moves `RETRY_WAIT` to `QUEUED`. **Cancel** cancels a non-terminal job (a
+//!   partition's cancel is its parent's) and every non-terminal partition of it.
+//! - Terminal states never change.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use herder_core::command::{Command, LogEntry};
+use herder_core::ids::{Attempt, JobId, LeaseId, LogIndex, WorkerId};
+use herder_core::job::{Job, JobState, Lease};
+use herder_core::tasks::{self, TaskOutput, TaskSpec};
+
+use crate::checker::Check;
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+/// One job as the rules say it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelJob {
+    pub task: TaskSpec,
+    pub max_attempts: u32,
+    pub key: Option<String>,
+    pub state: JobState,
+    pub attempt: u32,
+    pub lease: Option<Lease>,
+    pub last_worker: Option<WorkerId>,
+    pub result: Option<TaskOutput>,
+    pub retry_delay_millis: u64,
+    pub parent: Option<(JobId, u32)>,
+    pub partitions: Vec<JobId>,
+}
+
+impl ModelJob {
+    fn new(task: TaskSpec, max_attempts: u32) -> ModelJob {
+        ModelJob {
+            task,
+            max_attempts,
+            key: None,
+            state: JobState::Queued,
+            attempt: 0,
+            lease: None,
+            last_worker: None,
+            result: None,
+            retry_delay_millis: 0,
+            parent: None,
+            partitions: Vec::new(),
+        }
+    }
+
+    fn holds(&self, lease_id: LeaseId) -> bool {
+        self.state == JobState::Running && self.lease.as_ref().is_some_and(|l| l.id == lease_id)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    pub jobs: BTreeMap<JobId, ModelJob>,
+    /// The last index applied.
+    pub applied: LogIndex,
+    pub keys: HashMap<String, JobId>,
+    /// Non-terminal jobs after each index (index 0: none).
+    active_at: Vec<u64>,
+    /// Where each visible fact was decided.
+    pub submitted_at: HashMap<JobId, LogIndex>,
+    pub assigned_at: HashMap<LeaseId, (LogIndex, JobId, WorkerId)>,
+    pub settled_at: HashMap<LeaseId, LogIndex>,
+    pub cancelled_at: HashMap<JobId, LogIndex>,
+    /// The highest admission limit any submission carried (the limit is fixed per run).
+    pub limit: u64,
+    /// Recent submissions admission refused when they applied: (index, non-terminal jobs then).
+    pub refused: std::collections::VecDeque<(LogIndex, u64)>,
+}
+
+impl Model {
+    pub fn new() -> Model {
+        Model {
+            active_at: vec![0],
+            ..Model::default()
+        }
+    }
+
+    pub fn active(&self) -> u64 {
+        self.jobs
+            .values()
+            .filter(|j| !j.state.is_terminal())
+            .count() as u64
+    }
+
+    /// Non-terminal jobs right after entry `index` was applied, if the model got that far.
+    pub fn active_at(&self, index: LogIndex) -> Option<u64> {
+        usize::try_from(index.0)
+            .ok()
+            .and_then(|i| self.active_at.get(i).copied())
+    }
+
+    /// Applies the next committed entry.
+    pub fn apply(&mut self, entry: &LogEntry) -> Check {
+        ensure!(
+            entry.index == self.applied.next(),
+            "model: entry {} applied out of order (at {})",
+            entry.index,
+            self.applied
+        );
+        self.applied = entry.index;
+        let at = entry.index;
+        let before: BTreeMap<JobId, JobState> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state.is_terminal())
+            .map(|(id, j)| (*id, j.state))
+            .collect();
+        match &entry.command {
+            Command::Submit {
+                job_id,
+                task,
+                max_attempts,
+                idempotency_key,
+                max_active_jobs,
+                partitions,
+            } => self.submit(
+                at,
+                *job_id,
+                task,
+                *max_attempts,
+                idempotency_key,
+                *max_active_jobs,
+                partitions,
+            )?,
+            Command::Assign { job_id, lease } => {
+                if let Some(job) = self.jobs.get_mut(job_id) {
+                    if job.state == JobState::Queued && job.attempt < job.max_attempts {
+                        job.state = JobState::Running;
+                        job.attempt += 1;
+                        job.lease = Some(lease.clone());
+                        job.last_worker = Some(lease.worker.clone());
+                        self.assigned_at
+                            .insert(lease.id, (at, *job_id, lease.worker.clone()));
+                    }
+                }
+            }
+            Command::Complete {
+                job_id,
+                lease_id,
+                output,
+            } => {
+                self.settled_at.entry(*lease_id).or_insert(at);
+                if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
+                    let job = self.job(job_id)?;
+                    let expected = tasks::execute(&job.task, Attempt(job.attempt));
+                    ensure!(
+                        expected.as_ref().ok() == Some(output),
+                        "job {job_id} completed on attempt {} with {output:?}, but its task gives {expected:?}",
+                        job.attempt
+                    );
+                    let job = self.job_mut(job_id)?;
+                    job.state = JobState::Completed;
+                    job.lease = None;
+                    job.result = Some(output.clone());
+                    self.partition_completed(*job_id)?;
+                }
+            }
+            Command::AttemptFailed {
+                job_id,
+                lease_id,
+                retry_delay_millis,
+                ..
+            } => {
+                self.settled_at.entry(*lease_id).or_insert(at);
+                if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
+                    let job = self.job_mut(job_id)?;
+                    job.lease = None;
+                    if job.attempt < job.max_attempts {
+                        job.state = JobState::RetryWait;
+                        job.retry_delay_millis = *retry_delay_millis;
+                    } else {
+                        job.state = JobState::Failed;
+                        self.partition_failed(at, *job_id);
+                    }
+                }
+            }
+            Command::Abandon { job_id, lease_id } => {
+                self.settled_at.entry(*lease_id).or_insert(at);
+                if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
+                    let job = self.job_mut(job_id)?;
+                    job.lease = None;
+                    if job.attempt < job.max_attempts {
+                        job.state = JobState::Queued;
+                    } else {
+                        job.state = JobState::Failed;
+                        self.partition_failed(at, *job_id);
+                    }
+                }
+            }
+            Command::Requeue { job_id } => {
+                if let Some(job) = self.jobs.get_mut(job_id) {
+                    if job.state == JobState::RetryWait {
+                        job.state = JobState::Queued;
+                    }
+                }
+            }
+            Command::Cancel { job_id } => {
+                let target = match self.jobs.get(job_id).and_then(|j| j.parent) {
+                    Some((parent, _)) => parent,
+                    None => *job_id,
+                };
+                if self
+                    .jobs
+                    .get(&target)
+                    .is_some_and(|j| !j.state.is_terminal())
+                {
+                    self.cancel_one(at, target);
+                    let partitions = self.jobs.get(&target).map(|j| j.partitions.clone());
+                    for part in partitions.unwrap_or_default() {
+                        self.cancel_one(at, part);
+                    }
+                }
+            }
+            Command::NewLeader { .. } => {}
+        }
+        for (id, state) in before {
+            let now = self.jobs.get(&id).map(|j| j.state);
+            ensure!(
+                now == Some(state),
+                "model: terminal job {id} left {state} for {now:?} at entry {at}"
+            );
+        }
+        let active = self.active();
+        ensure!(
+            active <= self.limit,
+            "{active} non-terminal jobs after entry {at}, over the admission limit of {}",
+            self.limit
+        );
+        self.active_at.push(active);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &mut self,
+        at: LogIndex,
+        job_id: JobId,
+        task: &TaskSpec,
+        max_attempts: u32,
+        key: &Option<String>,
+        max_active_jobs: u64,
+        partitions: &[JobId],
+    ) -> Check {
+        self.limit = self.limit.max(max_active_jobs);
+        if let Some(key) = key {
+            if self.keys.contains_key(key) {
+                return Ok(()); // a replay or a conflict: nothing changes
+            }
+        }
+        let pieces = if task.is_data_parallel() {
+            task.split(partitions.len() as u32)
+        } else {
+            Vec::new()
+        };
+        let distinct: BTreeSet<&JobId> = partitions.iter().collect();
+        let valid = pieces.len() == partitions.len()
+            && distinct.len() == partitions.len()
+            && !distinct.contains(&job_id)
+            && !self.jobs.contains_key(&job_id)
+            && partitions.iter().all(|p| !self.jobs.contains_key(p));
+        let slots = 1 + partitions.len() as u64;
+        let active = self.active();
+        if valid && active + slots > max_active_jobs {
+            if self.refused.len() >= 256 {
+                self.refused.pop_front();
+            }
+            self.refused.push_back((at, active));
+        }
+        if !valid || active + slots > max_active_jobs {
+            return Ok(()); // refused: nothing is created
+        }
+        ensure!(
+            covers_exactly_once(task, &pieces),
+            "job {job_id}: its {} pieces do not cover its input exactly once",
+            pieces.len()
+        );
+        let mut job = ModelJob::new(task.clone(), max_attempts);
+        job.key = key.clone();
+        if let Some(key) = key {
+            self.keys.insert(key.clone(), job_id);
+        }
+        self.submitted_at.insert(job_id, at);
+        if task.is_data_parallel() {
+            job.state = JobState::Running;
+            job.partitions = partitions.to_vec();
+            self.jobs.insert(job_id, job);
+            for (index, (part, piece)) in partitions.iter().zip(pieces).enumerate() {
+                let mut child = ModelJob::new(piece, max_attempts);
+                child.parent = Some((job_id, index as u32));
+                self.jobs.insert(*part, child);
+                self.submitted_at.insert(*part, at);
+            }
+            if partitions.is_empty() {
+                self.finish_parent(job_id)?;
+            }
+        } else {
+            self.jobs.insert(job_id, job);
+        }
+        Ok(())
+    }
+
+    fn partition_completed(&mut self, job_id: JobId) -> Check {
+        let Some((parent, _)) = self.jobs.get(&job_id).and_then(|j| j.parent) else {
+            return Ok(());
+        };
+        let done = self.jobs.get(&parent).is_some_and(|p| {
+            p.state == JobState::Running
+                && p.partitions.iter().all(|id| {
+                    self.jobs
+                        .get(id)
+                        .is_some_and(|j| j.state == JobState::Completed)
+                })
+        });
+        if done {
+            self.finish_parent(parent)?;
+        }
+        Ok(())
+    }
+
+    /// Every partition completed: the parent holds the sequential answer over its whole input.
+    fn finish_parent(&mut self, parent: JobId) -> Check {
+        let task = self.job(&parent)?.task.clone();
+        let job = self.job_mut(&parent)?;
+        match tasks::execute(&task, Attempt(0)) {
+            Ok(output) => {
+                job.state = JobState::Completed;
+                job.result = Some(output);
+            }
+            Err(_) => job.state = JobState::Failed,
+        }
+        Ok(())
+    }
+
+    fn partition_failed(&mut self, at: LogIndex, job_id: JobId) {
+        let Some((parent, _)) = self.jobs.get(&job_id).and_then(|j| j.parent) else {
+            return;
+        };
+        let Some(p) = self.jobs.get_mut(&parent) else {
+            return;
+        };
+        if p.state != JobState::Running {
+            return;
+        }
+        p.state = JobState::Failed;
+        for part in p.partitions.clone() {
+            self.cancel_one(at, part);
+        }
+    }
+
+    fn cancel_one(&mut self, at: LogIndex, job_id: JobId) {
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            if !job.state.is_terminal() {
+                job.state = JobState::Cancelled;
+                job.lease = None;
+                self.cancelled_at.insert(job_id, at);
+            }
+        }
+    }
+
+    fn job(&self, id: &JobId) -> Result<&ModelJob, String> {
+        self.jobs
+            .get(id)
+            .ok_or_else(|| format!("model: job {id} is missing"))
+    }
+
+    fn job_mut(&mut self, id: &JobId) -> Result<&mut ModelJob, String> {
+        self.jobs
+            .get_mut(id)
+            .ok_or_else(|| format!("model: job {id} is missing"))
+    }
+
+    /// The product's row for `id` must say what the rules say.
+    pub fn matches(&self, row: &Job) -> Check {
+        let Some(job) = self.jobs.get(&row.id) else {
+            return Err(format!(
+                "job {} ({}) exists in a coordinator's table but the rules never created it",
+                row.id, row.state
+            ));
+        };
+        let same = row.state == job.state
+            && row.attempt.0 == job.attempt
+            && row.max_attempts == job.max_attempts
+            && row.lease == job.lease
+            && row.last_worker == job.last_worker
+            && row.result == job.result
+            && row.task == job.task
+            && row.idempotency_key == job.key
+            && row.partition_of.map(|p| (p.parent, p.index)) == job.parent
+            && row.partitions == job.partitions
+            && (job.state != JobState::RetryWait
+                || row.retry_delay_millis == job.retry_delay_millis);
+        ensure!(
+            same,
+            "job {} is {} (attempt {}/{}, lease {:?}, result {:?}) in a coordinator's table, but the rules say {} (attempt {}/{}, lease {:?}, result {:?})",
+            row.id,
+            row.state,
+            row.attempt,
+            row.max_attempts,
+            row.lease.as_ref().map(|l| l.id),
+            row.result,
+            job.state,
+            job.attempt,
+            job.max_attempts,
+            job.lease.as_ref().map(|l| l.id),
+            job.result
+        );
+        Ok(())
+    }
+}
+
+/// Whether `pieces`, in order, hold every item of `whole` exactly once: joined lists equal
+/// the list; ranges abut with no gap or overlap from `start` to `end`.
+pub fn covers_exactly_once(whole: &TaskSpec, pieces: &[TaskSpec]) -> bool {
+    match whole {
+        TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
+            let mut joined = Vec::new();
+            for piece in pieces {
+                match piece {
+                    TaskSpec::Max { numbers } | TaskSpec::PrimeCountList { numbers } => {
+                        joined.extend_from_slice(numbers)
+                    }
+                    _ => return false,
+                }
+            }
+            joined == *numbers
+        }
+        TaskSpec::PrimeSum { start, end } => {
+            let mut next = i128::from(*start);
+            for piece in pieces {
+                match piece {
+                    TaskSpec::PrimeSum { start: a, end: b } if i128::from(*a) == next && a <= b => {
+                        next = i128::from(*b) + 1;
+                    }
+                    _ => return false,
+                }
+            }
+            next == i128::from(*end) + 1
+        }
+        _ => pieces.is_empty(),
+    }
+}
