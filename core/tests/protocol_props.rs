@@ -9,16 +9,19 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{json, Value};
 
-use herder_core::ids::{Attempt, Incarnation, JobId, LeaseId, NodeId, RequestId, Term, WorkerId};
-use herder_core::job::JobState;
+use herder_core::command::{Command, LogEntry};
+use herder_core::ids::{
+    Attempt, Incarnation, JobId, LeaseId, LogIndex, NodeId, RequestId, Term, WorkerId,
+};
+use herder_core::job::{JobState, Lease, PartitionOf};
 use herder_core::limits::{FRAME_BYTES_MAX_DEFAULT, FRAME_HEADER_BYTES};
 use herder_core::protocol::codec::{
     decode_message, encode_frame, FrameDecoder, FrameError, WireMessage,
 };
 use herder_core::protocol::{
-    AttemptOutcome, CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode,
-    JobView, LeaderHint, PeerMessage, RegisterRejection, RunningAttempt, WorkerToCoordinator,
-    WorkerView,
+    AttemptOutcome, CancelReason, ClientReply, ClientRequest, ClusterView, CoordinatorToWorker,
+    ErrorCode, JobView, LeaderHint, MemberView, PartitionView, Partitions, PartitionsView,
+    PeerMessage, RegisterRejection, RunningAttempt, WorkerToCoordinator, WorkerView,
 };
 use herder_core::tasks::{TaskOutput, TaskSpec};
 
@@ -63,6 +66,23 @@ fn node_id() -> impl Strategy<Value = NodeId> {
 
 fn request_id() -> impl Strategy<Value = RequestId> {
     any::<u64>().prop_map(RequestId)
+}
+
+fn term() -> impl Strategy<Value = Term> {
+    any::<u64>().prop_map(Term)
+}
+
+fn log_index() -> impl Strategy<Value = LogIndex> {
+    any::<u64>().prop_map(LogIndex)
+}
+
+fn incarnation() -> impl Strategy<Value = Incarnation> {
+    any::<u64>().prop_map(Incarnation)
+}
+
+/// Member addresses as `members` lists carry them (any text: the codec does not parse them).
+fn members() -> impl Strategy<Value = Vec<String>> {
+    proptest::collection::vec(text(), 0..5)
 }
 
 fn job_state() -> impl Strategy<Value = JobState> {
@@ -117,12 +137,16 @@ fn leader_hint() -> impl Strategy<Value = Option<LeaderHint>> {
 /// Every task kind, with values anywhere in their types' range (the derived `Deserialize` only
 /// checks shape, so out-of-bounds values must still travel).
 fn task_spec() -> impl Strategy<Value = TaskSpec> {
+    let numbers = || proptest::collection::vec(any::<i64>(), 0..6);
     prop_oneof![
         any::<u64>().prop_map(|milliseconds| TaskSpec::Sleep { milliseconds }),
         text().prop_map(|text| TaskSpec::WordCount { text }),
         text().prop_map(|text| TaskSpec::Sha256 { text }),
         any::<u64>().prop_map(|limit| TaskSpec::PrimeCount { limit }),
         any::<u32>().prop_map(|fail_until_attempt| TaskSpec::Fail { fail_until_attempt }),
+        numbers().prop_map(|numbers| TaskSpec::Max { numbers }),
+        numbers().prop_map(|numbers| TaskSpec::PrimeCountList { numbers }),
+        (any::<i64>(), any::<i64>()).prop_map(|(start, end)| TaskSpec::PrimeSum { start, end }),
     ]
 }
 
@@ -134,6 +158,9 @@ fn task_output() -> impl Strategy<Value = TaskOutput> {
         (any::<u64>(), any::<u64>())
             .prop_map(|(limit, count)| TaskOutput::PrimeCount { limit, count }),
         any::<u32>().prop_map(|attempt| TaskOutput::Succeeded { attempt }),
+        any::<i64>().prop_map(|max| TaskOutput::Max { max }),
+        any::<u64>().prop_map(|count| TaskOutput::PrimeCountList { count }),
+        (any::<u64>(), any::<u128>()).prop_map(|(count, sum)| TaskOutput::PrimeSum { count, sum }),
     ]
 }
 
@@ -143,6 +170,40 @@ fn attempt_outcome() -> impl Strategy<Value = AttemptOutcome> {
         text().prop_map(|error| AttemptOutcome::Failed { error }),
         Just(AttemptOutcome::Cancelled {}),
     ]
+}
+
+fn partition_view() -> impl Strategy<Value = PartitionView> {
+    (
+        any::<u32>(),
+        job_id(),
+        job_state(),
+        any::<u32>(),
+        proptest::option::of(worker_id()),
+        proptest::option::of(task_output()),
+    )
+        .prop_map(
+            |(index, job_id, state, attempt, worker, result)| PartitionView {
+                index,
+                job_id,
+                state,
+                attempt,
+                worker,
+                result,
+            },
+        )
+}
+
+fn partitions_view() -> impl Strategy<Value = PartitionsView> {
+    (
+        any::<u32>(),
+        any::<u32>(),
+        proptest::collection::vec(partition_view(), 0..3),
+    )
+        .prop_map(|(done, total, pieces)| PartitionsView {
+            done,
+            total,
+            pieces,
+        })
 }
 
 fn job_view() -> impl Strategy<Value = JobView> {
@@ -156,6 +217,12 @@ fn job_view() -> impl Strategy<Value = JobView> {
         proptest::option::of(task_output()),
         proptest::option::of(text()),
         proptest::option::of(text()),
+        (
+            proptest::option::of(
+                (job_id(), any::<u32>()).prop_map(|(parent, index)| PartitionOf { parent, index }),
+            ),
+            proptest::option::of(partitions_view()),
+        ),
     )
         .prop_map(
             |(
@@ -165,6 +232,7 @@ fn job_view() -> impl Strategy<Value = JobView> {
                 result,
                 error,
                 idempotency_key,
+                (partition_of, partitions),
             )| {
                 JobView {
                     id,
@@ -177,8 +245,8 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     result,
                     error,
                     idempotency_key,
-                    partition_of: None,
-                    partitions: None,
+                    partition_of,
+                    partitions,
                 }
             },
         )
@@ -203,6 +271,129 @@ fn worker_view() -> impl Strategy<Value = WorkerView> {
                 last_heartbeat_millis_ago,
             },
         )
+}
+
+fn member_view() -> impl Strategy<Value = MemberView> {
+    (
+        node_id(),
+        proptest::option::of(text()),
+        proptest::option::of(text()),
+        proptest::option::of(log_index()),
+        proptest::option::of(any::<u64>()),
+    )
+        .prop_map(
+            |(node_id, client_address, worker_address, matched_index, last_heard_millis_ago)| {
+                MemberView {
+                    node_id,
+                    client_address,
+                    worker_address,
+                    matched_index,
+                    last_heard_millis_ago,
+                }
+            },
+        )
+}
+
+fn cluster_view() -> impl Strategy<Value = ClusterView> {
+    (
+        node_id(),
+        // The role is a string on the wire; any text must travel, not only the four roles.
+        prop_oneof![
+            3 => proptest::sample::select(vec!["leader", "follower", "pre-candidate", "candidate"])
+                .prop_map(str::to_owned),
+            1 => text(),
+        ],
+        term(),
+        proptest::option::of(node_id()),
+        (log_index(), log_index(), log_index()),
+        proptest::collection::vec(member_view(), 0..5),
+    )
+        .prop_map(
+            |(node_id, role, term, leader, (last_index, commit_index, applied_index), members)| {
+                ClusterView {
+                    node_id,
+                    role,
+                    term,
+                    leader,
+                    last_index,
+                    commit_index,
+                    applied_index,
+                    members,
+                }
+            },
+        )
+}
+
+/// Every log command, with arbitrary fields.
+fn command() -> impl Strategy<Value = Command> {
+    let lease =
+        (lease_id(), worker_id(), incarnation()).prop_map(|(id, worker, incarnation)| Lease {
+            id,
+            worker,
+            incarnation,
+        });
+    prop_oneof![
+        (
+            job_id(),
+            task_spec(),
+            any::<u32>(),
+            proptest::option::of(text()),
+            any::<u64>(),
+            proptest::collection::vec(job_id(), 0..4),
+        )
+            .prop_map(
+                |(job_id, task, max_attempts, idempotency_key, max_active_jobs, partitions)| {
+                    Command::Submit {
+                        job_id,
+                        task,
+                        max_attempts,
+                        idempotency_key,
+                        max_active_jobs,
+                        partitions,
+                    }
+                }
+            ),
+        (job_id(), lease).prop_map(|(job_id, lease)| Command::Assign { job_id, lease }),
+        (job_id(), lease_id(), task_output()).prop_map(|(job_id, lease_id, output)| {
+            Command::Complete {
+                job_id,
+                lease_id,
+                output,
+            }
+        }),
+        (job_id(), lease_id(), text(), any::<u64>()).prop_map(
+            |(job_id, lease_id, cause, retry_delay_millis)| Command::AttemptFailed {
+                job_id,
+                lease_id,
+                cause,
+                retry_delay_millis,
+            }
+        ),
+        job_id().prop_map(|job_id| Command::Requeue { job_id }),
+        job_id().prop_map(|job_id| Command::Cancel { job_id }),
+        (job_id(), lease_id()).prop_map(|(job_id, lease_id)| Command::Abandon { job_id, lease_id }),
+        node_id().prop_map(|leader| Command::NewLeader { leader }),
+    ]
+}
+
+fn log_entry() -> impl Strategy<Value = LogEntry> {
+    (log_index(), term(), command()).prop_map(|(index, term, command)| LogEntry {
+        index,
+        term,
+        command,
+    })
+}
+
+/// What a `SNAPSHOT` chunk's `data` may hold: real base64, or any text (the codec does not
+/// check it; the follower does).
+fn snapshot_data() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => proptest::collection::vec(any::<u8>(), 0..64).prop_map(|bytes| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        }),
+        1 => text(),
+    ]
 }
 
 /// Arbitrary JSON. Floats are limited to eighths of an `i32`, which print and parse exactly, so
@@ -238,20 +429,30 @@ fn submit_task() -> impl Strategy<Value = Value> {
 // ---------------------------------------------------------------------------------------------
 
 fn worker_to_coordinator() -> impl Strategy<Value = WorkerToCoordinator> {
-    let running = proptest::collection::vec(
-        (job_id(), lease_id()).prop_map(|(job_id, lease_id)| RunningAttempt { job_id, lease_id }),
-        0..4,
-    );
+    let attempts = || {
+        proptest::collection::vec(
+            (job_id(), lease_id())
+                .prop_map(|(job_id, lease_id)| RunningAttempt { job_id, lease_id }),
+            0..4,
+        )
+    };
     prop_oneof![
-        (worker_id(), any::<u64>(), any::<u32>(), running).prop_map(
-            |(worker_id, incarnation, capacity, running)| WorkerToCoordinator::Register {
-                worker_id,
-                incarnation: Incarnation(incarnation),
-                capacity,
-                running,
-                finished: Vec::new(),
-            }
-        ),
+        (
+            worker_id(),
+            incarnation(),
+            any::<u32>(),
+            attempts(),
+            attempts()
+        )
+            .prop_map(|(worker_id, incarnation, capacity, running, finished)| {
+                WorkerToCoordinator::Register {
+                    worker_id,
+                    incarnation,
+                    capacity,
+                    running,
+                    finished,
+                }
+            }),
         Just(WorkerToCoordinator::Heartbeat {}),
         (job_id(), lease_id(), attempt_outcome()).prop_map(|(job_id, lease_id, outcome)| {
             WorkerToCoordinator::TaskResult {
@@ -265,21 +466,22 @@ fn worker_to_coordinator() -> impl Strategy<Value = WorkerToCoordinator> {
 
 fn coordinator_to_worker() -> impl Strategy<Value = CoordinatorToWorker> {
     prop_oneof![
-        (any::<u64>(), any::<u64>()).prop_map(
-            |(heartbeat_interval_millis, heartbeat_timeout_millis)| {
+        (term(), any::<u64>(), any::<u64>(), members()).prop_map(
+            |(term, heartbeat_interval_millis, heartbeat_timeout_millis, members)| {
                 CoordinatorToWorker::Registered {
-                    term: Term(1),
-                    members: Vec::new(),
+                    term,
                     heartbeat_interval_millis,
                     heartbeat_timeout_millis,
+                    members,
                 }
             }
         ),
         (register_rejection(), text()).prop_map(|(reason, message)| {
             CoordinatorToWorker::RegisterRejected { reason, message }
         }),
-        Just(CoordinatorToWorker::HeartbeatAck { term: Term(1) }),
+        term().prop_map(|term| CoordinatorToWorker::HeartbeatAck { term }),
         (
+            term(),
             job_id(),
             lease_id(),
             any::<u32>(),
@@ -288,9 +490,9 @@ fn coordinator_to_worker() -> impl Strategy<Value = CoordinatorToWorker> {
             any::<u64>()
         )
             .prop_map(
-                |(job_id, lease_id, attempt, max_attempts, task, timeout_millis)| {
+                |(term, job_id, lease_id, attempt, max_attempts, task, timeout_millis)| {
                     CoordinatorToWorker::TaskAssign {
-                        term: Term(1),
+                        term,
                         job_id,
                         lease_id,
                         attempt: Attempt(attempt),
@@ -300,26 +502,24 @@ fn coordinator_to_worker() -> impl Strategy<Value = CoordinatorToWorker> {
                     }
                 }
             ),
-        (job_id(), lease_id(), cancel_reason()).prop_map(|(job_id, lease_id, reason)| {
-            CoordinatorToWorker::TaskCancel {
-                term: Term(1),
+        (term(), job_id(), lease_id(), cancel_reason()).prop_map(
+            |(term, job_id, lease_id, reason)| CoordinatorToWorker::TaskCancel {
+                term,
                 job_id,
                 lease_id,
                 reason,
             }
-        }),
-        (job_id(), lease_id(), any::<bool>()).prop_map(|(job_id, lease_id, accepted)| {
-            CoordinatorToWorker::ResultAck {
-                term: Term(1),
+        ),
+        (term(), job_id(), lease_id(), any::<bool>()).prop_map(
+            |(term, job_id, lease_id, accepted)| CoordinatorToWorker::ResultAck {
+                term,
                 job_id,
                 lease_id,
                 accepted,
             }
-        }),
-        leader_hint().prop_map(|leader| CoordinatorToWorker::NotLeader {
-            leader,
-            members: Vec::new()
-        }),
+        ),
+        (leader_hint(), members())
+            .prop_map(|(leader, members)| CoordinatorToWorker::NotLeader { leader, members }),
         (error_code(), text())
             .prop_map(|(code, message)| CoordinatorToWorker::Error { code, message }),
     ]
@@ -332,16 +532,22 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
             submit_task(),
             proptest::option::of(any::<u32>()),
             proptest::option::of(text()),
+            proptest::option::of(prop_oneof![
+                Just(Partitions::Auto),
+                any::<u32>().prop_map(Partitions::Count),
+            ]),
         )
-            .prop_map(|(request_id, task, max_attempts, idempotency_key)| {
-                ClientRequest::Submit {
-                    partitions: None,
-                    request_id,
-                    task,
-                    max_attempts,
-                    idempotency_key,
+            .prop_map(
+                |(request_id, task, max_attempts, idempotency_key, partitions)| {
+                    ClientRequest::Submit {
+                        request_id,
+                        task,
+                        max_attempts,
+                        idempotency_key,
+                        partitions,
+                    }
                 }
-            }),
+            ),
         (request_id(), job_id())
             .prop_map(|(request_id, job_id)| ClientRequest::Status { request_id, job_id }),
         (request_id(), job_id(), proptest::option::of(any::<u64>())).prop_map(
@@ -364,19 +570,22 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
                 limit,
             }),
         request_id().prop_map(|request_id| ClientRequest::Workers { request_id }),
+        request_id().prop_map(|request_id| ClientRequest::Cluster { request_id }),
+        (request_id(), proptest::option::of(node_id()))
+            .prop_map(|(request_id, to)| ClientRequest::TransferLeader { request_id, to }),
     ]
 }
 
 fn client_reply() -> impl Strategy<Value = ClientReply> {
     prop_oneof![
-        (request_id(), job_id(), any::<bool>()).prop_map(|(request_id, job_id, existing)| {
-            ClientReply::SubmitAccepted {
-                term: Term(1),
+        (request_id(), term(), job_id(), any::<bool>()).prop_map(
+            |(request_id, term, job_id, existing)| ClientReply::SubmitAccepted {
                 request_id,
+                term,
                 job_id,
                 existing,
             }
-        }),
+        ),
         (
             request_id(),
             any::<bool>(),
@@ -404,14 +613,14 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
                 timed_out,
             }
         }),
-        (request_id(), job_view(), any::<bool>()).prop_map(|(request_id, job, cancelled)| {
-            ClientReply::CancelResult {
-                term: Term(1),
+        (request_id(), term(), job_view(), any::<bool>()).prop_map(
+            |(request_id, term, job, cancelled)| ClientReply::CancelResult {
                 request_id,
+                term,
                 job,
                 cancelled,
             }
-        }),
+        ),
         (request_id(), proptest::collection::vec(job_view(), 0..4))
             .prop_map(|(request_id, jobs)| ClientReply::JobList { request_id, jobs }),
         (request_id(), proptest::collection::vec(worker_view(), 0..4)).prop_map(
@@ -420,12 +629,20 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
                 workers
             }
         ),
-        (request_id(), leader_hint()).prop_map(|(request_id, leader)| ClientReply::NotLeader {
+        (request_id(), leader_hint(), any::<bool>(), members()).prop_map(
+            |(request_id, leader, uncertain, members)| ClientReply::NotLeader {
+                request_id,
+                leader,
+                uncertain,
+                members,
+            }
+        ),
+        (request_id(), cluster_view()).prop_map(|(request_id, cluster)| ClientReply::Cluster {
             request_id,
-            leader,
-            uncertain: false,
-            members: Vec::new()
+            cluster
         }),
+        (request_id(), node_id())
+            .prop_map(|(request_id, to)| ClientReply::TransferStarted { request_id, to }),
         (proptest::option::of(request_id()), error_code(), text()).prop_map(
             |(request_id, code, message)| ClientReply::Error {
                 request_id,
@@ -437,11 +654,97 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
 }
 
 fn peer_message() -> impl Strategy<Value = PeerMessage> {
-    node_id().prop_map(|node_id| PeerMessage::Hello {
-        node_id,
-        client_address: "127.0.0.1:7071".into(),
-        worker_address: "127.0.0.1:7070".into(),
-    })
+    prop_oneof![
+        (node_id(), text(), text()).prop_map(|(node_id, client_address, worker_address)| {
+            PeerMessage::Hello {
+                node_id,
+                client_address,
+                worker_address,
+            }
+        }),
+        (term(), log_index(), term()).prop_map(|(term, last_index, last_term)| {
+            PeerMessage::PreVote {
+                term,
+                last_index,
+                last_term,
+            }
+        }),
+        (term(), any::<bool>())
+            .prop_map(|(term, granted)| PeerMessage::PreVoteReply { term, granted }),
+        (term(), log_index(), term(), any::<bool>()).prop_map(
+            |(term, last_index, last_term, transfer)| PeerMessage::Vote {
+                term,
+                last_index,
+                last_term,
+                transfer,
+            }
+        ),
+        (term(), any::<bool>())
+            .prop_map(|(term, granted)| PeerMessage::VoteReply { term, granted }),
+        (
+            term(),
+            log_index(),
+            term(),
+            proptest::collection::vec(log_entry(), 0..4),
+            log_index(),
+            any::<u64>(),
+        )
+            .prop_map(|(term, prev_index, prev_term, entries, commit, seq)| {
+                PeerMessage::Append {
+                    term,
+                    prev_index,
+                    prev_term,
+                    entries,
+                    commit,
+                    seq,
+                }
+            }),
+        (
+            term(),
+            any::<bool>(),
+            log_index(),
+            proptest::option::of(term()),
+            any::<u64>(),
+        )
+            .prop_map(|(term, success, index, conflict_term, seq)| {
+                PeerMessage::AppendReply {
+                    term,
+                    success,
+                    index,
+                    conflict_term,
+                    seq,
+                }
+            }),
+        (
+            term(),
+            log_index(),
+            term(),
+            any::<u64>(),
+            any::<u64>(),
+            snapshot_data(),
+            any::<u64>(),
+        )
+            .prop_map(|(term, index, index_term, offset, total, data, seq)| {
+                PeerMessage::Snapshot {
+                    term,
+                    index,
+                    index_term,
+                    offset,
+                    total,
+                    data,
+                    seq,
+                }
+            }),
+        (term(), log_index(), any::<u64>(), any::<u64>()).prop_map(
+            |(term, index, received, seq)| PeerMessage::SnapshotReply {
+                term,
+                index,
+                received,
+                seq,
+            }
+        ),
+        term().prop_map(|term| PeerMessage::TimeoutNow { term }),
+    ]
 }
 
 /// A message of any link, tagged with which enum it belongs to.
@@ -634,8 +937,17 @@ const COORDINATOR_TAGS: [&str; 8] = [
     "NOT_LEADER",
     "ERROR",
 ];
-const REQUEST_TAGS: [&str; 6] = ["SUBMIT", "STATUS", "WAIT", "CANCEL", "LIST", "WORKERS"];
-const REPLY_TAGS: [&str; 9] = [
+const REQUEST_TAGS: [&str; 8] = [
+    "SUBMIT",
+    "STATUS",
+    "WAIT",
+    "CANCEL",
+    "LIST",
+    "WORKERS",
+    "CLUSTER",
+    "TRANSFER_LEADER",
+];
+const REPLY_TAGS: [&str; 11] = [
     "SUBMIT_ACCEPTED",
     "SUBMIT_REJECTED",
     "JOB",
@@ -644,9 +956,22 @@ const REPLY_TAGS: [&str; 9] = [
     "JOB_LIST",
     "WORKER_LIST",
     "NOT_LEADER",
+    "CLUSTER",
+    "TRANSFER_STARTED",
     "ERROR",
 ];
-const PEER_TAGS: [&str; 1] = ["HELLO"];
+const PEER_TAGS: [&str; 10] = [
+    "HELLO",
+    "PRE_VOTE",
+    "PRE_VOTE_REPLY",
+    "VOTE",
+    "VOTE_REPLY",
+    "APPEND",
+    "APPEND_REPLY",
+    "SNAPSHOT",
+    "SNAPSHOT_REPLY",
+    "TIMEOUT_NOW",
+];
 
 // ---------------------------------------------------------------------------------------------
 // Properties
@@ -733,6 +1058,18 @@ proptest! {
     }
 
     #[test]
+    fn the_term_of_a_message_is_the_term_on_the_wire(
+        worker in coordinator_to_worker(),
+        peer in peer_message(),
+    ) {
+        let wire_term = |value: Value| value.get("term").and_then(Value::as_u64);
+        let value = serde_json::to_value(&worker).expect("messages serialize");
+        prop_assert_eq!(worker.term().map(|t| t.0), wire_term(value));
+        let value = serde_json::to_value(&peer).expect("messages serialize");
+        prop_assert_eq!(peer.term().map(|t| t.0), wire_term(value));
+    }
+
+    #[test]
     fn a_submitted_spec_in_wire_form_parses_back_to_itself(spec in task_spec()) {
         // `to_json` is documented as identical to the derived `Serialize`.
         prop_assert_eq!(spec.to_json(), serde_json::to_value(&spec).expect("specs serialize"));
@@ -740,6 +1077,72 @@ proptest! {
         if spec.validate().is_ok() {
             prop_assert_eq!(TaskSpec::from_json(&spec.to_json()), Ok(spec));
         }
+    }
+}
+
+/// The strategies above are only as good as what they reach: every tag of every enum, and every
+/// log command inside an `APPEND`, must come up in a few thousand draws.
+#[test]
+fn the_strategies_reach_every_tag_and_every_command() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    use std::collections::BTreeSet;
+
+    let mut runner = TestRunner::deterministic();
+    let mut tags: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let mut commands: BTreeSet<String> = BTreeSet::new();
+    for _ in 0..5_000 {
+        let message = any_message()
+            .new_tree(&mut runner)
+            .expect("a value")
+            .current();
+        match &message {
+            AnyMessage::WorkerToCoordinator(m) => tags.insert(("worker", m.type_name())),
+            AnyMessage::CoordinatorToWorker(m) => tags.insert(("coordinator", m.type_name())),
+            AnyMessage::ClientRequest(m) => tags.insert(("request", m.type_name())),
+            AnyMessage::ClientReply(m) => tags.insert(("reply", m.type_name())),
+            AnyMessage::Peer(m) => {
+                if let PeerMessage::Append { entries, .. } = m {
+                    for entry in entries {
+                        let value = serde_json::to_value(&entry.command).expect("serializes");
+                        if let Some(kind) = value.get("command").and_then(Value::as_str) {
+                            commands.insert(kind.to_owned());
+                        }
+                    }
+                }
+                tags.insert(("peer", m.type_name()))
+            }
+        };
+    }
+    let lists: [(&str, &[&str]); 5] = [
+        ("worker", &WORKER_TAGS),
+        ("coordinator", &COORDINATOR_TAGS),
+        ("request", &REQUEST_TAGS),
+        ("reply", &REPLY_TAGS),
+        ("peer", &PEER_TAGS),
+    ];
+    for (link, list) in lists {
+        for tag in list {
+            assert!(
+                tags.contains(&(link, *tag)),
+                "{link} {tag} is never generated"
+            );
+        }
+    }
+    for kind in [
+        "submit",
+        "assign",
+        "complete",
+        "attempt_failed",
+        "requeue",
+        "cancel",
+        "abandon",
+        "new_leader",
+    ] {
+        assert!(
+            commands.contains(kind),
+            "log command {kind} is never generated"
+        );
     }
 }
 
@@ -780,8 +1183,8 @@ fn heartbeat_wire_form() {
         json!({"type": "HEARTBEAT"}),
     );
     assert_wire_form(
-        CoordinatorToWorker::HeartbeatAck { term: Term(1) },
-        json!({"type": "HEARTBEAT_ACK"}),
+        CoordinatorToWorker::HeartbeatAck { term: Term(7) },
+        json!({"type": "HEARTBEAT_ACK", "term": 7}),
     );
 }
 
@@ -908,7 +1311,7 @@ fn task_result_wire_form_for_each_outcome() {
 fn coordinator_to_worker_wire_forms() {
     assert_wire_form(
         CoordinatorToWorker::TaskAssign {
-            term: Term(1),
+            term: Term(3),
             job_id: job(),
             lease_id: lease(),
             attempt: Attempt(2),
@@ -918,6 +1321,7 @@ fn coordinator_to_worker_wire_forms() {
         },
         json!({
             "type": "TASK_ASSIGN",
+            "term": 3,
             "job_id": JOB,
             "lease_id": LEASE,
             "attempt": 2,
@@ -926,6 +1330,7 @@ fn coordinator_to_worker_wire_forms() {
             "timeout_millis": 600_000,
         }),
     );
+    // Empty `members` are left out; a list is sent as one.
     assert_wire_form(
         CoordinatorToWorker::Registered {
             term: Term(1),
@@ -933,7 +1338,22 @@ fn coordinator_to_worker_wire_forms() {
             heartbeat_interval_millis: 2_000,
             heartbeat_timeout_millis: 6_000,
         },
-        json!({"type": "REGISTERED", "heartbeat_interval_millis": 2000, "heartbeat_timeout_millis": 6000}),
+        json!({"type": "REGISTERED", "term": 1, "heartbeat_interval_millis": 2000, "heartbeat_timeout_millis": 6000}),
+    );
+    assert_wire_form(
+        CoordinatorToWorker::Registered {
+            term: Term(9),
+            members: vec!["c1:7070".into(), "c2:7070".into()],
+            heartbeat_interval_millis: 2_000,
+            heartbeat_timeout_millis: 6_000,
+        },
+        json!({
+            "type": "REGISTERED",
+            "term": 9,
+            "heartbeat_interval_millis": 2000,
+            "heartbeat_timeout_millis": 6000,
+            "members": ["c1:7070", "c2:7070"],
+        }),
     );
     assert_wire_form(
         CoordinatorToWorker::RegisterRejected {
@@ -944,21 +1364,21 @@ fn coordinator_to_worker_wire_forms() {
     );
     assert_wire_form(
         CoordinatorToWorker::TaskCancel {
-            term: Term(1),
+            term: Term(4),
             job_id: job(),
             lease_id: lease(),
             reason: CancelReason::DeadlineExpired,
         },
-        json!({"type": "TASK_CANCEL", "job_id": JOB, "lease_id": LEASE, "reason": "DEADLINE_EXPIRED"}),
+        json!({"type": "TASK_CANCEL", "term": 4, "job_id": JOB, "lease_id": LEASE, "reason": "DEADLINE_EXPIRED"}),
     );
     assert_wire_form(
         CoordinatorToWorker::ResultAck {
-            term: Term(1),
+            term: Term(5),
             job_id: job(),
             lease_id: lease(),
             accepted: false,
         },
-        json!({"type": "RESULT_ACK", "job_id": JOB, "lease_id": LEASE, "accepted": false}),
+        json!({"type": "RESULT_ACK", "term": 5, "job_id": JOB, "lease_id": LEASE, "accepted": false}),
     );
     assert_wire_form(
         CoordinatorToWorker::NotLeader {
@@ -966,8 +1386,16 @@ fn coordinator_to_worker_wire_forms() {
                 node_id: NodeId("c2".into()),
                 address: "10.0.0.2:7070".into(),
             }),
+            members: Vec::new(),
         },
         json!({"type": "NOT_LEADER", "leader": {"node_id": "c2", "address": "10.0.0.2:7070"}}),
+    );
+    assert_wire_form(
+        CoordinatorToWorker::NotLeader {
+            leader: None,
+            members: vec!["10.0.0.1:7070".into(), "10.0.0.2:7070".into()],
+        },
+        json!({"type": "NOT_LEADER", "leader": null, "members": ["10.0.0.1:7070", "10.0.0.2:7070"]}),
     );
     assert_wire_form(
         CoordinatorToWorker::Error {
@@ -1056,12 +1484,12 @@ fn other_client_request_wire_forms() {
 fn client_reply_wire_forms() {
     assert_wire_form(
         ClientReply::SubmitAccepted {
-            term: Term(1),
             request_id: RequestId(5),
+            term: Term(12),
             job_id: job(),
             existing: false,
         },
-        json!({"type": "SUBMIT_ACCEPTED", "request_id": 5, "job_id": JOB, "existing": false}),
+        json!({"type": "SUBMIT_ACCEPTED", "request_id": 5, "term": 12, "job_id": JOB, "existing": false}),
     );
     assert_wire_form(
         ClientReply::SubmitRejected {
@@ -1148,6 +1576,7 @@ fn client_reply_wire_forms() {
         },
         json!({"type": "ERROR", "code": "INVALID_JSON", "message": "bad"}),
     );
+    // `uncertain` is left out when false, `members` when empty.
     assert_wire_form(
         ClientReply::NotLeader {
             request_id: RequestId(9),
@@ -1157,6 +1586,149 @@ fn client_reply_wire_forms() {
         },
         json!({"type": "NOT_LEADER", "request_id": 9, "leader": null}),
     );
+    assert_wire_form(
+        ClientReply::NotLeader {
+            request_id: RequestId(10),
+            leader: Some(LeaderHint {
+                node_id: NodeId("c3".into()),
+                address: "10.0.0.3:7071".into(),
+            }),
+            uncertain: true,
+            members: vec!["10.0.0.1:7071".into(), "10.0.0.3:7071".into()],
+        },
+        json!({
+            "type": "NOT_LEADER",
+            "request_id": 10,
+            "leader": {"node_id": "c3", "address": "10.0.0.3:7071"},
+            "uncertain": true,
+            "members": ["10.0.0.1:7071", "10.0.0.3:7071"],
+        }),
+    );
+    assert_wire_form(
+        ClientReply::CancelResult {
+            request_id: RequestId(11),
+            term: Term(2),
+            job: JobView {
+                id: job(),
+                state: JobState::Cancelled,
+                attempt: 0,
+                max_attempts: 3,
+                worker: None,
+                lease_id: None,
+                task: TaskSpec::Sleep { milliseconds: 5 },
+                result: None,
+                error: Some("cancelled by client".into()),
+                idempotency_key: None,
+                partition_of: None,
+                partitions: None,
+            },
+            cancelled: true,
+        },
+        json!({
+            "type": "CANCEL_RESULT",
+            "request_id": 11,
+            "term": 2,
+            "job": {
+                "id": JOB,
+                "state": "CANCELLED",
+                "attempt": 0,
+                "max_attempts": 3,
+                "worker": null,
+                "lease_id": null,
+                "task": {"kind": "sleep", "milliseconds": 5},
+                "result": null,
+                "error": "cancelled by client",
+                "idempotency_key": null,
+            },
+            "cancelled": true,
+        }),
+    );
+    assert_wire_form(
+        ClientReply::Cluster {
+            request_id: RequestId(12),
+            cluster: ClusterView {
+                node_id: NodeId("c1".into()),
+                role: "leader".into(),
+                term: Term(4),
+                leader: Some(NodeId("c1".into())),
+                last_index: LogIndex(30),
+                commit_index: LogIndex(29),
+                applied_index: LogIndex(29),
+                members: vec![
+                    MemberView {
+                        node_id: NodeId("c1".into()),
+                        client_address: Some("10.0.0.1:7071".into()),
+                        worker_address: Some("10.0.0.1:7070".into()),
+                        matched_index: Some(LogIndex(30)),
+                        last_heard_millis_ago: Some(0),
+                    },
+                    MemberView {
+                        node_id: NodeId("c2".into()),
+                        client_address: None,
+                        worker_address: None,
+                        matched_index: None,
+                        last_heard_millis_ago: None,
+                    },
+                ],
+            },
+        },
+        json!({
+            "type": "CLUSTER",
+            "request_id": 12,
+            "cluster": {
+                "node_id": "c1",
+                "role": "leader",
+                "term": 4,
+                "leader": "c1",
+                "last_index": 30,
+                "commit_index": 29,
+                "applied_index": 29,
+                "members": [
+                    {
+                        "node_id": "c1",
+                        "client_address": "10.0.0.1:7071",
+                        "worker_address": "10.0.0.1:7070",
+                        "matched_index": 30,
+                        "last_heard_millis_ago": 0,
+                    },
+                    // Unknown addresses are null; the leader-only fields are left out.
+                    {"node_id": "c2", "client_address": null, "worker_address": null},
+                ],
+            },
+        }),
+    );
+    assert_wire_form(
+        ClientReply::TransferStarted {
+            request_id: RequestId(13),
+            to: NodeId("c2".into()),
+        },
+        json!({"type": "TRANSFER_STARTED", "request_id": 13, "to": "c2"}),
+    );
+}
+
+#[test]
+fn group_request_wire_forms() {
+    assert_wire_form(
+        ClientRequest::Cluster {
+            request_id: RequestId(1),
+        },
+        json!({"type": "CLUSTER", "request_id": 1}),
+    );
+    assert_wire_form(
+        ClientRequest::TransferLeader {
+            request_id: RequestId(2),
+            to: Some(NodeId("c3".into())),
+        },
+        json!({"type": "TRANSFER_LEADER", "request_id": 2, "to": "c3"}),
+    );
+    // Without a target the field is left out: the leader picks the most up-to-date member.
+    assert_wire_form(
+        ClientRequest::TransferLeader {
+            request_id: RequestId(3),
+            to: None,
+        },
+        json!({"type": "TRANSFER_LEADER", "request_id": 3}),
+    );
 }
 
 #[test]
@@ -1164,8 +1736,140 @@ fn peer_hello_wire_form() {
     assert_wire_form(
         PeerMessage::Hello {
             node_id: NodeId("coordinator-1".into()),
+            client_address: "10.0.0.1:7071".into(),
+            worker_address: "10.0.0.1:7070".into(),
         },
-        json!({"type": "HELLO", "node_id": "coordinator-1"}),
+        json!({
+            "type": "HELLO",
+            "node_id": "coordinator-1",
+            "client_address": "10.0.0.1:7071",
+            "worker_address": "10.0.0.1:7070",
+        }),
+    );
+}
+
+#[test]
+fn peer_consensus_wire_forms() {
+    assert_wire_form(
+        PeerMessage::PreVote {
+            term: Term(5),
+            last_index: LogIndex(20),
+            last_term: Term(4),
+        },
+        json!({"type": "PRE_VOTE", "term": 5, "last_index": 20, "last_term": 4}),
+    );
+    assert_wire_form(
+        PeerMessage::PreVoteReply {
+            term: Term(5),
+            granted: true,
+        },
+        json!({"type": "PRE_VOTE_REPLY", "term": 5, "granted": true}),
+    );
+    assert_wire_form(
+        PeerMessage::Vote {
+            term: Term(5),
+            last_index: LogIndex(20),
+            last_term: Term(4),
+            transfer: true,
+        },
+        json!({"type": "VOTE", "term": 5, "last_index": 20, "last_term": 4, "transfer": true}),
+    );
+    assert_wire_form(
+        PeerMessage::VoteReply {
+            term: Term(5),
+            granted: false,
+        },
+        json!({"type": "VOTE_REPLY", "term": 5, "granted": false}),
+    );
+    assert_wire_form(
+        PeerMessage::Append {
+            term: Term(5),
+            prev_index: LogIndex(20),
+            prev_term: Term(4),
+            entries: vec![
+                LogEntry {
+                    index: LogIndex(21),
+                    term: Term(5),
+                    command: Command::NewLeader {
+                        leader: NodeId("c1".into()),
+                    },
+                },
+                LogEntry {
+                    index: LogIndex(22),
+                    term: Term(5),
+                    command: Command::Cancel { job_id: job() },
+                },
+            ],
+            commit: LogIndex(20),
+            seq: 3,
+        },
+        json!({
+            "type": "APPEND",
+            "term": 5,
+            "prev_index": 20,
+            "prev_term": 4,
+            "entries": [
+                {"index": 21, "term": 5, "command": {"command": "new_leader", "leader": "c1"}},
+                {"index": 22, "term": 5, "command": {"command": "cancel", "job_id": JOB}},
+            ],
+            "commit": 20,
+            "seq": 3,
+        }),
+    );
+    // A rejection names the conflicting term; a success leaves it out.
+    assert_wire_form(
+        PeerMessage::AppendReply {
+            term: Term(5),
+            success: false,
+            index: LogIndex(17),
+            conflict_term: Some(Term(3)),
+            seq: 3,
+        },
+        json!({"type": "APPEND_REPLY", "term": 5, "success": false, "index": 17, "conflict_term": 3, "seq": 3}),
+    );
+    assert_wire_form(
+        PeerMessage::AppendReply {
+            term: Term(5),
+            success: true,
+            index: LogIndex(22),
+            conflict_term: None,
+            seq: 3,
+        },
+        json!({"type": "APPEND_REPLY", "term": 5, "success": true, "index": 22, "seq": 3}),
+    );
+    assert_wire_form(
+        PeerMessage::Snapshot {
+            term: Term(5),
+            index: LogIndex(20),
+            index_term: Term(4),
+            offset: 0,
+            total: 2,
+            data: "W10=".into(),
+            seq: 3,
+        },
+        json!({
+            "type": "SNAPSHOT",
+            "term": 5,
+            "index": 20,
+            "index_term": 4,
+            "offset": 0,
+            "total": 2,
+            "data": "W10=",
+            "seq": 3,
+        }),
+    );
+    assert_wire_form(
+        PeerMessage::SnapshotReply {
+            term: Term(5),
+            index: LogIndex(20),
+            received: 2,
+            seq: 3,
+        },
+        json!({"type": "SNAPSHOT_REPLY", "term": 5, "index": 20, "received": 2, "seq": 3}),
+    );
+    assert_wire_form(
+        PeerMessage::TimeoutNow { term: Term(5) },
+        json!({"type": "TIMEOUT_NOW", "term": 5}),
     );
 }
 
@@ -1187,6 +1891,20 @@ fn shared_tags_cross_links_as_documented() {
             message: "no".into(),
         })
     );
+    // CLUSTER is both a request and its reply; each is invalid (not unknown) as the other.
+    let mut wire = Vec::new();
+    encode_frame(
+        &ClientRequest::Cluster {
+            request_id: RequestId(1),
+        },
+        FRAME_BYTES_MAX_DEFAULT,
+        &mut wire,
+    )
+    .expect("encodes");
+    assert!(matches!(
+        decode_message::<ClientReply>(&wire[FRAME_HEADER_BYTES..]),
+        Err(FrameError::InvalidMessage { type_name, .. }) if type_name == "CLUSTER"
+    ));
     // A worker's HEARTBEAT on the client port is an unknown type there.
     let mut wire = Vec::new();
     encode_frame(
