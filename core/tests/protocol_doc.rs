@@ -2,25 +2,31 @@
 //!
 //! - Every ```` ```json ```` block is one whole message. It must decode with the real codec as
 //!   at least one of the five message enums, and encoding what was decoded must give back the
-//!   same JSON (so the examples show exactly what Herder sends, field for field).
-//! - Every wire tag of every enum needs at least one such example, decoded as that enum.
-//! - Every ```` ```jsonc ```` block is a nested type (a task, an output, a job view...). It must
-//!   decode as one of them and encode back to the same JSON.
-//! - Every task kind, task output kind and attempt outcome has an example, and every value of
-//!   the small wire enums (job states, error codes, ...) is mentioned.
+//!   same JSON, text for text as the encoder pretty-prints it (so the examples show exactly
+//!   what Herder sends, field for field and in the encoder's field order).
+//! - Every wire tag of every enum needs at least one such example, decoded as that enum, and so
+//!   do a few shapes worth showing (an uncertain `NOT_LEADER`, a heartbeat `APPEND`, ...).
+//! - Every ```` ```jsonc ```` block is a nested type (a task, an output, a job view, a log
+//!   entry...). It must decode as one of them and encode back to the same JSON.
+//! - Every task kind, task output kind, attempt outcome and log command has an example, every
+//!   complete snapshot example decodes to job rows, and every value of the small wire enums
+//!   (job states, error codes, roles, ...) is mentioned.
 //!
 //! Renaming a field or a tag, or deleting an example, makes this test fail until the document
 //! is updated.
 
 use std::collections::BTreeSet;
 
-use herder_core::job::JobState;
+use base64::Engine;
+use herder_core::command::{Command, LogEntry};
+use herder_core::job::{Job, JobState};
 use herder_core::protocol::codec::{decode_message, FrameError, WireMessage};
 use herder_core::protocol::{
-    AttemptOutcome, CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode,
-    JobView, LeaderHint, PeerMessage, RegisterRejection, RunningAttempt, WorkerToCoordinator,
-    WorkerView,
+    AttemptOutcome, CancelReason, ClientReply, ClientRequest, ClusterView, CoordinatorToWorker,
+    ErrorCode, JobView, LeaderHint, MemberView, PeerMessage, RegisterRejection, RunningAttempt,
+    WorkerToCoordinator, WorkerView,
 };
+use herder_core::replica::{decode_snapshot, RoleKind};
 use herder_core::tasks::{TaskOutput, TaskSpec, TASK_KINDS};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -47,7 +53,16 @@ const COORDINATOR_TO_WORKER: &[&str] = &[
     "NOT_LEADER",
     "ERROR",
 ];
-const CLIENT_REQUEST: &[&str] = &["SUBMIT", "STATUS", "WAIT", "CANCEL", "LIST", "WORKERS"];
+const CLIENT_REQUEST: &[&str] = &[
+    "SUBMIT",
+    "STATUS",
+    "WAIT",
+    "CANCEL",
+    "LIST",
+    "WORKERS",
+    "CLUSTER",
+    "TRANSFER_LEADER",
+];
 const CLIENT_REPLY: &[&str] = &[
     "SUBMIT_ACCEPTED",
     "SUBMIT_REJECTED",
@@ -57,12 +72,63 @@ const CLIENT_REPLY: &[&str] = &[
     "JOB_LIST",
     "WORKER_LIST",
     "NOT_LEADER",
+    "CLUSTER",
+    "TRANSFER_STARTED",
     "ERROR",
 ];
-const PEER_MESSAGE: &[&str] = &["HELLO"];
+const PEER_MESSAGE: &[&str] = &[
+    "HELLO",
+    "PRE_VOTE",
+    "PRE_VOTE_REPLY",
+    "VOTE",
+    "VOTE_REPLY",
+    "APPEND",
+    "APPEND_REPLY",
+    "SNAPSHOT",
+    "SNAPSHOT_REPLY",
+    "TIMEOUT_NOW",
+];
 
 /// Task output kinds (`TaskOutput`'s wire names).
-const OUTPUT_KINDS: [&str; 5] = ["slept", "word-count", "sha256", "prime-count", "succeeded"];
+const OUTPUT_KINDS: [&str; 8] = [
+    "slept",
+    "word-count",
+    "sha256",
+    "prime-count",
+    "succeeded",
+    "max",
+    "prime-count-list",
+    "prime-sum",
+];
+
+/// Log commands (`Command`'s wire names, the `"command"` tag of a log entry).
+const COMMAND_KINDS: &[&str] = &[
+    "submit",
+    "assign",
+    "complete",
+    "attempt_failed",
+    "requeue",
+    "cancel",
+    "abandon",
+    "new_leader",
+];
+
+/// Shapes of a message that are worth an example of their own, beyond one per tag.
+const SHAPES: &[&str] = &[
+    "REGISTERED with members",
+    "worker NOT_LEADER with members",
+    "client NOT_LEADER with members",
+    "client NOT_LEADER uncertain",
+    "TRANSFER_LEADER with to",
+    "TRANSFER_LEADER without to",
+    "PRE_VOTE_REPLY granted",
+    "PRE_VOTE_REPLY refused",
+    "APPEND with entries",
+    "APPEND heartbeat",
+    "APPEND_REPLY success",
+    "APPEND_REPLY refusal with conflict_term",
+    "APPEND_REPLY refusal without conflict_term",
+];
 
 const ERROR_CODES: [ErrorCode; 14] = [
     ErrorCode::FrameTooLarge,
@@ -106,7 +172,7 @@ fn tag_of_coordinator_to_worker(message: &CoordinatorToWorker) -> &'static str {
     match message {
         CoordinatorToWorker::Registered { .. } => "REGISTERED",
         CoordinatorToWorker::RegisterRejected { .. } => "REGISTER_REJECTED",
-        CoordinatorToWorker::HeartbeatAck { term: Term(1) } => "HEARTBEAT_ACK",
+        CoordinatorToWorker::HeartbeatAck { .. } => "HEARTBEAT_ACK",
         CoordinatorToWorker::TaskAssign { .. } => "TASK_ASSIGN",
         CoordinatorToWorker::TaskCancel { .. } => "TASK_CANCEL",
         CoordinatorToWorker::ResultAck { .. } => "RESULT_ACK",
@@ -123,6 +189,8 @@ fn tag_of_client_request(message: &ClientRequest) -> &'static str {
         ClientRequest::Cancel { .. } => "CANCEL",
         ClientRequest::List { .. } => "LIST",
         ClientRequest::Workers { .. } => "WORKERS",
+        ClientRequest::Cluster { .. } => "CLUSTER",
+        ClientRequest::TransferLeader { .. } => "TRANSFER_LEADER",
     }
 }
 
@@ -136,6 +204,8 @@ fn tag_of_client_reply(message: &ClientReply) -> &'static str {
         ClientReply::JobList { .. } => "JOB_LIST",
         ClientReply::WorkerList { .. } => "WORKER_LIST",
         ClientReply::NotLeader { .. } => "NOT_LEADER",
+        ClientReply::Cluster { .. } => "CLUSTER",
+        ClientReply::TransferStarted { .. } => "TRANSFER_STARTED",
         ClientReply::Error { .. } => "ERROR",
     }
 }
@@ -143,7 +213,116 @@ fn tag_of_client_reply(message: &ClientReply) -> &'static str {
 fn tag_of_peer_message(message: &PeerMessage) -> &'static str {
     match message {
         PeerMessage::Hello { .. } => "HELLO",
+        PeerMessage::PreVote { .. } => "PRE_VOTE",
+        PeerMessage::PreVoteReply { .. } => "PRE_VOTE_REPLY",
+        PeerMessage::Vote { .. } => "VOTE",
+        PeerMessage::VoteReply { .. } => "VOTE_REPLY",
+        PeerMessage::Append { .. } => "APPEND",
+        PeerMessage::AppendReply { .. } => "APPEND_REPLY",
+        PeerMessage::Snapshot { .. } => "SNAPSHOT",
+        PeerMessage::SnapshotReply { .. } => "SNAPSHOT_REPLY",
+        PeerMessage::TimeoutNow { .. } => "TIMEOUT_NOW",
     }
+}
+
+fn kind_of_command(command: &Command) -> &'static str {
+    match command {
+        Command::Submit { .. } => "submit",
+        Command::Assign { .. } => "assign",
+        Command::Complete { .. } => "complete",
+        Command::AttemptFailed { .. } => "attempt_failed",
+        Command::Requeue { .. } => "requeue",
+        Command::Cancel { .. } => "cancel",
+        Command::Abandon { .. } => "abandon",
+        Command::NewLeader { .. } => "new_leader",
+    }
+}
+
+/// The shapes of `SHAPES` this message shows.
+fn shapes_of(message: &Decoded) -> Vec<&'static str> {
+    let mut shapes = Vec::new();
+    match message {
+        Decoded::CoordinatorToWorker(CoordinatorToWorker::Registered { members, .. })
+            if !members.is_empty() =>
+        {
+            shapes.push("REGISTERED with members")
+        }
+        Decoded::CoordinatorToWorker(CoordinatorToWorker::NotLeader { members, .. })
+            if !members.is_empty() =>
+        {
+            shapes.push("worker NOT_LEADER with members")
+        }
+        Decoded::ClientReply(ClientReply::NotLeader {
+            uncertain, members, ..
+        }) => {
+            if !members.is_empty() {
+                shapes.push("client NOT_LEADER with members");
+            }
+            if *uncertain {
+                shapes.push("client NOT_LEADER uncertain");
+            }
+        }
+        Decoded::ClientRequest(ClientRequest::TransferLeader { to, .. }) => {
+            shapes.push(if to.is_some() {
+                "TRANSFER_LEADER with to"
+            } else {
+                "TRANSFER_LEADER without to"
+            })
+        }
+        Decoded::PeerMessage(PeerMessage::PreVoteReply { granted, .. }) => {
+            shapes.push(if *granted {
+                "PRE_VOTE_REPLY granted"
+            } else {
+                "PRE_VOTE_REPLY refused"
+            })
+        }
+        Decoded::PeerMessage(PeerMessage::Append { entries, .. }) => {
+            shapes.push(if entries.is_empty() {
+                "APPEND heartbeat"
+            } else {
+                "APPEND with entries"
+            })
+        }
+        Decoded::PeerMessage(PeerMessage::AppendReply {
+            success,
+            conflict_term,
+            ..
+        }) => shapes.push(match (success, conflict_term) {
+            (true, _) => "APPEND_REPLY success",
+            (false, Some(_)) => "APPEND_REPLY refusal with conflict_term",
+            (false, None) => "APPEND_REPLY refusal without conflict_term",
+        }),
+        _ => {}
+    }
+    shapes
+}
+
+/// A `SNAPSHOT` example that holds a whole snapshot must decode to job rows of `total` bytes;
+/// any other must carry valid base64 that fits within `total`.
+fn check_snapshot(message: &PeerMessage) -> Result<(), String> {
+    let PeerMessage::Snapshot {
+        offset,
+        total,
+        data,
+        ..
+    } = message
+    else {
+        return Ok(());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|error| format!("SNAPSHOT data is not base64: {error}"))?;
+    let end = offset.saturating_add(bytes.len() as u64);
+    if end > *total {
+        return Err(format!(
+            "SNAPSHOT chunk ends at byte {end}, past its total of {total}"
+        ));
+    }
+    if *offset == 0 && end == *total {
+        decode_snapshot(&bytes)
+            .map_err(|error| format!("SNAPSHOT data does not decode to job rows: {error}"))?;
+    }
+    Ok(())
 }
 
 fn status_of(outcome: &AttemptOutcome) -> &'static str {
@@ -241,7 +420,8 @@ impl Decoded {
     }
 }
 
-/// Decodes `text` as `M` with the real codec and checks that it encodes back to `value`.
+/// Decodes `text` as `M` with the real codec and checks that it encodes back to `value`, and
+/// to `text` itself when pretty-printed (so fields appear in the order the encoder writes them).
 fn decode_as<M: WireMessage>(text: &str, value: &Value) -> Result<M, String> {
     let message = decode_message::<M>(text.as_bytes())
         .map_err(|error: FrameError| format!("{} ({error})", error.code()))?;
@@ -250,6 +430,12 @@ fn decode_as<M: WireMessage>(text: &str, value: &Value) -> Result<M, String> {
         return Err(format!(
             "decodes, but Herder would send it differently:\n{}",
             pretty(&encoded)
+        ));
+    }
+    let written = serde_json::to_string_pretty(&message).map_err(|error| error.to_string())?;
+    if written != text.trim_end() {
+        return Err(format!(
+            "decodes, but Herder writes its fields in another order or layout:\n{written}"
         ));
     }
     Ok(message)
@@ -324,6 +510,7 @@ fn every_json_block_is_a_message_herder_sends_and_every_tag_has_one() {
     let mut problems = Vec::new();
     let mut covered: BTreeSet<(&'static str, &'static str)> = BTreeSet::new();
     let mut outcomes: BTreeSet<&'static str> = BTreeSet::new();
+    let mut shapes: BTreeSet<&'static str> = BTreeSet::new();
     for block in &json {
         let decoded = match decode_block(&block.text) {
             Ok(decoded) => decoded,
@@ -343,11 +530,17 @@ fn every_json_block_is_a_message_herder_sends_and_every_tag_has_one() {
                 ));
             }
             covered.insert((message.enum_name(), message.wire_tag()));
+            shapes.extend(shapes_of(message));
             if let Decoded::WorkerToCoordinator(WorkerToCoordinator::TaskResult {
                 outcome, ..
             }) = message
             {
                 outcomes.insert(status_of(outcome));
+            }
+            if let Decoded::PeerMessage(peer) = message {
+                if let Err(error) = check_snapshot(peer) {
+                    problems.push(format!("{DOC_PATH}:{}: {error}", block.line));
+                }
             }
         }
     }
@@ -373,6 +566,11 @@ fn every_json_block_is_a_message_herder_sends_and_every_tag_has_one() {
             problems.push(format!(
                 "{DOC_PATH}: no TASK_RESULT example with outcome status {status:?}"
             ));
+        }
+    }
+    for shape in SHAPES {
+        if !shapes.contains(shape) {
+            problems.push(format!("{DOC_PATH}: no ```json example of {shape}"));
         }
     }
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n\n"));
@@ -402,6 +600,15 @@ fn every_jsonc_block_is_a_nested_type_and_every_kind_has_one() {
     let mut problems = Vec::new();
     let mut task_kinds = BTreeSet::new();
     let mut output_kinds = BTreeSet::new();
+    let mut command_kinds: BTreeSet<&'static str> = BTreeSet::new();
+    // Log entries shown inside `APPEND` examples count too.
+    for block in blocks_tagged(&blocks, "json") {
+        if let Ok(PeerMessage::Append { entries, .. }) =
+            decode_message::<PeerMessage>(block.text.as_bytes())
+        {
+            command_kinds.extend(entries.iter().map(|entry| kind_of_command(&entry.command)));
+        }
+    }
     for block in blocks_tagged(&blocks, "jsonc") {
         let value: Value = match serde_json::from_str(&block.text) {
             Ok(value) => value,
@@ -436,12 +643,22 @@ fn every_jsonc_block_is_a_nested_type_and_every_kind_has_one() {
             }
             Err(error) => errors.push(format!("  as TaskOutput: {error}")),
         }
+        match nested_as::<LogEntry>(&value) {
+            Ok(entry) => {
+                command_kinds.insert(kind_of_command(&entry.command));
+                matched = true;
+            }
+            Err(error) => errors.push(format!("  as LogEntry: {error}")),
+        }
         let others = [
             ("AttemptOutcome", nested_as::<AttemptOutcome>(&value).err()),
             ("RunningAttempt", nested_as::<RunningAttempt>(&value).err()),
             ("JobView", nested_as::<JobView>(&value).err()),
             ("WorkerView", nested_as::<WorkerView>(&value).err()),
             ("LeaderHint", nested_as::<LeaderHint>(&value).err()),
+            ("ClusterView", nested_as::<ClusterView>(&value).err()),
+            ("MemberView", nested_as::<MemberView>(&value).err()),
+            ("snapshot rows", nested_as::<Vec<Job>>(&value).err()),
         ];
         for (name, error) in others {
             match error {
@@ -468,6 +685,13 @@ fn every_jsonc_block_is_a_nested_type_and_every_kind_has_one() {
         if !output_kinds.contains(kind) {
             problems.push(format!(
                 "{DOC_PATH}: no ```jsonc example of a {kind:?} task output"
+            ));
+        }
+    }
+    for kind in COMMAND_KINDS {
+        if !command_kinds.contains(kind) {
+            problems.push(format!(
+                "{DOC_PATH}: no example of a log entry with command {kind:?}"
             ));
         }
     }
@@ -505,6 +729,16 @@ fn every_enum_value_is_documented() {
         .iter()
         .map(wire_name),
     );
+    names.extend(
+        [
+            RoleKind::Leader,
+            RoleKind::Follower,
+            RoleKind::PreCandidate,
+            RoleKind::Candidate,
+        ]
+        .iter()
+        .map(ToString::to_string),
+    );
     let doc = doc();
     let missing: Vec<&String> = names
         .iter()
@@ -522,8 +756,51 @@ fn documented_conventions_hold() {
     // A missing optional field and an explicit null both mean "absent".
     let missing = decode_message::<CoordinatorToWorker>(br#"{"type":"NOT_LEADER"}"#);
     let null = decode_message::<CoordinatorToWorker>(br#"{"type":"NOT_LEADER","leader":null}"#);
-    assert_eq!(missing, Ok(CoordinatorToWorker::NotLeader { leader: None }));
+    assert_eq!(
+        missing,
+        Ok(CoordinatorToWorker::NotLeader {
+            leader: None,
+            members: Vec::new()
+        })
+    );
     assert_eq!(missing, null);
+    // `members` and `uncertain` may be omitted (empty, false) but are never null.
+    assert_eq!(
+        decode_message::<ClientReply>(br#"{"type":"NOT_LEADER","request_id":1,"leader":null}"#),
+        Ok(ClientReply::NotLeader {
+            request_id: herder_core::ids::RequestId(1),
+            leader: None,
+            uncertain: false,
+            members: Vec::new(),
+        })
+    );
+    for payload in [
+        &br#"{"type":"NOT_LEADER","request_id":1,"leader":null,"uncertain":null}"#[..],
+        &br#"{"type":"NOT_LEADER","request_id":1,"leader":null,"members":null}"#[..],
+    ] {
+        assert!(matches!(
+            decode_message::<ClientReply>(payload),
+            Err(FrameError::InvalidMessage { .. })
+        ));
+    }
+    // An explicit null `conflict_term` means absent too.
+    assert!(decode_message::<PeerMessage>(
+        br#"{"type":"APPEND_REPLY","term":3,"success":false,"index":9,"conflict_term":null,"seq":0}"#
+    )
+    .is_ok());
+    // Section 3: log entries (like snapshot rows) ignore fields they do not define; messages
+    // refuse them.
+    let entry = br#"{"type":"APPEND","term":1,"prev_index":0,"prev_term":0,"entries":[{"index":1,"term":1,"later":true,"command":{"command":"new_leader","leader":"c1","later":true}}],"commit":0,"seq":0}"#;
+    assert!(decode_message::<PeerMessage>(entry).is_ok());
+    assert!(matches!(
+        decode_message::<PeerMessage>(br#"{"type":"TIMEOUT_NOW","term":1,"later":true}"#),
+        Err(FrameError::InvalidMessage { .. })
+    ));
+    // A worker-link message of a leader must carry its term.
+    assert!(matches!(
+        decode_message::<CoordinatorToWorker>(br#"{"type":"HEARTBEAT_ACK"}"#),
+        Err(FrameError::InvalidMessage { .. })
+    ));
     let wait = br#"{"type":"WAIT","request_id":1,"job_id":"3b445e59-8733-4c0c-b6a3-1540e701c710","timeout_millis":null}"#;
     assert!(decode_message::<ClientRequest>(wait).is_ok());
     // `running` may be omitted from REGISTER.
