@@ -45,8 +45,8 @@ pub enum Command {
     List(ListArgs),
     /// List workers.
     Workers(ClientArgs),
-    /// Show the coordinator group.
-    Cluster(ClientArgs),
+    /// Show the coordinator group, or hand leadership to another member.
+    Cluster(ClusterArgs),
     /// Load generator: submit N jobs over C connections and wait for all of them.
     Bench(BenchArgs),
     /// Embedded default: one coordinator (or a group of 3 or 5) and N workers in one process,
@@ -148,6 +148,24 @@ pub struct ClientArgs {
     /// Print exactly one JSON object on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    pub action: Option<ClusterAction>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterAction {
+    /// Ask the leader to hand leadership to another member.
+    TransferLeader {
+        /// The member to take over (default: the most up-to-date one).
+        #[arg(long)]
+        to: Option<String>,
+    },
 }
 
 #[derive(Args, Debug)]

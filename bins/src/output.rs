@@ -1,8 +1,11 @@
 //! What the CLI prints: seed A's layout for people, one JSON object with `--json`.
 
 use herder_core::client::ClientError;
-use herder_core::protocol::{ErrorCode, JobView, WorkerView};
+use herder_core::protocol::{ClusterView, ErrorCode, JobView, WorkerView};
 use herder_runtime::client::CallError;
+use std::collections::BTreeSet;
+
+use herder_core::ids::NodeId;
 use serde_json::json;
 
 use crate::exit;
@@ -134,6 +137,11 @@ pub fn report_error(error: &CallError, as_json: bool) -> u8 {
         CallError::Client(ClientError::Unsendable { .. }) => ("invalid", exit::USAGE),
         CallError::UnexpectedReply(_) | CallError::Closed => ("protocol", exit::SERVER),
     };
+    report_error_as(error, as_json, kind, code)
+}
+
+/// Prints a failed call as `kind` and returns `code`.
+pub fn report_error_as(error: &CallError, as_json: bool, kind: &str, code: u8) -> u8 {
     let server_code = match error {
         CallError::Client(ClientError::Server { code, .. }) => Some(*code),
         _ => None,
@@ -147,6 +155,87 @@ pub fn report_error(error: &CallError, as_json: bool) -> u8 {
         eprintln!("herder: {error}");
     }
     code
+}
+
+/// The member whose view says it leads in the highest term, if any.
+fn leader_view(views: &[ClusterView]) -> Option<&ClusterView> {
+    views
+        .iter()
+        .filter(|v| v.role == "leader")
+        .max_by_key(|v| v.term)
+}
+
+/// One line per member that answered (and one per member listed that did not), then how long
+/// ago the leader heard from each member.
+pub fn cluster_for_people(views: &[ClusterView], unreachable: &[(String, String)]) -> String {
+    let mut out = format!(
+        "{:<16} {:<14} {:>6} {:>8} {:>8} {:>8}  {}\n",
+        "MEMBER", "ROLE", "TERM", "LAST", "COMMIT", "APPLIED", "CLIENTS AT"
+    );
+    for view in views {
+        let address = view
+            .members
+            .iter()
+            .find(|m| m.node_id == view.node_id)
+            .and_then(|m| m.client_address.as_deref())
+            .unwrap_or("-");
+        out += &format!(
+            "{:<16} {:<14} {:>6} {:>8} {:>8} {:>8}  {address}\n",
+            view.node_id.0,
+            view.role,
+            view.term.0,
+            view.last_index.0,
+            view.commit_index.0,
+            view.applied_index.0
+        );
+    }
+    let answered: BTreeSet<&NodeId> = views.iter().map(|v| &v.node_id).collect();
+    let silent: BTreeSet<&NodeId> = views
+        .iter()
+        .flat_map(|v| v.members.iter().map(|m| &m.node_id))
+        .filter(|id| !answered.contains(id))
+        .collect();
+    for id in silent {
+        out += &format!("{:<16} {:<14}\n", id.0, "(no answer)");
+    }
+    match leader_view(views) {
+        Some(leader) => {
+            let heard: Vec<String> = leader
+                .members
+                .iter()
+                .filter(|m| m.node_id != leader.node_id)
+                .map(|m| match m.last_heard_millis_ago {
+                    Some(ms) => format!("{} {ms} ms ago", m.node_id),
+                    None => format!("{} never", m.node_id),
+                })
+                .collect();
+            out += &format!("\nLeader {} (term {}).", leader.node_id, leader.term.0);
+            if !heard.is_empty() {
+                out += &format!(" It last heard from {}.", heard.join(", "));
+            }
+            out += "\n";
+        }
+        None => out += "\nNo member that answered leads; an election may be under way.\n",
+    }
+    for (address, error) in unreachable {
+        out += &format!("No answer from {address}: {error}\n");
+    }
+    out
+}
+
+/// `herder cluster --json`: the leader and term, every member's view, and the addresses that
+/// did not answer.
+pub fn cluster_json(views: &[ClusterView], unreachable: &[(String, String)]) -> serde_json::Value {
+    let leader = leader_view(views);
+    json!({
+        "leader": leader.map(|v| &v.node_id),
+        "term": leader.map(|v| v.term),
+        "members": views,
+        "unreachable": unreachable
+            .iter()
+            .map(|(address, error)| json!({ "address": address, "error": error }))
+            .collect::<Vec<_>>(),
+    })
 }
 
 /// A usage problem found before anything was sent.

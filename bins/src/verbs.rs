@@ -1,30 +1,38 @@
 //! One function per verb. Each returns the process exit code.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
-use herder_core::client::ClientConfig;
+use herder_core::client::{ClientConfig, ClientError};
 use herder_core::coordinator::CoordinatorConfig;
 use herder_core::ids::{JobId, NodeId, WorkerId};
 use herder_core::job::JobState;
-use herder_core::protocol::{JobView, Partitions};
+use herder_core::limits::DIAL_ADDRESSES_MAX;
+use herder_core::protocol::{ClusterView, JobView, Partitions};
 use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
-use herder_runtime::client::{HerderClient, SubmitOptions};
+use herder_runtime::client::{CallError, HerderClient, SubmitOptions};
 use herder_runtime::{coordinator, worker};
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::cli::{
-    ClientArgs, CoordinatorArgs, CoordinatorTuning, JobArgs, ListArgs, SubmitArgs, WaitArgs,
-    WorkerArgs,
+    ClientArgs, ClusterAction, ClusterArgs, CoordinatorArgs, CoordinatorTuning, JobArgs, ListArgs,
+    SubmitArgs, WaitArgs, WorkerArgs,
 };
 use crate::exit;
 use crate::group::{parse_node_id, parse_peers};
 use crate::output::{
-    job_for_people, job_json, jobs_for_people, report_error, usage_error, workers_for_people,
+    cluster_for_people, cluster_json, job_for_people, job_json, jobs_for_people, report_error,
+    report_error_as, usage_error, workers_for_people,
 };
+
+/// How long `herder cluster` waits for one member to accept a connection.
+const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_millis(2_000);
+/// How long `herder cluster` waits for one member's answer.
+const CLUSTER_REPLY_TIMEOUT: Duration = Duration::from_millis(5_000);
 
 /// `7070` means every interface on port 7070; `host:port` is taken as given.
 pub fn parse_listen_addr(raw: &str, default_host: &str) -> Result<SocketAddr, String> {
@@ -401,43 +409,84 @@ pub async fn workers(args: ClientArgs) -> u8 {
     }
 }
 
-/// A group of one for now: reports which configured addresses answer.
-pub async fn cluster(args: ClientArgs) -> u8 {
-    let mut members = Vec::new();
-    for address in &args.coordinator {
-        let client = HerderClient::new(ClientConfig::new(vec![address.clone()]));
-        let reachable = client.workers().await.is_ok();
-        members.push(json!({
-            "address": address,
-            "reachable": reachable,
-            "role": if reachable { "leader" } else { "unknown" },
-        }));
+/// `herder cluster` and `herder cluster transfer-leader`.
+pub async fn cluster(args: ClusterArgs) -> u8 {
+    match args.action {
+        Some(ClusterAction::TransferLeader { to }) => transfer_leader(&args.client, to).await,
+        None => cluster_view(&args.client).await,
     }
-    let any = members.iter().any(|m| m["reachable"] == json!(true));
-    if args.json {
-        println!(
-            "{}",
-            json!({ "replication": "group of one", "members": members })
-        );
-    } else {
-        println!("{:<24} {:<10} ROLE", "ADDRESS", "REACHABLE");
-        for m in &members {
-            println!(
-                "{:<24} {:<10} {}",
-                m["address"].as_str().unwrap_or("?"),
-                if m["reachable"] == json!(true) {
-                    "yes"
-                } else {
-                    "no"
-                },
-                m["role"].as_str().unwrap_or("?")
-            );
+}
+
+/// Asks every address given, and every member the answers list, for its view of the group.
+async fn cluster_view(args: &ClientArgs) -> u8 {
+    let mut asked: BTreeSet<String> = BTreeSet::new();
+    let mut round: Vec<String> = args.coordinator.clone();
+    let mut views: BTreeMap<NodeId, ClusterView> = BTreeMap::new();
+    let mut unreachable: Vec<(String, CallError)> = Vec::new();
+    while !round.is_empty() {
+        let mut asking = tokio::task::JoinSet::new();
+        for address in round.drain(..) {
+            if asked.len() >= DIAL_ADDRESSES_MAX || !asked.insert(address.clone()) {
+                continue;
+            }
+            let mut config = ClientConfig::new(vec![address.clone()]);
+            config.connect_rounds = 1;
+            config.connect_timeout = CLUSTER_CONNECT_TIMEOUT;
+            config.request_timeout = CLUSTER_REPLY_TIMEOUT;
+            asking.spawn(async move { (address, HerderClient::new(config).cluster().await) });
         }
-        println!("(replicated coordinator groups are not available in this version: each coordinator is a group of one)");
+        while let Some(joined) = asking.join_next().await {
+            let Ok((address, answer)) = joined else {
+                continue;
+            };
+            match answer {
+                Ok(view) => {
+                    round.extend(view.members.iter().filter_map(|m| m.client_address.clone()));
+                    views.entry(view.node_id.clone()).or_insert(view);
+                }
+                Err(error) => unreachable.push((address, error)),
+            }
+        }
     }
-    if any {
-        exit::OK
+    if views.is_empty() {
+        let error = unreachable
+            .pop()
+            .map(|(_, error)| error)
+            .unwrap_or(CallError::Closed);
+        return report_error(&error, args.json);
+    }
+    let views: Vec<ClusterView> = views.into_values().collect();
+    let unreachable: Vec<(String, String)> = unreachable
+        .into_iter()
+        .map(|(address, error)| (address, error.to_string()))
+        .collect();
+    if args.json {
+        println!("{}", cluster_json(&views, &unreachable));
     } else {
-        exit::UNREACHABLE
+        print!("{}", cluster_for_people(&views, &unreachable));
+    }
+    exit::OK
+}
+
+async fn transfer_leader(args: &ClientArgs, to: Option<String>) -> u8 {
+    let to = match to.as_deref().map(|raw| parse_node_id(raw, "--to")) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(error)) => return usage_error(&error, args.json),
+    };
+    match client_for(args).transfer_leader(to).await {
+        Ok(to) => {
+            if args.json {
+                println!("{}", json!({ "transfer_started": true, "to": to }));
+            } else {
+                println!("Leadership transfer to {to} started");
+            }
+            exit::OK
+        }
+        // The leader refused (an unknown member, or one that cannot take over now).
+        Err(error @ CallError::Client(ClientError::Server { .. })) => {
+            report_error_as(&error, args.json, "server", exit::SERVER)
+        }
+        Err(error) => report_error(&error, args.json),
     }
 }

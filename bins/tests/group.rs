@@ -167,6 +167,60 @@ fn three_coordinator_processes_form_a_group_that_serves_through_any_member() {
         );
         assert_eq!(stdout_json(&output)["job"]["state"], "COMPLETED");
     }
+
+    // herder cluster: asked through one member, it finds the others and they agree.
+    let output = herder(&[
+        "cluster",
+        "--json",
+        "--coordinator",
+        &servers[0].client_addr,
+    ]);
+    assert_eq!(code(&output), 0);
+    let view = stdout_json(&output);
+    let members = view["members"].as_array().expect("members");
+    assert_eq!(members.len(), 3, "{view}");
+    let leader = view["leader"].as_str().expect("a leader").to_owned();
+    assert!(
+        members.iter().all(|m| m["leader"] == leader.as_str()),
+        "{view}"
+    );
+    let text =
+        String::from_utf8_lossy(&herder(&["cluster", "--coordinator", &every_member]).stdout)
+            .into_owned();
+    assert!(text.contains(&format!("Leader {leader}")), "{text}");
+
+    // transfer-leader, through any member: the named member takes over.
+    let target = if leader == "c1" { "c2" } else { "c1" };
+    let output = herder(&[
+        "cluster",
+        "transfer-leader",
+        "--to",
+        target,
+        "--json",
+        "--coordinator",
+        &every_member,
+    ]);
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert_eq!(stdout_json(&output)["to"], target);
+    poll_herder(
+        &["cluster", "--json", "--coordinator", &every_member],
+        "the target leads",
+        |value| value["leader"] == target,
+    );
+    let output = herder(&[
+        "cluster",
+        "transfer-leader",
+        "--to",
+        "nobody",
+        "--coordinator",
+        &every_member,
+    ]);
+    assert_eq!(code(&output), 5);
     drop(servers);
     let _ = std::fs::remove_dir_all(&root);
 }

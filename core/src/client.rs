@@ -112,6 +112,12 @@ pub enum Operation {
         limit: Option<u32>,
     },
     Workers,
+    /// The group as the member this client is connected to sees it (any member answers).
+    Cluster,
+    /// Ask the leader to hand leadership to `to` (or to the most up-to-date member).
+    TransferLeader {
+        to: Option<crate::ids::NodeId>,
+    },
 }
 
 impl Operation {
@@ -125,7 +131,10 @@ impl Operation {
             | Operation::Wait { .. }
             | Operation::Cancel { .. }
             | Operation::List { .. }
-            | Operation::Workers => true,
+            | Operation::Workers
+            | Operation::Cluster => true,
+            // A second hand-over after the first one took effect would move leadership again.
+            Operation::TransferLeader { .. } => false,
         }
     }
 
@@ -159,6 +168,8 @@ impl Operation {
                 limit,
             },
             Operation::Workers => ClientRequest::Workers { request_id },
+            Operation::Cluster => ClientRequest::Cluster { request_id },
+            Operation::TransferLeader { to } => ClientRequest::TransferLeader { request_id, to },
         }
     }
 

@@ -1,5 +1,5 @@
-//! The async Rust client library: submit, status, wait, cancel, list and workers against a
-//! coordinator group.
+//! The async Rust client library: submit, status, wait, cancel, list, workers, the group view
+//! and leadership transfer against a coordinator group.
 //!
 //! A `HerderClient` is a cheap, cloneable handle to one background task that drives core's
 //! `Client` machine over one connection. Many calls may be outstanding at once (they are
@@ -23,10 +23,10 @@ use std::collections::HashMap;
 use herder_core::client::{
     Client, ClientConfig, ClientError, ClientOutput, ConnectAttempt, OpId, Operation,
 };
-use herder_core::ids::JobId;
+use herder_core::ids::{JobId, NodeId};
 use herder_core::job::JobState;
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
-use herder_core::protocol::{ClientReply, JobView, Partitions, WorkerView};
+use herder_core::protocol::{ClientReply, ClusterView, JobView, Partitions, WorkerView};
 use herder_core::tasks::TaskSpec;
 use tokio::sync::{mpsc, oneshot};
 
@@ -176,6 +176,24 @@ impl HerderClient {
     pub async fn workers(&self) -> Result<Vec<WorkerView>, CallError> {
         match self.call(Operation::Workers).await? {
             ClientReply::WorkerList { workers, .. } => Ok(workers),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The group as the member this client reaches sees it. Any member answers, so no redirect
+    /// is involved: a client given one address learns that member's view.
+    pub async fn cluster(&self) -> Result<ClusterView, CallError> {
+        match self.call(Operation::Cluster).await? {
+            ClientReply::Cluster { cluster, .. } => Ok(cluster),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Asks the leader to hand leadership to `to` (or to the most up-to-date member); returns
+    /// the member taking over.
+    pub async fn transfer_leader(&self, to: Option<NodeId>) -> Result<NodeId, CallError> {
+        match self.call(Operation::TransferLeader { to }).await? {
+            ClientReply::TransferStarted { to, .. } => Ok(to),
             other => Err(unexpected(&other)),
         }
     }
