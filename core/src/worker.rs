@@ -328,6 +328,11 @@ impl Worker {
         self.unacked.len()
     }
 
+    /// The attempts whose results await `RESULT_ACK`.
+    pub fn unacknowledged_leases(&self) -> impl Iterator<Item = LeaseId> + '_ {
+        self.unacked.keys().copied()
+    }
+
     pub fn poll_output(&mut self) -> Option<WorkerOutput> {
         self.outputs.pop_front()
     }

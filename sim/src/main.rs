@@ -1,8 +1,9 @@
 //! `herder-sim`: run seeds, replay one, check determinism.
 //!
 //! ```text
-//! herder-sim run --seeds A..B [--standard] [--check-determinism] [--strict] [--threads N]
-//! herder-sim replay --seed S [--standard] [--trace]
+//! herder-sim run --seeds A..B [--standard | --standard-group | --single] [--check-determinism]
+//!                [--strict] [--threads N]
+//! herder-sim replay --seed S [--standard | --standard-group | --single] [--trace]
 //! ```
 
 use std::collections::BTreeMap;
@@ -14,13 +15,19 @@ use std::time::Instant;
 use herder_sim::{run_scenario, RunReport, Scenario};
 
 const USAGE: &str = "usage:
-  herder-sim run --seeds A..B [--standard] [--check-determinism] [--strict] [--threads N]
-  herder-sim replay --seed S [--standard] [--trace]
+  herder-sim run --seeds A..B [--standard | --standard-group | --single] [--check-determinism]
+                 [--strict] [--threads N]
+  herder-sim replay --seed S [--standard | --standard-group | --single] [--trace]
 
-  --standard   use the standard scenario (1 coordinator, 3 workers x 2 slots, 2 clients x 20
-               operations, all faults, 10 simulated seconds) instead of each seed's own draw
-  --strict     findings (bugs that break no SPEC 4 invariant, e.g. a timer a driver would spin
-               on) fail the seed too";
+  (no flag)         each seed draws its own world (swarm), groups of 1, 3 or 5 coordinators
+  --standard        the standard scenario: 1 coordinator, 3 workers x 2 slots, 2 clients x 20
+                    operations, all faults, 10 simulated seconds
+  --standard-group  the standard scenario with a group of 3 coordinators and the faults aimed
+                    at consensus (leader crashes, pauses and isolation, splits, a lost disk)
+  --single          the seed's own draw, with one coordinator (how seeds found before groups
+                    existed replay)
+  --strict          findings (bugs that break no SPEC 4 invariant, e.g. a timer a driver would
+                    spin on) fail the seed too";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -56,16 +63,50 @@ fn parse_seeds(raw: &str) -> Result<(u64, u64), String> {
     Ok((a, b))
 }
 
-fn replay_command(seed: u64, standard: bool) -> String {
-    let flag = if standard { " --standard" } else { "" };
+/// Which scenario each seed runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Swarm,
+    Standard,
+    StandardGroup,
+    Single,
+}
+
+impl Kind {
+    fn from_args(args: &[String]) -> Kind {
+        let has = |flag: &str| args.iter().any(|a| a == flag);
+        if has("--standard-group") {
+            Kind::StandardGroup
+        } else if has("--standard") {
+            Kind::Standard
+        } else if has("--single") {
+            Kind::Single
+        } else {
+            Kind::Swarm
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Kind::Swarm => "",
+            Kind::Standard => " --standard",
+            Kind::StandardGroup => " --standard-group",
+            Kind::Single => " --single",
+        }
+    }
+}
+
+fn replay_command(seed: u64, standard: Kind) -> String {
+    let flag = standard.flag();
     format!("cargo run -p herder-sim --release -- replay --seed {seed}{flag} --trace")
 }
 
-fn simulate(seed: u64, standard: bool, trace: bool) -> RunReport {
-    let scenario = if standard {
-        Scenario::standard(seed)
-    } else {
-        Scenario::draw(seed)
+fn simulate(seed: u64, standard: Kind, trace: bool) -> RunReport {
+    let scenario = match standard {
+        Kind::Standard => Scenario::standard(seed),
+        Kind::StandardGroup => Scenario::standard_group(seed),
+        Kind::Single => Scenario::single(seed),
+        Kind::Swarm => Scenario::draw(seed),
     };
     run_scenario(seed, scenario, trace)
 }
@@ -73,7 +114,7 @@ fn simulate(seed: u64, standard: bool, trace: bool) -> RunReport {
 fn run(args: &[String]) -> Result<ExitCode, String> {
     let (start, end) = parse_seeds(value(args, "--seeds").ok_or(USAGE)?)?;
     let determinism = args.iter().any(|a| a == "--check-determinism");
-    let standard = args.iter().any(|a| a == "--standard");
+    let standard = Kind::from_args(args);
     let strict = args.iter().any(|a| a == "--strict");
     let with_findings = AtomicU64::new(0);
     let example: Mutex<Option<(u64, String)>> = Mutex::new(None);
@@ -153,10 +194,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let mut failures = failures.into_inner().expect("lock");
     failures.sort();
     let simulated_s = simulated.load(Ordering::Relaxed) as f64 / 1e6;
-    let scenario = if standard {
-        "standard"
-    } else {
-        "swarm (each seed draws its own)"
+    let scenario = match standard {
+        Kind::Standard => "standard (1 coordinator)",
+        Kind::StandardGroup => "standard group (3 coordinators)",
+        Kind::Single => "swarm, one coordinator",
+        Kind::Swarm => "swarm (each seed draws its own)",
     };
     println!("scenario:               {scenario}");
     println!("seeds run:              {total} ({start}..{end}), {threads} threads");
@@ -206,7 +248,7 @@ fn replay(args: &[String]) -> Result<ExitCode, String> {
     let raw = value(args, "--seed").ok_or(USAGE)?;
     let seed: u64 = raw.parse().map_err(|_| format!("bad --seed {raw:?}"))?;
     let trace = args.iter().any(|a| a == "--trace");
-    let standard = args.iter().any(|a| a == "--standard");
+    let standard = Kind::from_args(args);
     let report = simulate(seed, standard, trace);
     for line in &report.trace {
         println!("{line}");

@@ -155,6 +155,17 @@ impl Scenario {
         scenario
     }
 
+    /// The scenario seed `seed` draws, with a single coordinator (as seeds drew before groups
+    /// existed: regression seeds found then replay this way).
+    pub fn single(seed: u64) -> Scenario {
+        let mut scenario = Scenario::draw(seed);
+        scenario.coordinators = 1;
+        scenario.coordinator.peers.clear();
+        scenario.faults.leader_faults = false;
+        scenario.faults.disk_loss = false;
+        scenario
+    }
+
     /// The scenario seed `seed` draws.
     pub fn draw(seed: u64) -> Scenario {
         let mut rng = SimRng::new(seed, "scenario", 0);

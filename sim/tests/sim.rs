@@ -78,6 +78,23 @@ fn five_hundred_seeds_pass_and_reach_the_interesting_cases() {
         "net: delivery held by a partition",
         "net: connect lost in a partition",
         "net: data delivered after its connection closed",
+        // Groups of coordinators and the faults aimed at consensus.
+        "coordinator: leader elected",
+        "coordinator: leader took over",
+        "coordinator: leader stepped down",
+        "coordinator: pre-vote started",
+        "coordinator: following a leader",
+        "coordinator: snapshot installed",
+        "coordinator: a follower lost entries",
+        "coordinator: rejoined after an empty start",
+        "fault: coordinator restarts from an empty disk",
+        "fault: partition isolating the leader",
+        "fault: partition splitting the coordinators",
+        "fault: one-way partition between coordinators",
+        "fault: worker leaves for good",
+        "net: peer message lost",
+        "net: peer message sent twice",
+        "net: peer message cut by a partition",
     ] {
         assert!(
             coverage.get(what).copied().unwrap_or(0) > 0,
@@ -87,14 +104,17 @@ fn five_hundred_seeds_pass_and_reach_the_interesting_cases() {
 }
 
 #[test]
-fn the_standard_scenario_passes() {
+fn the_standard_scenarios_pass() {
     for seed in 0..50 {
-        let report = run_scenario(seed, Scenario::standard(seed), false);
-        assert!(
-            report.failure.is_none(),
-            "seed {seed}: {:?}",
-            report.failure
-        );
+        for scenario in [Scenario::standard(seed), Scenario::standard_group(seed)] {
+            let coordinators = scenario.coordinators;
+            let report = run_scenario(seed, scenario, false);
+            assert!(
+                report.failure.is_none(),
+                "seed {seed} ({coordinators} coordinators): {:?}",
+                report.failure
+            );
+        }
     }
 }
 
@@ -277,7 +297,9 @@ fn the_checker_catches_a_worker_over_capacity() {
 }
 
 /// (seed, standard scenario, strict) entries of `regression-seeds.txt`: (must pass, known failing).
-type Entry = (u64, bool, bool);
+/// (seed, scenario kind, strict): the kind is `standard`, `standard-group`, `single` or
+/// `swarm` (the seed's own draw).
+type Entry = (u64, &'static str, bool);
 
 fn regression_seeds() -> (Vec<Entry>, Vec<Entry>) {
     let text = include_str!("../regression-seeds.txt");
@@ -298,7 +320,11 @@ fn regression_seeds() -> (Vec<Entry>, Vec<Entry>) {
             .and_then(|w| w.parse().ok())
             .unwrap_or_else(|| panic!("bad line in regression-seeds.txt: {line:?}"));
         let flags: Vec<&str> = words.collect();
-        let entry = (seed, flags.contains(&"standard"), flags.contains(&"strict"));
+        let kind = ["standard-group", "standard", "single"]
+            .into_iter()
+            .find(|k| flags.contains(k))
+            .unwrap_or("swarm");
+        let entry = (seed, kind, flags.contains(&"strict"));
         if in_known {
             known.push(entry);
         } else {
@@ -309,11 +335,12 @@ fn regression_seeds() -> (Vec<Entry>, Vec<Entry>) {
 }
 
 fn replay(entry: Entry) -> Option<String> {
-    let (seed, standard, strict) = entry;
-    let scenario = if standard {
-        Scenario::standard(seed)
-    } else {
-        Scenario::draw(seed)
+    let (seed, kind, strict) = entry;
+    let scenario = match kind {
+        "standard" => Scenario::standard(seed),
+        "standard-group" => Scenario::standard_group(seed),
+        "single" => Scenario::single(seed),
+        _ => Scenario::draw(seed),
     };
     let report = run_scenario(seed, scenario, false);
     report.failure.or_else(|| {

@@ -51,11 +51,16 @@ impl SnapshotSource for JobTable {
 }
 
 impl Coordinator {
+    /// Acts on what consensus reported (role changes first), until it reports nothing new.
+    pub(super) fn settle_role(&mut self) {
+        while self.handle_replica_events() {}
+    }
+
     /// After every input: apply what committed, act on what consensus reports, replicate.
     pub(super) fn settle(&mut self) {
         // Role changes first: a member that learned of a newer term drops its leader state
         // before it applies anything else, so it never acts for a term that has ended.
-        while self.handle_replica_events() {}
+        self.settle_role();
         loop {
             self.apply_committed();
             if !self.handle_replica_events() {

@@ -394,6 +394,8 @@ impl Coordinator {
             .is_some_and(|at| at <= self.member.now)
         {
             self.member.replica.handle_timeout(self.member.now);
+            // A leader that just stepped down (CheckQuorum) must not run its timers.
+            self.settle_role();
         }
         if let Some(leader) = self.leader.as_mut() {
             leader.handle_timeout(&mut self.member);

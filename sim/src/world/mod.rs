@@ -106,6 +106,10 @@ pub struct World {
     wiped: usize,
     /// Workers that crashed for good.
     left: BTreeSet<usize>,
+    /// When every call was first seen answered (the quiet phase before the last checks).
+    quiet_from: Option<u64>,
+    /// Since when every job has been terminal, in the quiet phase.
+    all_terminal_from: Option<u64>,
     /// (client, request id) -> the job its submission created: one operation, one job.
     created_by: HashMap<(usize, RequestId), JobId>,
     key_specs: BTreeMap<String, TaskSpec>,
@@ -115,6 +119,10 @@ pub struct World {
     findings: Vec<String>,
     coverage: BTreeMap<&'static str, u64>,
 }
+
+/// The longest the world waits, once every call is answered, for every job to end before the
+/// last checks (a job nobody was told about may still be running a long sleep).
+const QUIET_WAIT_MAX_US: u64 = 30_000_000;
 
 /// How long after faults stop a client call may stay unanswered: one silently dead
 /// connection noticed by the request timeout, the longest `WAIT`, a coordinator still
@@ -230,6 +238,8 @@ impl World {
             submit_dp: HashMap::new(),
             wiped: 0,
             left: BTreeSet::new(),
+            quiet_from: None,
+            all_terminal_from: None,
             created_by: HashMap::new(),
             key_specs: BTreeMap::new(),
             hash: Fnv::new(),
@@ -354,15 +364,75 @@ impl World {
                 .and_then(|()| self.check_state())
                 .map_err(|e| format!("t={} {node}: {e}", Instant::from_micros(self.now)))?;
             if self.now >= self.fault_end && self.all_done() {
-                self.check_disk_matches()?;
-                let acked = self.checker.acked().len();
-                self.note(
-                    NodeRef::World,
-                    format_args!("liveness reached: {acked} acknowledged jobs terminal, every operation done"),
-                );
-                return Ok(());
+                let answered = *self.quiet_from.get_or_insert(self.now);
+                // Quiet: every job has been terminal for a while (what its end set in motion
+                // has landed).
+                if self.checker.model.active() > 0 {
+                    self.all_terminal_from = None;
+                }
+                let terminal = self.checker.model.active() == 0;
+                let since = *self.all_terminal_from.get_or_insert(self.now);
+                let quiet = terminal && self.now >= since + self.quiet_span_us();
+                let waited_enough = self.now >= answered + QUIET_WAIT_MAX_US;
+                if quiet || waited_enough {
+                    self.check_disk_matches()?;
+                    if quiet {
+                        self.check_worker_slots()?;
+                    }
+                    let acked = self.checker.acked().len();
+                    self.note(
+                        NodeRef::World,
+                        format_args!("liveness reached: {acked} acknowledged jobs terminal, every operation done"),
+                    );
+                    return Ok(());
+                }
             }
         }
+    }
+
+    /// Once everything is terminal and the network has been quiet a while, the leader's slot
+    /// accounting must match what each worker really holds: the attempts it runs and the
+    /// results it still waits to have acknowledged.
+    fn check_worker_slots(&self) -> Check {
+        let Some(leader) = self.acting_leader() else {
+            return Ok(());
+        };
+        for entry in leader.workers().filter(|w| w.alive) {
+            let Some(w) = self
+                .workers
+                .iter()
+                .position(|node| node.config.worker_id == entry.id)
+            else {
+                continue;
+            };
+            let Some(machine) = &self.workers[w].machine else {
+                continue;
+            };
+            if machine.incarnation() != entry.incarnation {
+                continue;
+            }
+            let held: BTreeSet<_> = machine
+                .running()
+                .map(|(lease, _)| lease)
+                .chain(machine.unacknowledged_leases())
+                .collect();
+            let counted: BTreeSet<_> = entry.leases.keys().copied().collect();
+            if held != counted {
+                return Err(format!(
+                    "quiet: the leader counts {} slots of worker {} as taken ({counted:?}), but the worker holds {held:?}",
+                    counted.len(),
+                    entry.id
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// How long the world runs on after every call is answered, before the slot check: long
+    /// enough for everything in flight to land and for a lost worker to be noticed.
+    fn quiet_span_us(&self) -> u64 {
+        let micros = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(0);
+        2 * micros(self.scenario.coordinator.heartbeat_timeout) + 500_000
     }
 
     fn check_state(&mut self) -> Check {
