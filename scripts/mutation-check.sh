@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Shows the simulator catches deliberately planted bugs. Each patch in sim/mutations is applied to
 # a scratch copy of the committed workspace (never to the product), herder-sim is built there, and
-# seeds are run until one fails. Prints, per planted bug, the first seed that caught it.
+# seeds are run (with the determinism check) until one fails. Prints, per planted bug, the first
+# seed that caught it.
 #   SEEDS=2000 ./scripts/mutation-check.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +23,12 @@ for patch in sim/mutations/*.patch; do
     git archive HEAD | tar -x -C "$scratch/ws"
     (cd "$scratch/ws" && patch -p1 --quiet <"$root/$patch")
     (cd "$scratch/ws" && cargo build --release --quiet -p herder-sim)
-    out=$("$CARGO_TARGET_DIR/release/herder-sim" run --seeds "0..$SEEDS" --strict 2>&1 || true)
+    # Swarm seeds (groups of 1, 3 and 5), each replayed twice to check determinism too; then,
+    # if nothing failed, the three-coordinator standard scenario with the consensus faults.
+    out=$("$CARGO_TARGET_DIR/release/herder-sim" run --seeds "0..$SEEDS" --strict --check-determinism 2>&1 || true)
+    if ! grep -qE "^FAIL seed|panicked" <<<"$out"; then
+        out=$("$CARGO_TARGET_DIR/release/herder-sim" run --seeds "0..$SEEDS" --standard-group --strict 2>&1 || true)
+    fi
     first=$(grep -m1 -oE "^FAIL seed [0-9]+" <<<"$out" | awk '{print $3}' || true)
     if [ -z "$first" ] && grep -q "panicked" <<<"$out"; then
         # A planted bug that trips one of core's own assertions stops the run with a panic.
