@@ -307,7 +307,7 @@ impl fmt::Display for Event {
                 worker,
             } => write!(
                 f,
-                "Attempt re-adopted after restart: jobId={job_id} workerId={worker} attemptId={lease_id}"
+                "Attempt re-adopted after a takeover: jobId={job_id} workerId={worker} attemptId={lease_id}"
             ),
             Event::AttemptAbandoned {
                 job_id,
