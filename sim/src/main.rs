@@ -128,6 +128,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let simulated = AtomicU64::new(0);
     let steps = AtomicU64::new(0);
     let slowest_call = Mutex::new((0u64, 0u64));
+    let failovers: Mutex<Vec<u64>> = Mutex::new(Vec::new());
     let done = AtomicU64::new(0);
     let total = end - start;
     let wall = Instant::now();
@@ -141,6 +142,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 let report = simulate(seed, standard, false);
                 simulated.fetch_add(report.simulated_us, Ordering::Relaxed);
                 steps.fetch_add(report.steps, Ordering::Relaxed);
+                failovers.lock().expect("lock").extend(&report.failovers_us);
                 {
                     let mut slowest = slowest_call.lock().expect("lock");
                     if report.slowest_call_us > slowest.0 {
@@ -218,6 +220,22 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         "slowest call after faults stopped: {:.3} s (seed {slowest_seed})",
         slowest_us as f64 / 1e6
     );
+    let mut failovers = failovers.into_inner().expect("lock");
+    if !failovers.is_empty() {
+        failovers.sort_unstable();
+        let at = |q: f64| {
+            let i = ((failovers.len() - 1) as f64 * q).round() as usize;
+            failovers[i] as f64 / 1e3
+        };
+        println!(
+            "leader crash -> a leader again: {} failovers, median {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+            failovers.len(),
+            at(0.5),
+            at(0.9),
+            at(0.99),
+            at(1.0)
+        );
+    }
     if determinism {
         println!("determinism:            every passing seed replayed twice with equal hashes");
     }

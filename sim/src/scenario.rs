@@ -148,6 +148,11 @@ impl Scenario {
     pub fn standard_group(seed: u64) -> Scenario {
         let mut scenario = Scenario::standard(seed);
         scenario.coordinators = 3;
+        // The default consensus timings, so failover times are those of a default deployment.
+        let defaults = CoordinatorConfig::default();
+        scenario.coordinator.election_timeout_min = defaults.election_timeout_min;
+        scenario.coordinator.election_timeout_max = defaults.election_timeout_max;
+        scenario.coordinator.replication_heartbeat = defaults.replication_heartbeat;
         scenario.coordinator.peers = (1..3).map(|c| NodeId(format!("coord-{c}"))).collect();
         scenario.faults.leader_faults = true;
         scenario.faults.disk_loss = true;

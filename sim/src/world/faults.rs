@@ -178,6 +178,13 @@ impl World {
         if self.coords[c].machine.is_none() && !lose_disk {
             return Ok(());
         }
+        let was_leading = self.coords[c]
+            .machine
+            .as_ref()
+            .is_some_and(Coordinator::is_acting_leader);
+        if was_leading && self.coords.len() > 1 && self.failover_from.is_none() {
+            self.failover_from = Some(self.now);
+        }
         let torn = self.fault_rng.chance(self.scenario.faults.torn_tail);
         let pending = self.coords[c].pending.len() as u64;
         let landed = if torn {

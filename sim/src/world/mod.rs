@@ -64,6 +64,9 @@ pub struct RunReport {
     /// The longest any client call stayed unanswered after faults stopped, counted from
     /// `max(started, faults stopped)`.
     pub slowest_call_us: u64,
+    /// For every crash of the acting leader: the time until a member acted as leader again
+    /// (its first entry of its term applied), in microseconds.
+    pub failovers_us: Vec<u64>,
     /// Problems that break no SPEC 4 invariant but are bugs all the same (e.g. a timer that
     /// stays due after `handle_timeout`, which makes a real driver spin).
     pub findings: Vec<String>,
@@ -96,6 +99,9 @@ pub struct World {
     call_bound_us: u64,
     /// The longest a client call took once faults stopped (for the report).
     slowest_call_us: u64,
+    /// When the acting leader crashed (virtual time), until a member acts as leader again.
+    failover_from: Option<u64>,
+    failovers_us: Vec<u64>,
     partitions: Vec<Partition>,
     next_partition: u64,
     next_token: u64,
@@ -231,6 +237,8 @@ impl World {
             deadline,
             call_bound_us,
             slowest_call_us: 0,
+            failover_from: None,
+            failovers_us: Vec::new(),
             partitions: Vec::new(),
             next_partition: 0,
             next_token: 0,
@@ -288,6 +296,7 @@ impl World {
             completions: self.checker.completions,
             acknowledged: self.checker.acked().len(),
             slowest_call_us: self.slowest_call_us,
+            failovers_us: std::mem::take(&mut self.failovers_us),
             findings: std::mem::take(&mut self.findings),
             coverage: std::mem::take(&mut self.coverage),
             trace: self.trace.take().unwrap_or_default(),
@@ -569,6 +578,7 @@ pub fn run_scenario(seed: u64, scenario: Scenario, trace: bool) -> RunReport {
             completions: 0,
             acknowledged: 0,
             slowest_call_us: 0,
+            failovers_us: Vec::new(),
             findings: Vec::new(),
             coverage: BTreeMap::new(),
             trace: Vec::new(),

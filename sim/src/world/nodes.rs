@@ -237,6 +237,13 @@ impl World {
         // What it applied joins the committed log (and the model) before its outputs are judged.
         if let Some(machine) = &self.coords[c].machine {
             self.checker.observe(c, machine)?;
+            // A crashed leader's successor (or itself, restarted and re-elected) leads again.
+            if let Some(crashed_at) = self.failover_from {
+                if machine.is_acting_leader() {
+                    self.failovers_us.push(self.now - crashed_at);
+                    self.failover_from = None;
+                }
+            }
         }
         loop {
             let Some(output) = self.coords[c]
