@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed A's overload experiment: 240 x 500 ms sleep jobs from 8 connections onto 3 workers x 4
+# The overload experiment: 240 x 500 ms sleep jobs from 8 connections onto 3 workers x 4
 # slots (12 slots), once unbounded (the default limit of 10,000 active jobs is never reached) and
 # once with --max-active-jobs 24. Prints one JSON line per configuration.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed A's demonstration, against real processes (nothing simulated):
+# The failure-recovery demonstration, against real processes (nothing simulated):
 #   a long job starts on worker-1; worker-1 is SIGKILLed; the coordinator sees the connection
 #   drop, revokes the attempt and schedules a retry; worker-2 runs it to COMPLETED on attempt 2.
 # Ports and the job length can be changed: DEMO_WORKER_PORT, DEMO_CLIENT_PORT, DEMO_SLEEP_MS.

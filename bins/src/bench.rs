@@ -1,4 +1,4 @@
-//! `herder bench`: seed A's load generator. N jobs over C independent connections; waits for
+//! `herder bench`: the load generator. N jobs over C independent connections; waits for
 //! every accepted job to be terminal; reports throughput and latency percentiles. It never
 //! retries a rejection, so accepted/rejected counts show raw admission shedding.
 

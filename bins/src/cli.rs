@@ -1,4 +1,5 @@
-//! The command line (SPEC section 3): every verb and flag, parsed by clap.
+//! The command line (documented in README.md, "Command line"): every verb and flag, parsed
+//! by clap.
 
 use std::path::PathBuf;
 

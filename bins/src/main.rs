@@ -13,7 +13,7 @@ use clap::Parser;
 
 use cli::{Cli, Command, LogFormat};
 
-/// Exit codes (SPEC section 3).
+/// Exit codes, as README.md ("Command line") documents them.
 pub mod exit {
     pub const OK: u8 = 0;
     /// The job ended FAILED or CANCELLED (`wait`, `submit --wait`).

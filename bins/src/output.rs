@@ -1,4 +1,4 @@
-//! What the CLI prints: seed A's layout for people, one JSON object with `--json`.
+//! What the CLI prints: a human-readable layout by default, one JSON object with `--json`.
 
 use herder_core::client::ClientError;
 use herder_core::protocol::{ClusterView, ErrorCode, JobView, WorkerView};
@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::exit;
 
-/// Seed A's human `status` layout.
+/// The human-readable `status` layout.
 pub fn job_for_people(job: &JobView) -> String {
     let mut out = format!("Job {}\n", job.id);
     out += &format!("  State:    {}\n", job.state);

@@ -257,7 +257,7 @@ fn the_client_verbs_against_a_dev_cluster() {
         herder(&all)
     };
 
-    // submit --wait --json: the job view with the fields SPEC section 3 names.
+    // submit --wait --json: the job view with its fields (`JobView`, docs/PROTOCOL.md 8.5).
     let output = run(&["submit", "sha256", "--text", "abc", "--wait", "--json"]);
     assert_eq!(
         code(&output),

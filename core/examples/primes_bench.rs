@@ -1,5 +1,6 @@
-//! Herder's prime arithmetic against seed B's trial division, one method per process so each can
-//! be timed as a whole process, or all of them with in-process timings:
+//! Herder's prime arithmetic against plain trial division (the original prime counter's method),
+//! one method per process so each can be timed as a whole process, or all of them with
+//! in-process timings:
 //!
 //! ```sh
 //! cargo run --release -p herder-core --example primes_bench -- all

@@ -552,7 +552,7 @@ impl JobTable {
             max_active_jobs,
             partitions,
         } = submission;
-        // Idempotency first: a known key never consumes an admission slot (seed A).
+        // Idempotency first: a known key never consumes an admission slot.
         if let Some(key) = idempotency_key {
             match self.check_idempotency(key, task, max_attempts) {
                 Some(Ok(existing)) => return Applied::IdempotentReplay { job_id: existing },
@@ -954,8 +954,8 @@ impl JobTable {
             .unwrap_or_else(|| panic!("job {job_id} vanished during apply"))
     }
 
-    /// Checks every invariant the table promises (SPEC 4: 2, 4, 5, 6). Used by tests and the
-    /// simulator after every step; `Err` names the first violation.
+    /// Checks every invariant the table promises (2, 4, 5, 6 of docs/SIMULATION.md). Used by
+    /// tests and the simulator after every step; `Err` names the first violation.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut active = 0;
         let mut queued = BTreeSet::new();

@@ -1,4 +1,5 @@
-//! The job record and its lifecycle (seed A's state diagram, SPEC 2.2):
+//! The job record and its lifecycle (docs/ARCHITECTURE.md, "Job lifecycle"); every attempt
+//! runs under a fresh lease:
 //!
 //! ```text
 //!                 assign (new lease)            result accepted

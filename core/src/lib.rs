@@ -18,7 +18,8 @@
 //!     outputs: send / close / connect / persist records / start or cancel a task / event
 //! ```
 //!
-//! The rules that make the simulator possible (SPEC section 2):
+//! The rules that make the simulator possible (docs/ARCHITECTURE.md, "The shape of a state
+//! machine"):
 //!
 //! - No sockets, files, threads, clocks, environment or OS randomness. Time arrives as a
 //!   [`time::Instant`] argument; randomness comes from a `ChaCha8Rng` seeded by the driver.

@@ -1,6 +1,6 @@
 //! Every bound in one place. A queue, buffer, batch or loop without a named limit is a bug.
 
-/// Default largest frame payload (SPEC 2.3); configurable per process.
+/// Default largest frame payload (docs/PROTOCOL.md, "Framing"); configurable per process.
 pub const FRAME_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
 /// No configuration may raise the frame limit beyond this, so a typo cannot ask for gigabytes.
 pub const FRAME_BYTES_MAX_CEILING: usize = 64 * 1024 * 1024;

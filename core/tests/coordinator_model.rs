@@ -4,11 +4,12 @@
 //! reporting results, some stale or from the wrong worker; clients submitting, cancelling,
 //! waiting and asking for status; time passing; persistence batches held back and released;
 //! crashes that lose whatever was not durable). A driver feeds them to a `Coordinator` exactly as
-//! its module documentation prescribes and, after every single output, checks the SPEC 4 safety
-//! properties the coordinator owns. After the actions, a liveness phase stops all faults, keeps
-//! healthy workers beating and answering, and checks that every acknowledged job ends.
+//! its module documentation prescribes and, after every single output, checks the safety
+//! invariants of docs/SIMULATION.md that the coordinator owns. After the actions, a liveness
+//! phase stops all faults, keeps healthy workers beating and answering, and checks that every
+//! acknowledged job ends.
 //!
-//! The checks, numbered as in the test plan:
+//! The checks, numbered so that failure messages can name them:
 //!
 //! - (i)    `table().check_invariants()` holds;
 //! - (ii)   no worker entry holds more leases than its capacity;
@@ -1107,7 +1108,7 @@ impl Model {
                     let bound = self.key_binding.entry(key.clone()).or_insert(*job_id);
                     ensure!(
                         *bound == *job_id,
-                        "SPEC 4.5: key {key:?} acknowledged for {bound} and for {job_id}"
+                        "invariant 5: key {key:?} acknowledged for {bound} and for {job_id}"
                     );
                 }
                 self.acked.insert(*job_id);
@@ -1306,7 +1307,7 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(150))]
 
-    /// SPEC 4.9: the same seed and the same inputs give the same outputs.
+    /// Invariant 9: the same seed and the same inputs give the same outputs.
     #[test]
     fn the_same_schedule_gives_the_same_outputs(actions in actions(40)) {
         let first = run(&actions).map_err(TestCaseError::fail)?;
@@ -1423,8 +1424,8 @@ fn the_schedules_reach_the_interesting_cases() {
 /// node) makes the new process draw the same job and lease ids again. The first submission after
 /// such a restart proposed a job id that already existed, `JobTable::apply` panicked (it now
 /// refuses such an entry instead), and because that `Submit` entry was already durable, every
-/// later recovery replayed it and panicked again: the disk was poisoned. SPEC 2.2 wants a fresh id per lease, and
-/// SPEC 2.3 says bad input never crashes or corrupts the coordinator.
+/// later recovery replayed it and panicked again: the disk was poisoned. Every lease must get a
+/// fresh id, and no input may crash or corrupt the coordinator.
 ///
 /// Minimal sequence: `new(seed 42)`, SUBMIT (durable, accepted), crash, `recover(seed 42)`,
 /// SUBMIT -> panic; `recover(any seed)` from the same disk -> panic.

@@ -844,7 +844,7 @@ fn check_type_tag<M: WireMessage>(message: &M) -> Result<(), TestCaseError> {
     let tag = object.get("type").and_then(Value::as_str);
     prop_assert_eq!(tag, Some(message.type_name()));
     prop_assert!(M::is_known_type(message.type_name()));
-    // Tags are SCREAMING_SNAKE_CASE ASCII, as SPEC 2.3 and every peer expect.
+    // Tags are SCREAMING_SNAKE_CASE ASCII, as docs/PROTOCOL.md and every peer expect.
     prop_assert!(message
         .type_name()
         .bytes()

@@ -1,8 +1,8 @@
 //! Findings of an adversarial review of the coordinator state machine.
 //!
 //! Each test drives a `Coordinator` through the public API with an explicit input sequence and
-//! asserts the behaviour SPEC sections 2 and 4 require. Workers are played by hand, following the
-//! rules of `core/src/worker.rs` that matter here:
+//! asserts what docs/ARCHITECTURE.md and the invariants of docs/SIMULATION.md require. Workers
+//! are played by hand, following the rules of `core/src/worker.rs` that matter here:
 //!
 //! - a worker drops an unacknowledged result on *any* `RESULT_ACK` naming its lease (accepted or
 //!   not) and re-sends the results it still holds after every registration;
@@ -243,7 +243,8 @@ fn one_running_job(h: &mut Harness, conn: ConnectionId, max_attempts: u32) -> (J
 // the same result is still in flight, i.e. before the verdict is durable.
 // ---------------------------------------------------------------------------------------------
 
-/// SPEC 2 rule 3: no result acknowledgement leaves before the records it depends on are durable.
+/// Durability before visibility (docs/ARCHITECTURE.md): no result acknowledgement leaves before
+/// the records it depends on are durable.
 /// A worker reconnects (same process, new connection) and re-sends its unacknowledged result, as
 /// `worker.rs` does after every registration, while the first copy's `Complete` is not durable.
 #[test]
@@ -348,7 +349,8 @@ fn control_a_result_kept_across_the_crash_is_readopted_and_completes() {
 /// `TASK_ASSIGN` written to 10 is never seen by the worker. The coordinator keeps the lease in the
 /// worker's slots; after the deadline it revokes it and sends `TASK_CANCEL`, which the worker
 /// ignores (it never ran that lease) and so never reports. The slot is never freed: with a
-/// healthy, heartbeating capacity-1 worker the retried job stays QUEUED forever (SPEC 4 item 10).
+/// healthy, heartbeating capacity-1 worker the retried job stays QUEUED forever, against the
+/// liveness promise (invariant 10).
 #[test]
 fn an_assignment_lost_with_a_replaced_connection_does_not_starve_the_job() {
     let mut h = Harness::new();

@@ -3,8 +3,8 @@
 //! Random logs of commands are applied to a table. The logs use small pools (a few leases, two
 //! workers, two idempotency keys, two task specs, admission limits of 1 to 5) so that conflicts,
 //! stale leases, admission refusals and exhausted attempts all happen often. After every apply the
-//! SPEC 4 invariants the table owns are checked (2, 3, 4, 5, 6), plus determinism (8) and
-//! recovery from persisted rows.
+//! invariants of docs/SIMULATION.md that the table owns are checked (2, 3, 4, 5, 6), plus
+//! replica agreement (8: the same log gives the same table) and recovery from persisted rows.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -287,13 +287,13 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
     prop_assert_eq!(
         table.active_jobs(),
         non_terminal,
-        "SPEC 4.6: admission counter"
+        "invariant 6: admission counter"
     );
     let mut keys: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
     for job in table.jobs() {
         prop_assert!(
             job.attempt.0 <= job.max_attempts,
-            "SPEC 4.4: job {} at attempt {} of {}",
+            "invariant 4: job {} at attempt {} of {}",
             job.id,
             job.attempt,
             job.max_attempts
@@ -305,7 +305,7 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
         }
     }
     for (key, jobs) in keys {
-        prop_assert_eq!(jobs.len(), 1, "SPEC 4.5: key {:?} names {:?}", key, jobs);
+        prop_assert_eq!(jobs.len(), 1, "invariant 5: key {:?} names {:?}", key, jobs);
         let job = table.get(&jobs[0]).expect("listed job exists");
         prop_assert_eq!(
             table.check_idempotency(key, &job.task, job.max_attempts),
@@ -346,7 +346,7 @@ fn check_step(
         return Ok(()); // Only a leader's no-op names no job, and the generator makes none.
     };
 
-    // SPEC 4.2: terminal rows are frozen (state, result and everything else).
+    // Invariant 2: terminal rows are frozen (state, result and everything else).
     for (id, old) in &before.rows {
         let new = after_rows
             .get(id)
@@ -393,7 +393,7 @@ fn check_step(
         prop_assert_eq!(&after.queued().collect::<Vec<_>>(), &before.queued);
     }
 
-    // SPEC 4.3: a lease-carrying command counts only with the job's current lease.
+    // Invariant 3: a lease-carrying command counts only with the job's current lease.
     if let Some(lease_id) = lease_of(command) {
         let old = before.rows.get(&job_id);
         let current = old
@@ -646,7 +646,7 @@ fn run(ops: &[Op]) -> Result<Run, TestCaseError> {
         check_state(&table)?;
         check_step(&before, &command, &applied, &table)?;
 
-        // Recovery (SPEC 2.4): the persisted rows rebuild the same table.
+        // Recovery: the persisted rows rebuild the same table.
         let restored =
             JobTable::from_rows(rows(&table).into_values().collect(), index).map_err(|error| {
                 TestCaseError::fail(format!("from_rows refused live rows: {error}"))
@@ -668,13 +668,13 @@ fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1500))]
 
-    /// SPEC 4.2 to 4.6 after every apply, and recovery from the rows at every step.
+    /// Invariants 2 to 6 after every apply, and recovery from the rows at every step.
     #[test]
     fn every_apply_keeps_the_table_invariants(ops in ops(80)) {
         run(&ops)?;
     }
 
-    /// SPEC 4.8: the same log gives the same table, step by step, with the same outcomes.
+    /// Invariant 8: the same log gives the same table, step by step, with the same outcomes.
     #[test]
     fn replaying_the_log_reproduces_every_row(ops in ops(80)) {
         let (log, outcomes, snapshots) = run(&ops)?;

@@ -576,7 +576,7 @@ impl Driver {
     }
 }
 
-/// Events become log lines; their `Display` already tells the story in seed A's words.
+/// Events become log lines; their `Display` already tells the story in plain words.
 fn log_event(event: &Event) {
     match event {
         Event::StaleResultRejected { .. }

@@ -1,4 +1,5 @@
-//! The invariant checker: SPEC section 4's safety properties, checked as the world runs.
+//! The invariant checker: the safety invariants of docs/SIMULATION.md, checked as the world
+//! runs.
 //!
 //! It judges with knowledge of its own, never by re-running the code it checks:
 //!

@@ -3,9 +3,9 @@
 //! A deterministic simulator for Herder. It drives the very same `herder-core` state machines
 //! the runtime drives — coordinators, workers, clients — in one process, with virtual time, a
 //! simulated TCP network, simulated disks, injected faults and a random workload, all drawn
-//! from one seed. After every step a checker verifies SPEC section 4's safety properties; once
-//! faults stop, a liveness phase checks that every acknowledged job ends and every client
-//! operation completes.
+//! from one seed. After every step a checker verifies the safety invariants of
+//! docs/SIMULATION.md; once faults stop, a liveness phase checks that every acknowledged job ends
+//! and every client operation completes.
 //!
 //! - [`rng`]: the seed, split per component; the trace hash.
 //! - [`scenario`]: what each seed draws (swarm testing).

@@ -26,8 +26,8 @@ const USAGE: &str = "usage:
                     at consensus (leader crashes, pauses and isolation, splits, a lost disk)
   --single          the seed's own draw, with one coordinator (how seeds found before groups
                     existed replay)
-  --strict          findings (bugs that break no SPEC 4 invariant, e.g. a timer a driver would
-                    spin on) fail the seed too";
+  --strict          findings (bugs that break none of the invariants in docs/SIMULATION.md,
+                    e.g. a timer a driver would spin on) fail the seed too";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

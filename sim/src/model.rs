@@ -1,4 +1,4 @@
-//! The checker's own model of the job rules, written from the specification and not from the
+//! The checker's own model of the job rules, written from the documented rules and not from the
 //! product's `JobTable::apply`, so that a bug in apply cannot hide behind itself.
 //!
 //! It consumes the committed log (every entry exactly once, in index order) and keeps, per job,
@@ -8,7 +8,7 @@
 //! on a majority when the fact left a coordinator, and the number of non-terminal jobs after
 //! every index, so it can judge admission answers.
 //!
-//! The rules (seed A's lifecycle, SPEC 2.2):
+//! The rules (the job lifecycle of docs/ARCHITECTURE.md):
 //!
 //! - **Submit**: a known idempotency key answers with its job (same task and attempts) or
 //!   conflicts, consuming nothing; otherwise the job takes one admission slot (a data-parallel

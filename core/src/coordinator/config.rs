@@ -8,7 +8,7 @@ use crate::limits::{
     FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, GROUP_MEMBERS_MAX,
 };
 
-/// How a coordinator behaves. Defaults are SPEC section 3's.
+/// How a coordinator behaves. Defaults are those of the documented CLI (README.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CoordinatorConfig {
     pub node_id: NodeId,
@@ -43,8 +43,8 @@ pub struct CoordinatorConfig {
     /// reach it: followers redirect to the leader's addresses.
     pub client_address: String,
     pub worker_address: String,
-    /// Hand leadership to the next member after this many submissions in one term (seed B's
-    /// term rotation, done by leadership transfer). `None`: never.
+    /// Hand leadership to the next member after this many submissions in one term (term
+    /// rotation, done by leadership transfer). `None`: never.
     pub rotate_leader_after_jobs: Option<u64>,
 }
 

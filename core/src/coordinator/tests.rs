@@ -1,9 +1,9 @@
 //! State-machine tests for the coordinator, driven by hand with explicit time.
 //!
-//! They cover seed A's behaviour list at the state-machine level: failure detection by silence
-//! and by disconnect, retry exhaustion, the three kinds of stale result, restart recovery (the
-//! final-attempt rule, stale deadlines, re-registration and re-adoption), deadline expiry on a
-//! healthy worker, cancellation in every state, admission accounting, idempotency, and a
+//! They cover the coordinator's behaviour at the state-machine level: failure detection by
+//! silence and by disconnect, retry exhaustion, the three kinds of stale result, restart recovery
+//! (the final-attempt rule, stale deadlines, re-registration and re-adoption), deadline expiry on
+//! a healthy worker, cancellation in every state, admission accounting, idempotency, and a
 //! many-clients-many-workers run with exactly one assignment per attempt.
 
 use std::collections::{BTreeMap, BTreeSet};

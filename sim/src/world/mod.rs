@@ -67,8 +67,8 @@ pub struct RunReport {
     /// For every crash of the acting leader: the time until a member acted as leader again
     /// (its first entry of its term applied), in microseconds.
     pub failovers_us: Vec<u64>,
-    /// Problems that break no SPEC 4 invariant but are bugs all the same (e.g. a timer that
-    /// stays due after `handle_timeout`, which makes a real driver spin).
+    /// Problems that break no invariant of docs/SIMULATION.md but are bugs all the same (e.g. a
+    /// timer that stays due after `handle_timeout`, which makes a real driver spin).
     pub findings: Vec<String>,
     /// How often each interesting thing happened (coordinator events, faults), to show what a
     /// batch of seeds reached.

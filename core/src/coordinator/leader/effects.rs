@@ -446,7 +446,7 @@ impl LeaderState {
         }
     }
 
-    /// Seed B's term rotation, done safely: after `rotate_leader_after_jobs` new jobs in one
+    /// Term rotation, done safely: after `rotate_leader_after_jobs` new jobs in one
     /// term, leadership is handed to the next member (running attempts are re-adopted there).
     fn count_submission_for_rotation(&mut self, m: &mut Member) {
         self.submitted_this_term += 1;

@@ -113,7 +113,7 @@ impl World {
             return Ok(());
         };
         let id = ConnectionId(conn as u64);
-        // A result for a lease that is not current must change nothing (SPEC 4.3).
+        // A result for a lease that is not current must change nothing (invariant 3).
         let mut stale = None;
         match msg {
             Up::Worker(message) => {
