@@ -4,10 +4,12 @@
 # seeds are run (with the determinism check) until one fails. Prints, per planted bug, the first
 # seed that caught it.
 #   SEEDS=2000 ./scripts/mutation-check.sh
+#   ONLY='^1[2-8]' ./scripts/mutation-check.sh     # only the patches whose name matches
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 SEEDS="${SEEDS:-2000}"
+ONLY="${ONLY:-}"
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/herder-mutants.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 # One target directory for every mutant, so dependencies are built once.
@@ -16,8 +18,11 @@ export CARGO_TARGET_DIR="${MUTANT_TARGET_DIR:-${TMPDIR:-/tmp}/herder-mutants-tar
 caught=0
 total=0
 for patch in sim/mutations/*.patch; do
-    total=$((total + 1))
     name=$(basename "$patch" .patch)
+    if [ -n "$ONLY" ] && ! grep -qE "$ONLY" <<<"$name"; then
+        continue
+    fi
+    total=$((total + 1))
     rm -rf "$scratch/ws"
     mkdir -p "$scratch/ws"
     git archive HEAD | tar -x -C "$scratch/ws"

@@ -24,8 +24,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use herder_core::command::LogEntry;
 use herder_core::coordinator::{Coordinator, DiskImage, Output, Record, WorkerEntry};
-use herder_core::ids::{JobId, LeaseId, LogIndex, Term, WorkerId};
-use herder_core::protocol::{CancelReason, ClientReply, CoordinatorToWorker, JobView};
+use herder_core::ids::{JobId, LeaseId, LogIndex, NodeId, Term, WorkerId};
+use herder_core::job::JobState;
+use herder_core::protocol::{
+    CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobView, PeerMessage,
+};
 
 use crate::model::Model;
 
@@ -58,6 +61,11 @@ struct Mirror {
     log: BTreeMap<LogIndex, LogEntry>,
     /// The highest snapshot installed: the disk holds the effect of every entry up to it.
     snapshot: LogIndex,
+    /// Every entry up to here is on this disk (or covered by its snapshot): what an append
+    /// acknowledgement may claim.
+    contiguous: LogIndex,
+    /// Every vote that became durable here: term -> the candidate.
+    votes: BTreeMap<Term, NodeId>,
 }
 
 impl Mirror {
@@ -69,13 +77,22 @@ impl Mirror {
                 }
                 Record::TruncateLogAfter(index) => {
                     self.log.retain(|i, _| i <= index);
+                    self.contiguous = self.contiguous.min(*index);
                 }
-                Record::Snapshot { index, .. } => self.snapshot = self.snapshot.max(*index),
-                Record::HardState(_)
-                | Record::Job(_)
-                | Record::Applied { .. }
-                | Record::DiscardLogThrough(_) => {}
+                Record::Snapshot { index, .. } => {
+                    self.snapshot = self.snapshot.max(*index);
+                    self.contiguous = self.contiguous.max(*index);
+                }
+                Record::HardState(hard_state) => {
+                    if let Some(candidate) = &hard_state.voted_for {
+                        self.votes.insert(hard_state.term, candidate.clone());
+                    }
+                }
+                Record::Job(_) | Record::Applied { .. } | Record::DiscardLogThrough(_) => {}
             }
+        }
+        while self.log.contains_key(&self.contiguous.next()) {
+            self.contiguous = self.contiguous.next();
         }
     }
 
@@ -83,6 +100,13 @@ impl Mirror {
     fn holds(&self, entry: &LogEntry) -> bool {
         entry.index <= self.snapshot || self.log.get(&entry.index) == Some(entry)
     }
+}
+
+/// What the committed log said of a job when a read about it reached a coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadFloor {
+    pub state: JobState,
+    pub attempt: u32,
 }
 
 /// What the checker follows of one coordinator process.
@@ -96,6 +120,8 @@ struct Follow {
     compared: Option<LogIndex>,
     /// Whether it was the acting leader at the last look.
     acting: bool,
+    /// When it led at the last look: its term and commit index then.
+    leading: Option<(Term, LogIndex)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -157,6 +183,7 @@ impl Checker {
             commit_checked: rows_applied.min(applied),
             compared: None,
             acting: false,
+            leading: None,
         };
     }
 
@@ -241,10 +268,122 @@ impl Checker {
             }
         }
         self.follow[c].acting = acting;
+        self.check_leader_commit(c, machine)?;
         // Identical tables at the same applied index: the model's.
         if applied == self.model.applied && self.follow[c].compared != Some(applied) {
             self.follow[c].compared = Some(applied);
             self.compare_with_model(c, machine)?;
+        }
+        Ok(())
+    }
+
+    /// A leader's commit index moves only onto entries durable on a majority of disks, and (in
+    /// a group) only by counting an entry of its own term (paper 5.4.2, figure 8: an entry of
+    /// an earlier term on a majority can still be overwritten).
+    fn check_leader_commit(&mut self, c: usize, machine: &Coordinator) -> Check {
+        let replica = machine.replica();
+        if !replica.is_leader() {
+            self.follow[c].leading = None;
+            return Ok(());
+        }
+        let (term, commit) = (replica.term(), replica.committed_index());
+        let before = self.follow[c].leading.replace((term, commit));
+        let Some((led, from)) = before else {
+            return Ok(());
+        };
+        if led != term || commit <= from {
+            return Ok(());
+        }
+        if self.mirrors.len() > 1 {
+            let at = replica.term_at(commit);
+            ensure!(
+                at == Some(term),
+                "commit rule: coord-{c}, leading term {}, moved its commit index to {commit}, an entry of term {at:?}",
+                term.0
+            );
+        }
+        let mut index = from;
+        while index < commit {
+            index = index.next();
+            let Some(entry) = replica.log().get(index) else {
+                continue;
+            };
+            let holders = self.holders(entry);
+            ensure!(
+                holders >= self.quorum,
+                "commit rule: coord-{c} counted entry {index} committed while {holders} disks held it (a majority is {})",
+                self.quorum
+            );
+        }
+        Ok(())
+    }
+
+    /// What the committed log says of `job` now (none: not created yet, as far as is known).
+    pub fn read_floor(&self, job: &JobId) -> Option<ReadFloor> {
+        self.model.jobs.get(job).map(|job| ReadFloor {
+            state: job.state,
+            attempt: job.attempt,
+        })
+    }
+
+    /// Reads are linearizable: the answer to a read reflects at least everything committed
+    /// before the read arrived (a deposed leader answering from its stale table fails this).
+    pub fn check_read(&self, floor: Option<ReadFloor>, reply: &ClientReply) -> Check {
+        let Some(floor) = floor else {
+            return Ok(());
+        };
+        let view = match reply {
+            ClientReply::Job { job, .. }
+            | ClientReply::WaitResult { job, .. }
+            | ClientReply::CancelResult { job, .. } => job,
+            ClientReply::Error {
+                code: ErrorCode::JobNotFound,
+                ..
+            } => {
+                return Err(format!(
+                    "stale read: JOB_NOT_FOUND, but the job was committed ({}, attempt {}) before the request arrived",
+                    floor.state, floor.attempt
+                ))
+            }
+            _ => return Ok(()),
+        };
+        ensure!(
+            view.attempt >= floor.attempt && (!floor.state.is_terminal() || view.state == floor.state),
+            "stale read: job {} shown as {} attempt {}, but it was {} attempt {} by the committed log before the request arrived",
+            view.id,
+            view.state,
+            view.attempt,
+            floor.state,
+            floor.attempt
+        );
+        Ok(())
+    }
+
+    /// A consensus message that promises something about the sender's disk leaves only once
+    /// its disk holds it: a granted vote, an append acknowledgement (paper figure 2: respond
+    /// only after persisting).
+    fn check_peer_message(&self, c: usize, to: &NodeId, message: &PeerMessage) -> Check {
+        let mirror = &self.mirrors[c];
+        match message {
+            PeerMessage::VoteReply {
+                term,
+                granted: true,
+            } => ensure!(
+                mirror.votes.get(term) == Some(to),
+                "vote durability: coord-{c} granted {to} its vote in term {} before that vote was on its disk (disk: {:?})",
+                term.0,
+                mirror.votes.get(term)
+            ),
+            PeerMessage::AppendReply {
+                success: true,
+                index,
+                ..
+            } => ensure!(
+                *index <= mirror.contiguous,
+                "append durability: coord-{c} acknowledged entries up to {index}, but its disk holds them only up to {}",
+                mirror.contiguous
+            ),
+            _ => {}
         }
         Ok(())
     }
@@ -273,6 +412,17 @@ impl Checker {
         Ok(())
     }
 
+    /// How many members' disks hold `entry`, or held it when they were lost (an acknowledgement
+    /// counted before the loss was honest: the loss is the fault, within a minority).
+    fn holders(&self, entry: &LogEntry) -> usize {
+        (0..self.mirrors.len())
+            .filter(|&d| {
+                self.mirrors[d].holds(entry)
+                    || self.lost.iter().any(|(l, m)| *l == d && m.holds(entry))
+            })
+            .count()
+    }
+
     /// Whether the committed entry at `index` is durable on a majority of disks and on `c`'s.
     fn durable(&self, c: usize, index: LogIndex, what: &str) -> Check {
         let Some((entry, _)) = self.committed.get(&index) else {
@@ -280,12 +430,7 @@ impl Checker {
                 "durability: {what} left coord-{c} before entry {index} was committed"
             ));
         };
-        let holders = (0..self.mirrors.len())
-            .filter(|&d| {
-                self.mirrors[d].holds(entry)
-                    || self.lost.iter().any(|(l, m)| *l == d && m.holds(entry))
-            })
-            .count();
+        let holders = self.holders(entry);
         ensure!(
             holders >= self.quorum && self.mirrors[c].holds(entry),
             "durability: {what} left coord-{c} while entry {index} was durable on {holders} disks (a majority is {}){}",
@@ -407,6 +552,7 @@ impl Checker {
             Output::ToClient { message, .. } => {
                 self.check_reply(c, machine, message, key, slots)?
             }
+            Output::ToPeer { to, message } => self.check_peer_message(c, to, message)?,
             _ => {}
         }
         Ok(())

@@ -36,7 +36,7 @@ use herder_core::tasks::TaskSpec;
 use herder_core::time::Instant;
 use herder_core::worker::{Worker, WorkerConfig};
 
-use crate::checker::{Check, Checker, Disk};
+use crate::checker::{Check, Checker, Disk, ReadFloor};
 use crate::rng::{Fnv, SimRng};
 use crate::scenario::Scenario;
 
@@ -108,6 +108,9 @@ pub struct World {
     submit_keys: HashMap<(usize, RequestId), String>,
     /// (connection, request id) -> the fewest admission slots that submission can take.
     submit_dp: HashMap<(usize, RequestId), u64>,
+    /// (connection, request id) of a read about one job -> what the committed log said of that
+    /// job when the request reached a coordinator: the answer may be newer, never older.
+    read_floors: HashMap<(usize, RequestId), Option<ReadFloor>>,
     /// Coordinators that restarted from an empty disk so far.
     wiped: usize,
     /// Workers that crashed for good.
@@ -244,6 +247,7 @@ impl World {
             next_token: 0,
             submit_keys: HashMap::new(),
             submit_dp: HashMap::new(),
+            read_floors: HashMap::new(),
             wiped: 0,
             left: BTreeSet::new(),
             quiet_from: None,

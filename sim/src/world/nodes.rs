@@ -279,6 +279,11 @@ impl World {
                 Output::ToClient { conn, message } => {
                     self.note(node, format_args!("-> conn {conn} {message:?}"));
                     self.check_one_job_per_submission(conn, &message)?;
+                    if let Some(request) = message.request_id() {
+                        if let Some(floor) = self.read_floors.remove(&(conn.0 as usize, request)) {
+                            self.checker.check_read(floor, &message)?;
+                        }
+                    }
                     self.send_down(conn.0 as usize, Down::Client(message))?;
                 }
                 Output::Close { conn } => {

@@ -128,6 +128,15 @@ impl World {
                 machine.handle_worker_message(local, id, message)
             }
             Up::Client(message) => {
+                if let ClientRequest::Status { request_id, job_id }
+                | ClientRequest::Wait {
+                    request_id, job_id, ..
+                }
+                | ClientRequest::Cancel { request_id, job_id } = &message
+                {
+                    let floor = self.checker.read_floor(job_id);
+                    self.read_floors.insert((conn, *request_id), floor);
+                }
                 if let ClientRequest::Submit {
                     request_id,
                     idempotency_key,
