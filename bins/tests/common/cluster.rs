@@ -195,6 +195,16 @@ impl Group {
         }
     }
 
+    /// Sets a coordinator flag (e.g. `--heartbeat-timeout-millis`) for every later start.
+    pub fn set_flag(&mut self, flag: &str, value: &str) {
+        match self.coordinator_flags.iter().position(|f| f == flag) {
+            Some(at) => self.coordinator_flags[at + 1] = value.to_owned(),
+            None => self
+                .coordinator_flags
+                .extend([flag.to_owned(), value.to_owned()]),
+        }
+    }
+
     /// The index of the member with this id.
     pub fn index(&self, id: &str) -> usize {
         self.members
@@ -300,6 +310,18 @@ impl Group {
         .unwrap_or_default()
     }
 
+    /// Waits until a line of member `i`'s latest log contains every one of `needles` (logs
+    /// are written by a background thread, so a line can trail the state it reports).
+    pub fn wait_for_log(&self, i: usize, needles: &[&str]) {
+        let what = format!("{} to log {needles:?}", self.id(i));
+        self.poll(&what, || {
+            self.log(i)
+                .lines()
+                .any(|line| needles.iter().all(|n| line.contains(n)))
+                .then_some(())
+        });
+    }
+
     /// Client addresses of the members not in `except`, comma-separated.
     pub fn client_addrs_except(&self, except: &[usize]) -> String {
         (0..self.members.len())
@@ -362,14 +384,21 @@ impl Group {
     /// Polls `probe` every 50 ms until it gives a value, for at most `WAIT_LIMIT`; on a timeout
     /// prints every log and fails the test naming `what`.
     pub fn poll<T>(&self, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+        self.poll_showing(what, || probe().ok_or_else(String::new))
+    }
+
+    /// `poll` for a probe that says what it saw when the condition does not hold yet (the
+    /// last of which is shown on a timeout).
+    pub fn poll_showing<T>(&self, what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
         let deadline = Instant::now() + WAIT_LIMIT;
         loop {
-            if let Some(value) = probe() {
-                return value;
-            }
+            let seen = match probe() {
+                Ok(value) => return value,
+                Err(seen) => seen,
+            };
             if Instant::now() >= deadline {
                 self.print_logs();
-                panic!("timed out after {WAIT_LIMIT:?} waiting for {what}");
+                panic!("timed out after {WAIT_LIMIT:?} waiting for {what}; last seen: {seen}");
             }
             std::thread::sleep(POLL_EVERY);
         }
@@ -431,19 +460,47 @@ impl Group {
     /// Waits until one of the running members not in `except` leads in a term above `above`,
     /// and every one of them names it leader in that term.
     pub fn wait_for_leader(&self, except: &[usize], above: u64) -> (usize, u64) {
-        self.poll(&format!("a leader in a term above {above}"), || {
-            let (leader, term) = self.leader_among(except)?;
-            if term <= above {
-                return None;
-            }
-            let agreed = (0..self.members.len())
-                .filter(|i| !except.contains(i) && self.members[*i].child.is_some())
-                .all(|i| {
-                    self.view(i).is_some_and(|v| {
-                        v["term"].as_u64() == Some(term) && v["leader"] == self.id(leader)
+        let running: Vec<usize> = (0..self.members.len())
+            .filter(|i| !except.contains(i) && self.members[*i].child.is_some())
+            .collect();
+        self.poll_showing(&format!("a leader in a term above {above}"), || {
+            let views: Vec<(usize, Option<Value>)> =
+                running.iter().map(|&i| (i, self.view(i))).collect();
+            let seen = || {
+                views
+                    .iter()
+                    .map(|(i, v)| match v {
+                        Some(v) => format!(
+                            "{}: {} term {} leader {}",
+                            self.id(*i),
+                            v["role"],
+                            v["term"],
+                            v["leader"]
+                        ),
+                        None => format!("{}: no answer", self.id(*i)),
                     })
-                });
-            agreed.then_some((leader, term))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            let leader = views
+                .iter()
+                .filter_map(|(i, v)| Some((*i, v.as_ref()?)))
+                .filter(|(_, v)| v["role"] == "leader")
+                .map(|(i, v)| (i, v["term"].as_u64().unwrap_or(0)))
+                .max_by_key(|(_, term)| *term);
+            match leader {
+                Some((leader, term))
+                    if term > above
+                        && views.iter().all(|(_, v)| {
+                            v.as_ref().is_some_and(|v| {
+                                v["term"].as_u64() == Some(term) && v["leader"] == self.id(leader)
+                            })
+                        }) =>
+                {
+                    Ok((leader, term))
+                }
+                _ => Err(seen()),
+            }
         })
     }
 
