@@ -6,13 +6,16 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use herder_core::coordinator::{Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch};
-use herder_core::ids::{ConnectionId, NodeId, RequestId};
-use herder_core::protocol::{ClientReply, ClientRequest, PeerMessage};
+use herder_core::ids::{ConnectionId, Incarnation, NodeId, RequestId, WorkerId};
+use herder_core::protocol::{
+    ClientReply, ClientRequest, CoordinatorToWorker, PeerMessage, WorkerToCoordinator,
+};
 use herder_core::time::Instant;
 use serde_json::json;
 
 const N: usize = 3;
 const CLIENT: ConnectionId = ConnectionId(1);
+const WORKER: ConnectionId = ConnectionId(2);
 
 fn id(i: usize) -> NodeId {
     NodeId(format!("c{i}"))
@@ -43,11 +46,16 @@ struct Group {
     held_disk: Vec<usize>,
     held: Vec<Vec<PersistBatch>>,
     replies: Vec<(usize, ClientReply)>,
+    to_worker: Vec<(usize, CoordinatorToWorker)>,
     next_request: u64,
 }
 
 impl Group {
     fn new() -> Group {
+        Group::with(config)
+    }
+
+    fn with(config: impl Fn(usize) -> CoordinatorConfig) -> Group {
         let mut g = Group {
             c: (0..N)
                 .map(|i| Coordinator::new(config(i), 7 + i as u64).expect("valid config"))
@@ -59,6 +67,7 @@ impl Group {
             held_disk: Vec::new(),
             held: vec![Vec::new(); N],
             replies: Vec::new(),
+            to_worker: Vec::new(),
             next_request: 0,
         };
         for i in 0..N {
@@ -89,6 +98,7 @@ impl Group {
                     self.wire.push_back((i, j, message));
                 }
                 Output::ToClient { message, .. } => self.replies.push((i, message)),
+                Output::ToWorker { message, .. } => self.to_worker.push((i, message)),
                 _ => {}
             }
         }
@@ -145,6 +155,35 @@ impl Group {
         self.c[i].handle_client_message(self.now, CLIENT, request(request_id));
         self.drain(i);
         request_id
+    }
+
+    /// A worker with one slot registers with member `i` on `WORKER`.
+    fn register_worker(&mut self, i: usize) {
+        let register = WorkerToCoordinator::Register {
+            worker_id: WorkerId::parse("w1").expect("valid id"),
+            incarnation: Incarnation(1),
+            capacity: 1,
+            running: Vec::new(),
+            finished: Vec::new(),
+        };
+        self.c[i].handle_worker_message(self.now, WORKER, register);
+        self.drain(i);
+    }
+
+    /// `millis` of `run`, the worker heartbeating member `i` every 20 ms.
+    fn run_with_worker(&mut self, millis: u64, i: usize) {
+        for _ in 0..millis / 20 {
+            let beat = WorkerToCoordinator::Heartbeat {};
+            self.c[i].handle_worker_message(self.now, WORKER, beat);
+            self.drain(i);
+            self.run(20);
+        }
+    }
+
+    fn assigned(&self) -> bool {
+        self.to_worker
+            .iter()
+            .any(|(_, m)| matches!(m, CoordinatorToWorker::TaskAssign { .. }))
     }
 
     fn reply(&self, request_id: RequestId) -> Option<&(usize, ClientReply)> {
@@ -339,4 +378,61 @@ fn a_keyed_submission_resent_after_an_uncertain_answer_maps_to_one_job() {
         )) => assert_eq!(*job_id, job),
         other => panic!("expected the same job, got {other:?}"),
     }
+}
+
+#[test]
+fn a_leader_that_wakes_past_its_quorum_check_with_a_worker_timer_due_steps_down_quietly() {
+    // Its quorum check (which ends its leadership) and a worker's heartbeat check come due in
+    // one `handle_timeout`, as they do when a leader's process was paused: the worker timer
+    // must not run on leader state whose term has ended (it once proposed, was refused, and
+    // the process panicked).
+    let mut g = Group::new();
+    let leader = g.elect();
+    g.register_worker(leader);
+    g.ask(leader, submit(None));
+    g.run_with_worker(60, leader);
+    assert!(g.assigned(), "the job went to the worker");
+    g.isolated.push(leader);
+    g.run_with_worker(100, leader);
+    assert!(
+        g.c[leader].is_acting_leader(),
+        "still leading just before the pause"
+    );
+    let woke = g.now.saturating_add(Duration::from_secs(1));
+    g.c[leader].handle_timeout(woke);
+    g.drain(leader);
+    assert!(
+        !g.c[leader].is_acting_leader(),
+        "it noticed it lost its majority"
+    );
+}
+
+#[test]
+fn a_rotation_that_completes_while_entries_apply_leaves_no_leader_state_acting() {
+    // With rotation after every job, applying the submission hands leadership over. When the
+    // leader's own disk is the last to finish, the entry applies inside `handle_persisted`,
+    // and the hand-over can end this member's leadership at once: the leader state must not
+    // go on to schedule the job (that proposal would be refused, which once panicked).
+    let mut g = Group::with(|i| CoordinatorConfig {
+        rotate_leader_after_jobs: Some(1),
+        ..config(i)
+    });
+    let leader = g.elect();
+    g.register_worker(leader);
+    g.held_disk.push(leader);
+    let request = g.ask(leader, submit(None));
+    g.run_with_worker(20, leader);
+    let replica = g.c[leader].replica();
+    assert!(
+        replica.committed_index() >= replica.last_index(),
+        "committed on the followers' disks"
+    );
+    g.release_disk(leader);
+    assert!(matches!(
+        g.reply(request),
+        Some((_, ClientReply::SubmitAccepted { .. }))
+    ));
+    g.run(1_000);
+    let now_leading = g.acting_leader().expect("a leader after the hand-over");
+    assert_ne!(now_leading, leader, "leadership rotated");
 }

@@ -669,8 +669,13 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
                 last_term,
             }
         }),
-        (term(), any::<bool>())
-            .prop_map(|(term, granted)| PeerMessage::PreVoteReply { term, granted }),
+        (term(), any::<bool>(), log_index()).prop_map(|(term, granted, last_index)| {
+            PeerMessage::PreVoteReply {
+                term,
+                granted,
+                last_index,
+            }
+        }),
         (term(), log_index(), term(), any::<bool>()).prop_map(
             |(term, last_index, last_term, transfer)| PeerMessage::Vote {
                 term,
@@ -1762,8 +1767,9 @@ fn peer_consensus_wire_forms() {
         PeerMessage::PreVoteReply {
             term: Term(5),
             granted: true,
+            last_index: LogIndex(18),
         },
-        json!({"type": "PRE_VOTE_REPLY", "term": 5, "granted": true}),
+        json!({"type": "PRE_VOTE_REPLY", "term": 5, "granted": true, "last_index": 18}),
     );
     assert_wire_form(
         PeerMessage::Vote {

@@ -63,7 +63,15 @@ impl Coordinator {
         self.settle_role();
         loop {
             self.apply_committed();
-            if !self.handle_replica_events() {
+            if self.handle_replica_events() {
+                continue;
+            }
+            // Applying is done: a rotation it asked for may start now.
+            let rotated = match self.leader.as_mut() {
+                Some(leader) => leader.start_rotation_if_due(&mut self.member),
+                None => false,
+            };
+            if !rotated {
                 break;
             }
         }
@@ -288,6 +296,8 @@ impl Coordinator {
             if node_id != *from || !member {
                 return self.member.event(Event::PeerIgnored { from: node_id });
             }
+            let now = self.member.now;
+            self.member.replica.peer_connected(now, &node_id);
             self.member.addresses.insert(
                 node_id,
                 super::MemberAddresses {

@@ -77,9 +77,10 @@ impl Member {
     /// Moves what consensus wants persisted into the open batch, handing the batch out whenever
     /// it fills up.
     pub(super) fn take_replica_records(&mut self) {
+        let before = self.replica.records_taken();
         let records: Vec<_> = self.replica.take_records().collect();
-        for record in records {
-            if self.persistence.push(record) {
+        for (number, record) in (before + 1..).zip(records) {
+            if self.persistence.push(record, number) {
                 self.flush_batch_now();
             }
         }

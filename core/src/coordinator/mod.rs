@@ -337,6 +337,9 @@ impl Coordinator {
             self.member.replica.handle_persisted(records);
         }
         self.apply_committed();
+        // Applying may have changed what this member is; the leader state acts only if it
+        // still leads.
+        self.settle_role();
         if let Some(leader) = self.leader.as_mut() {
             leader.schedule(&mut self.member);
         }

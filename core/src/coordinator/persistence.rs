@@ -31,8 +31,11 @@ pub(super) struct Persistence {
     /// The applied index the last handed-out rows reflect.
     materialized: LogIndex,
     next_batch: u64,
-    /// Batches handed out and not yet durable: (id, consensus records taken up to it).
+    /// Batches handed out and not yet durable: (id, consensus records up to and in it).
     in_flight: VecDeque<(BatchId, u64)>,
+    /// Consensus records pushed so far (the replica's count of records taken, up to the last
+    /// one pushed): what a batch closed now makes durable.
+    consensus_records: u64,
 }
 
 impl Persistence {
@@ -44,12 +47,19 @@ impl Persistence {
             materialized,
             next_batch: 1,
             in_flight: VecDeque::new(),
+            consensus_records: 0,
         }
     }
 
-    /// Adds a record to the open batch. Returns true when the batch is full and should be handed
-    /// out now.
-    pub(super) fn push(&mut self, record: Record) -> bool {
+    /// Adds the `number`-th consensus record taken from the replica to the open batch. Returns
+    /// true when the batch is full and should be handed out now.
+    pub(super) fn push(&mut self, record: Record, number: u64) -> bool {
+        assert_eq!(
+            number,
+            self.consensus_records + 1,
+            "consensus records are pushed one by one, in the order they were taken"
+        );
+        self.consensus_records = number;
         self.open_batch.push(record);
         self.open_batch.len() >= PERSIST_BATCH_RECORDS_MAX
     }
@@ -60,7 +70,9 @@ impl Persistence {
     }
 
     /// Closes the open batch (adding the materialized rows when due). `replica` says how far
-    /// the log goes and how many consensus records are in this batch or earlier ones.
+    /// the log goes. The batch is tagged with the consensus records pushed so far, not with
+    /// all those taken: a batch closed because it filled up in the middle of a take must not
+    /// make the rest of that take look durable.
     pub(super) fn flush(&mut self, table: &JobTable, replica: &Replica) -> Option<PersistBatch> {
         let last_index = replica.last_index();
         let idle = self.open_batch.is_empty() && self.in_flight.is_empty();
@@ -90,7 +102,8 @@ impl Persistence {
         }
         let id = BatchId(self.next_batch);
         self.next_batch += 1;
-        self.in_flight.push_back((id, replica.records_taken()));
+        debug_assert!(self.consensus_records <= replica.records_taken());
+        self.in_flight.push_back((id, self.consensus_records));
         Some(PersistBatch {
             id,
             records: std::mem::take(&mut self.open_batch),

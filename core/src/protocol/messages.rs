@@ -618,9 +618,12 @@ pub enum PeerMessage {
         last_term: Term,
     },
     /// `term` is the term asked about when granted, otherwise the replier's own term.
+    /// `last_index` is the last entry of the replier's log (0: it holds nothing), which a
+    /// member rejoining after an empty start needs to tell a new group from one with data.
     PreVoteReply {
         term: Term,
         granted: bool,
+        last_index: LogIndex,
     },
     /// RequestVote (paper 5.2, 5.4.1). `transfer` is set when the leader handed over
     /// leadership (`TIMEOUT_NOW`): voters then grant although they heard from a leader recently.

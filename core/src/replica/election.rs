@@ -82,8 +82,11 @@ impl Replica {
         last_term: Term,
     ) {
         // Grant only a term above ours, to a log at least as up to date as ours, and only if no
-        // live leader is known: a leader that is still heard from needs no replacement.
+        // live leader is known: a leader that is still heard from needs no replacement. A member
+        // that abstains would refuse the real vote, so it refuses the rehearsal too (granting
+        // it would only let terms climb through elections that cannot be won).
         let granted = term > self.term
+            && !self.is_abstaining()
             && self.log.candidate_up_to_date(last_index, last_term)
             && !self.hears_from_leader();
         let reply_term = if granted { term } else { self.term };
@@ -92,6 +95,7 @@ impl Replica {
             PeerMessage::PreVoteReply {
                 term: reply_term,
                 granted,
+                last_index: self.log.last_index(),
             },
         );
     }

@@ -74,14 +74,20 @@ impl Replica {
             return;
         }
         let last_new = LogIndex(prev_index.0 + entries.len() as u64);
-        let in_order = entries
-            .iter()
-            .enumerate()
-            .all(|(i, entry)| entry.index.0 == prev_index.0 + 1 + i as u64 && entry.term <= term);
+        // Consecutive indexes after `prev_index`, terms never falling and never above the
+        // leader's: anything else is a broken peer, and is refused before it touches the log.
+        let mut previous_term = prev_term;
+        let in_order = entries.iter().enumerate().all(|(i, entry)| {
+            let fits = entry.index.0 == prev_index.0 + 1 + i as u64
+                && entry.term >= previous_term
+                && entry.term <= term;
+            previous_term = entry.term;
+            fits
+        });
         if !in_order {
             self.violation(
                 from,
-                "sent entries out of order or from a future term".into(),
+                "sent entries out of order, with falling terms or from a future term".into(),
             );
             return;
         }
@@ -119,7 +125,7 @@ impl Replica {
         }
         let reply = self.append_reply(true, last_new, None, seq);
         self.send_when_durable(from.clone(), reply);
-        self.note_caught_up(last_new, leader_commit);
+        self.note_caught_up(last_new, leader_commit, term);
     }
 
     fn append_reply(

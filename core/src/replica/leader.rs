@@ -73,8 +73,33 @@ struct Progress {
     last_heard: Option<Instant>,
     /// The highest `seq` this follower echoed: it recognised this leader after that round.
     acked_seq: u64,
+    /// Replies echoing a `seq` below this answer messages sent before the follower's latest
+    /// connection (`HELLO`), possibly to a process that has since lost its disk: ignored.
+    first_seq: u64,
+    /// What the follower had acknowledged before it reconnected, until its first reply on the
+    /// new connection shows whether it still holds it (if not, its disk was lost).
+    matched_before: LogIndex,
     /// Whether anything went to this follower in the current flush.
     sent_this_flush: bool,
+}
+
+impl Progress {
+    fn new(next: LogIndex, first_seq: u64) -> Progress {
+        Progress {
+            next,
+            matched: LogIndex(0),
+            mode: Mode::Probe { sent_at: None },
+            in_flight: VecDeque::new(),
+            snapshot_offset: 0,
+            snapshot_received: 0,
+            snapshot_sent_at: None,
+            last_heard: None,
+            acked_seq: 0,
+            first_seq,
+            matched_before: LogIndex(0),
+            sent_this_flush: false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -115,21 +140,7 @@ impl Leading {
             .members
             .iter()
             .filter(|m| **m != config.id)
-            .map(|peer| {
-                let progress = Progress {
-                    next: term_start,
-                    matched: LogIndex(0),
-                    mode: Mode::Probe { sent_at: None },
-                    in_flight: VecDeque::new(),
-                    snapshot_offset: 0,
-                    snapshot_received: 0,
-                    snapshot_sent_at: None,
-                    last_heard: None,
-                    acked_seq: 0,
-                    sent_this_flush: false,
-                };
-                (peer.clone(), progress)
-            })
+            .map(|peer| (peer.clone(), Progress::new(term_start, 0)))
             .collect();
         Leading {
             term_start,
@@ -546,7 +557,7 @@ impl Replica {
         term: Term,
         success: bool,
         index: LogIndex,
-        _conflict_term: Option<Term>,
+        conflict_term: Option<Term>,
         seq: u64,
     ) {
         if term != self.term {
@@ -560,8 +571,29 @@ impl Replica {
         let Some(p) = leading.progress.get_mut(from) else {
             return;
         };
+        if seq < p.first_seq {
+            return; // an answer to a message sent before the follower reconnected
+        }
         p.last_heard = Some(now);
         p.acked_seq = p.acked_seq.max(seq);
+        if p.matched_before > LogIndex(0) {
+            // The first answer since it reconnected: does it still hold what it acknowledged?
+            let holds = match (success, conflict_term) {
+                (true, _) => index,
+                // It lacks the entry before the ones sent: its log ends just before `index`.
+                (false, None) => LogIndex(index.0.saturating_sub(1)),
+                // It holds an entry at the probed position: at least the old acknowledgement.
+                (false, Some(_)) => p.matched_before,
+            };
+            if holds < p.matched_before {
+                self.events.push_back(ReplicaEvent::FollowerLostEntries {
+                    follower: from.clone(),
+                    acknowledged: p.matched_before,
+                    holds,
+                });
+            }
+            p.matched_before = LogIndex(0);
+        }
         if success && index > last {
             let what = format!("acknowledged entry {index} beyond the leader's last {last}");
             self.violation(from, what);
@@ -586,22 +618,16 @@ impl Replica {
                 Mode::Snapshot(_) => {}
             }
             leading.replication_due = true;
+        } else if index <= p.matched && conflict_term.is_none() {
+            // "I lack entries before `index`", yet it acknowledged more on this connection,
+            // and that is durable on its disk (a process that lost its disk is a new
+            // connection: `peer_reconnected`). An old answer, overtaken: ignored.
         } else if !matches!(p.mode, Mode::Snapshot(_)) {
-            if index <= p.matched {
-                // It no longer holds entries it acknowledged: its disk was lost. Count only what
-                // it holds now (commitment never goes back; what it helped commit is on the
-                // others, and it abstains from elections until it has caught up again).
-                let acknowledged = p.matched;
-                p.matched = LogIndex(index.0.saturating_sub(1));
-                self.events.push_back(ReplicaEvent::FollowerLostEntries {
-                    follower: from.clone(),
-                    acknowledged,
-                    holds: p.matched,
-                });
-            }
             // Paper 5.3: go back to where the follower's log may agree; `index` is the first
             // entry of the term it holds at the rejected position (or just past its log), so
-            // one round trip skips a whole conflicting term.
+            // one round trip skips a whole conflicting term. Never below what it acknowledged
+            // on this connection: a conflicting term run may reach back past it, but what it
+            // acknowledged matches.
             p.next = index.min(last.next()).max(p.matched.next());
             p.mode = Mode::Probe { sent_at: None };
             p.in_flight.clear();
@@ -632,6 +658,9 @@ impl Replica {
         let Some(p) = leading.progress.get_mut(from) else {
             return;
         };
+        if seq < p.first_seq {
+            return; // an answer to a chunk sent before the follower reconnected
+        }
         p.last_heard = Some(now);
         p.acked_seq = p.acked_seq.max(seq);
         if let Mode::Snapshot(image) = &p.mode {
@@ -652,6 +681,29 @@ impl Replica {
         }
         self.confirm_reads();
         self.advance_commit();
+    }
+
+    /// `peer` opened a new connection to this member (its `HELLO`): it may be a new process,
+    /// perhaps on an empty disk, so nothing it acknowledged before counts any more. Its progress
+    /// starts over with a probe, and answers to anything sent before now are ignored: an
+    /// acknowledgement still in flight from a process that then lost its disk must not count
+    /// towards a commit.
+    pub(super) fn peer_reconnected(&mut self, peer: &NodeId) {
+        let next = self.log.last_index().next();
+        let Role::Leader(leading) = &mut self.role else {
+            return;
+        };
+        leading.seq += 1;
+        let first_seq = leading.seq;
+        if let Some(p) = leading.progress.get_mut(peer) {
+            let matched_before = p.matched.max(p.matched_before);
+            let last_heard = p.last_heard;
+            *p = Progress::new(next, first_seq);
+            p.matched_before = matched_before;
+            // It is alive (it just connected): the quorum check need not forget it.
+            p.last_heard = last_heard;
+            leading.replication_due = true;
+        }
     }
 
     /// Commits the highest entry of this term that a majority holds durably (paper 5.4.2:

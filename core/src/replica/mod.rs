@@ -694,6 +694,16 @@ impl Replica {
         }
     }
 
+    /// `peer` opened a new connection to this member (its `HELLO` arrived). Whatever it said
+    /// on an earlier connection may have come from a process that has since lost its disk, so
+    /// a leader starts that follower's progress over (see `Leading`).
+    pub fn peer_connected(&mut self, now: Instant, peer: &NodeId) {
+        self.now = self.now.max(now);
+        if self.config.members.contains(peer) && *peer != self.config.id {
+            self.peer_reconnected(peer);
+        }
+    }
+
     pub fn handle_message(&mut self, now: Instant, from: &NodeId, message: PeerMessage) {
         self.now = self.now.max(now);
         if !self.config.members.contains(from) || *from == self.config.id {
@@ -724,7 +734,7 @@ impl Replica {
                 last_index,
                 last_term,
             } => self.on_pre_vote(from, term, last_index, last_term),
-            PeerMessage::PreVoteReply { term, granted } => {
+            PeerMessage::PreVoteReply { term, granted, .. } => {
                 self.on_pre_vote_reply(from, term, granted)
             }
             PeerMessage::Vote {

@@ -4,23 +4,31 @@
 //! membership an empty disk breaks both promises: the member's earlier self may have helped
 //! commit entries it no longer holds, and may have voted in terms it no longer knows. So an empty
 //! member **abstains**: it stores and acknowledges what a leader sends (durably, as always) but
-//! grants no vote and starts no election until it has heard the current term and log of every
-//! other member. Then:
+//! grants no vote or pre-vote and starts no election until it has heard the current term of
+//! every other member. Then:
 //!
-//! - if no member holds an entry or has seen a leader, the group is new and nothing can be
-//!   lost; otherwise it first waits until its log holds everything up to a leader's commit index
-//!   (entries its earlier self helped commit are among those);
+//! - if its own log is empty and every other member has shown an empty log, nothing was ever
+//!   committed (an entry is committed on a majority, and at most a minority can have lost its
+//!   disk), so the group is new and nothing can be lost;
+//! - otherwise it first catches up: it waits for an `APPEND` from a leader whose commit index is
+//!   an entry of that leader's own term and within what this member now holds. Such a leader has
+//!   committed in its own term, so its commit index covers every entry committed before it, the
+//!   ones this member's earlier self helped commit among them. (A commit index alone is only a
+//!   lower bound: a leader that just restarted or was just elected may not yet know what was
+//!   committed.)
 //! - either way it marks the highest term it heard as already voted in: its earlier self can
 //!   only have voted for another member in a term that member still remembers, so no term
 //!   beyond the highest one heard can have been voted in by it.
 //!
 //! What it hears must come from after it started: a restarted process is reached on new
 //! connections, so nothing sent to its earlier self reaches it. Abstaining is written with the
-//! term and vote, so a member that restarts before it has rejoined keeps abstaining.
+//! term and vote, so a member that restarts before it has rejoined keeps abstaining. A leader,
+//! for its part, forgets what a member acknowledged before that member reconnected (see
+//! `Leading`), so an acknowledgement still in flight from the earlier self counts for nothing.
 //!
 //! ```text
-//!   started empty ──heard every member: all empty──────────────────────────────> takes part
-//!        └─────────heard every member: some hold data ──caught up──> voted in the highest term
+//!   started empty ──heard every member: every log empty──────────────────────────> takes part
+//!        └─────────heard every member: some log holds entries ──caught up──> voted in the highest term
 //! ```
 
 use std::collections::BTreeMap;
@@ -33,16 +41,17 @@ use crate::protocol::PeerMessage;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Heard {
     term: Term,
-    /// Whether everything it said showed an empty log and no leader (it may have run
-    /// elections that nobody won).
-    empty: bool,
+    /// Whether its log holds entries: unknown until a message shows it. Once an entry was
+    /// seen it stays seen (a member does not forget entries without losing its disk, and then
+    /// it is another process that abstains itself).
+    holds_entries: Option<bool>,
 }
 
 /// What an abstaining member has learned so far.
 #[derive(Debug, Default)]
 pub(super) struct Abstaining {
     heard: BTreeMap<NodeId, Heard>,
-    /// Its log has held everything up to a leader's commit index.
+    /// Its log has held everything up to a leader's commit index of that leader's own term.
     caught_up: bool,
 }
 
@@ -63,21 +72,32 @@ impl Replica {
         };
         let heard = abstaining.heard.entry(from.clone()).or_insert(said);
         heard.term = heard.term.max(said.term);
-        heard.empty &= said.empty;
+        heard.holds_entries = match (heard.holds_entries, said.holds_entries) {
+            (Some(true), _) | (_, Some(true)) => Some(true),
+            (known, None) => known,
+            (_, Some(false)) => Some(false),
+        };
         self.finish_abstaining_if_safe();
     }
 
-    /// A leader's `APPEND` was accepted: the log now matches the leader's through `last_new`.
-    pub(super) fn note_caught_up(&mut self, last_new: LogIndex, leader_commit: LogIndex) {
+    /// A leader of `term` sent an `APPEND` that was accepted: the log now matches the leader's
+    /// through `last_new`, and the leader had committed up to `leader_commit`.
+    pub(super) fn note_caught_up(
+        &mut self,
+        last_new: LogIndex,
+        leader_commit: LogIndex,
+        term: Term,
+    ) {
+        let proves = leader_commit <= last_new && self.log.term_at(leader_commit) == Some(term);
         if let Some(abstaining) = self.abstaining.as_mut() {
-            if leader_commit <= last_new {
+            if proves {
                 abstaining.caught_up = true;
             }
         }
         self.finish_abstaining_if_safe();
     }
 
-    /// Ends abstention once both conditions of the module documentation hold.
+    /// Ends abstention once the conditions of the module documentation hold.
     pub(super) fn finish_abstaining_if_safe(&mut self) {
         let peers = self.config.members.len() - 1;
         let Some(abstaining) = &self.abstaining else {
@@ -86,9 +106,11 @@ impl Replica {
         if abstaining.heard.len() < peers {
             return;
         }
-        // A new group (no member holds an entry, none has seen a leader) has nothing to lose;
-        // otherwise this member first catches up with what was committed.
-        let new_group = abstaining.heard.values().all(|h| h.empty);
+        let new_group = self.log.last_index() == LogIndex(0)
+            && abstaining
+                .heard
+                .values()
+                .all(|h| h.holds_entries == Some(false));
         if !new_group && !abstaining.caught_up {
             return;
         }
@@ -101,8 +123,11 @@ impl Replica {
             .max(self.term);
         self.abstaining = None;
         if highest > self.term {
+            // A leader it followed belongs to an earlier term.
             self.term = highest;
             self.voted_for = None;
+            self.leader = None;
+            self.leader_contact = None;
         }
         // No vote in this term: the earlier self may have cast one.
         if self.voted_for.is_none() {
@@ -113,23 +138,29 @@ impl Replica {
             .push_back(ReplicaEvent::Rejoined { term: self.term });
     }
 
-    /// An abstaining member's election timer: it asks every member it has not heard from
-    /// (a pre-vote changes nobody's state, and the answer carries the member's term).
+    /// An abstaining member's election timer: it asks every member whose term or log it does
+    /// not know yet (a pre-vote changes nobody's state, and the answer carries the member's
+    /// term and last index).
     pub(super) fn probe_terms(&mut self) {
         let Some(abstaining) = &self.abstaining else {
             return;
         };
-        let unheard: Vec<NodeId> = self
+        let unknown: Vec<NodeId> = self
             .peers()
             .into_iter()
-            .filter(|p| !abstaining.heard.contains_key(p))
+            .filter(|p| {
+                abstaining
+                    .heard
+                    .get(p)
+                    .is_none_or(|h| h.holds_entries.is_none())
+            })
             .collect();
         let message = PeerMessage::PreVote {
             term: Term(self.term.0 + 1),
             last_index: self.log.last_index(),
             last_term: self.log.last_term(),
         };
-        for peer in unheard {
+        for peer in unknown {
             self.send(peer, message.clone());
         }
         self.reset_election_deadline();
@@ -138,35 +169,46 @@ impl Replica {
 
 /// What a message says of its sender's term and log, if anything.
 fn what_it_says(message: &PeerMessage) -> Option<Heard> {
-    let heard = |term: Term, empty: bool| Some(Heard { term, empty });
+    let heard = |term: Term, holds_entries: Option<bool>| {
+        Some(Heard {
+            term,
+            holds_entries,
+        })
+    };
     match message {
         PeerMessage::Hello { .. } => None,
         // A pre-vote asks about the term after the sender's own.
         PeerMessage::PreVote {
             term, last_index, ..
-        } => heard(Term(term.0.saturating_sub(1)), *last_index == LogIndex(0)),
+        } => heard(
+            Term(term.0.saturating_sub(1)),
+            Some(*last_index > LogIndex(0)),
+        ),
         PeerMessage::Vote {
             term, last_index, ..
-        } => heard(*term, *last_index == LogIndex(0)),
-        // Granted, it was below the term asked about, with a log no more up to date than ours
-        // (empty while we abstain with an empty log); refused, it names its own term.
+        } => heard(*term, Some(*last_index > LogIndex(0))),
+        // Granted, it was below the term asked about (counting it as one below is an upper
+        // bound, which only makes the term marked as voted in higher); refused, it names its
+        // own term.
         PeerMessage::PreVoteReply {
             term,
-            granted: true,
-        } => heard(Term(term.0.saturating_sub(1)), true),
-        // A refusal names the replier's term; an empty log cannot be told from it, so only a
-        // refusal in term 0 (which cannot have seen a leader) counts as empty.
-        PeerMessage::PreVoteReply {
-            term,
-            granted: false,
+            granted,
+            last_index,
+        } => {
+            let term = if *granted {
+                Term(term.0.saturating_sub(1))
+            } else {
+                *term
+            };
+            heard(term, Some(*last_index > LogIndex(0)))
         }
-        | PeerMessage::VoteReply { term, .. } => heard(*term, *term == Term(0)),
-        // A leader exists.
+        PeerMessage::VoteReply { term, .. } => heard(*term, None),
+        // A leader exists, and its first act was to append an entry.
         PeerMessage::Append { term, .. }
         | PeerMessage::Snapshot { term, .. }
-        | PeerMessage::TimeoutNow { term } => heard(*term, false),
+        | PeerMessage::TimeoutNow { term } => heard(*term, Some(true)),
         PeerMessage::AppendReply { term, .. } | PeerMessage::SnapshotReply { term, .. } => {
-            heard(*term, false)
+            heard(*term, None)
         }
     }
 }

@@ -448,16 +448,30 @@ impl LeaderState {
 
     /// Term rotation, done safely: after `rotate_leader_after_jobs` new jobs in one
     /// term, leadership is handed to the next member (running attempts are re-adopted there).
-    fn count_submission_for_rotation(&mut self, m: &mut Member) {
+    /// Only noted here: a hand-over can end this member's leadership at once, and entries
+    /// still being applied must not meet a leader state whose member no longer leads.
+    fn count_submission_for_rotation(&mut self, m: &Member) {
         self.submitted_this_term += 1;
-        let Some(after) = m.config.rotate_leader_after_jobs else {
-            return;
-        };
-        if self.submitted_this_term < after || m.replica.transferring_to().is_some() {
-            return;
+        if m.config
+            .rotate_leader_after_jobs
+            .is_some_and(|after| self.submitted_this_term >= after)
+        {
+            self.rotation_due = true;
         }
-        if let Ok(to) = m.replica.transfer_leadership(None) {
-            m.event(Event::TransferStarted { to });
+    }
+
+    /// Starts the rotation noted while applying, if one is due and none is under way; true if
+    /// a hand-over started (the caller settles the role change it may bring).
+    pub(in crate::coordinator) fn start_rotation_if_due(&mut self, m: &mut Member) -> bool {
+        if !std::mem::take(&mut self.rotation_due) || m.replica.transferring_to().is_some() {
+            return false;
+        }
+        match m.replica.transfer_leadership(None) {
+            Ok(to) => {
+                m.event(Event::TransferStarted { to });
+                true
+            }
+            Err(_) => false,
         }
     }
 }

@@ -146,6 +146,8 @@ pub(super) struct LeaderState {
     confirmed: VecDeque<(LogIndex, Read)>,
     /// New jobs accepted in this term (for leader rotation).
     submitted_this_term: u64,
+    /// Enough jobs were accepted this term: hand leadership over once applying is done.
+    rotation_due: bool,
 }
 
 impl LeaderState {
@@ -168,6 +170,7 @@ impl LeaderState {
             next_read: 0,
             confirmed: VecDeque::new(),
             submitted_this_term: 0,
+            rotation_due: false,
         }
     }
 
