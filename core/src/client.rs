@@ -57,12 +57,14 @@ pub struct ClientConfig {
     /// Times one operation is sent again after the connection carrying it failed, before the
     /// client gives up on it (bounds every resend loop, whatever the cause).
     pub max_resends: u32,
-    /// Redirects one operation may follow.
+    /// Redirects one operation may follow (with the default pauses, about 10 s of a group
+    /// without a leader before it gives up).
     pub max_redirects: u32,
     /// After the second redirect in a row, the client pauses before following the next:
     /// `redirect_pause_base * 2^(n-2)`, capped at `redirect_pause_max`. While leadership moves,
     /// the old leader and the member taking over can name each other for a moment; the pause
-    /// lets the election finish instead of spending every redirect in a millisecond.
+    /// lets the election finish instead of spending every redirect in a millisecond. The cap
+    /// is short, so a client notices a new leader within about that long of its election.
     pub redirect_pause_base: Duration,
     pub redirect_pause_max: Duration,
 }
@@ -80,9 +82,9 @@ impl ClientConfig {
             connect_backoff_base: Duration::from_millis(100),
             connect_backoff_max: Duration::from_millis(2_000),
             max_resends: 4,
-            max_redirects: 8,
+            max_redirects: 100,
             redirect_pause_base: Duration::from_millis(20),
-            redirect_pause_max: Duration::from_millis(500),
+            redirect_pause_max: Duration::from_millis(100),
         }
     }
 }
