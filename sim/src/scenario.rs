@@ -160,6 +160,22 @@ impl Scenario {
         scenario
     }
 
+    /// Leader crashes alone: the group of the standard group scenario, with no fault but
+    /// coordinator crashes (half of them aimed at the leader), about one every 3 s for 30 s, so
+    /// the time without a leader after each one is what a clean crash costs (the figure the
+    /// Raft paper's Figure 16 measures), not what overlapping faults add.
+    pub fn leader_crashes(seed: u64) -> Scenario {
+        let mut scenario = Scenario::standard_group(seed);
+        scenario.fault_span_us = 30_000_000;
+        scenario.faults = Faults {
+            tick_mean_us: 3_000_000,
+            coordinator_crash: true,
+            leader_faults: true,
+            ..Faults::none()
+        };
+        scenario
+    }
+
     /// The scenario seed `seed` draws, with a single coordinator (as seeds drew before groups
     /// existed: regression seeds found then replay this way).
     pub fn single(seed: u64) -> Scenario {

@@ -182,7 +182,11 @@ impl World {
             .machine
             .as_ref()
             .is_some_and(Coordinator::is_acting_leader);
-        if was_leading && self.coords.len() > 1 && self.failover_from.is_none() {
+        // A failover is timed from a crash of the acting leader while every member was up,
+        // until a member leads again; a second crash meanwhile spoils the sample.
+        let all_up = self.coords.iter().all(|node| node.machine.is_some());
+        self.failover_from = None;
+        if was_leading && self.coords.len() > 1 && all_up {
             self.failover_from = Some(self.now);
         }
         let torn = self.fault_rng.chance(self.scenario.faults.torn_tail);

@@ -64,7 +64,8 @@ pub struct RunReport {
     /// The longest any client call stayed unanswered after faults stopped, counted from
     /// `max(started, faults stopped)`.
     pub slowest_call_us: u64,
-    /// For every crash of the acting leader: the time until a member acted as leader again
+    /// For every crash of the acting leader while every member was up (and no second crash
+    /// before it ended): the time until a member acted as leader again
     /// (its first entry of its term applied), in microseconds.
     pub failovers_us: Vec<u64>,
     /// Problems that break no invariant of docs/SIMULATION.md but are bugs all the same (e.g. a
