@@ -456,7 +456,7 @@ impl World {
                     .observe(c, machine)
                     .map_err(|e| format!("coord-{c}: {e}"))?;
                 self.checker
-                    .check_state(machine.table(), machine.workers())
+                    .check_state(c, machine.table(), machine.workers())
                     .map_err(|e| format!("coord-{c}: {e}"))?;
             }
         }
