@@ -291,7 +291,7 @@ fn the_checker_catches_a_worker_over_capacity() {
     };
     let mut checker = Checker::new(1);
     let over = checker
-        .check_state(&JobTable::new(), [&entry].into_iter())
+        .check_state(0, &JobTable::new(), [&entry].into_iter())
         .expect_err("two leases on one slot");
     assert!(over.contains("capacity 1"), "{over}");
 }
