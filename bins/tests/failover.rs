@@ -177,15 +177,7 @@ fn a_paused_leader_is_replaced_and_steps_down_when_it_resumes() {
     acked.push(during);
 
     group.resume(leader);
-    let old = group.id(leader).to_owned();
-    group.poll(&format!("{old} to follow the new leader"), || {
-        let (current, current_term) = group.leader_among(&[leader])?;
-        let view = group.view(leader)?;
-        (view["role"] == "follower"
-            && view["term"].as_u64() == Some(current_term)
-            && view["leader"] == group.id(current))
-        .then_some(())
-    });
+    group.wait_follows_new_leader(leader, "follow the new leader");
     group.wait_for_log(leader, &["Stepped down"]);
     acked.push(group.submit_ok(&[], &sha256("after-resume"), Some("after-resume")));
     completed_results(&group, &[], &acked);

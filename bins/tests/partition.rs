@@ -273,15 +273,7 @@ fn a_leader_cut_off_from_the_group_is_replaced_acknowledges_nothing_and_rejoins(
     for &other in &others {
         net.heal(leader, other).expect("heal the cut");
     }
-    let old = group.id(leader).to_owned();
-    group.poll(&format!("{old} to rejoin as a follower"), || {
-        let (current, current_term) = group.leader_among(&[leader])?;
-        let view = group.view(leader)?;
-        (view["role"] == "follower"
-            && view["term"].as_u64() == Some(current_term)
-            && view["leader"] == group.id(current))
-        .then_some(())
-    });
+    group.wait_follows_new_leader(leader, "rejoin as a follower");
 
     // Nothing sent to the cut-off side got in; everything acknowledged is there.
     acked.push(group.submit_ok(&[], &["sha256", "--text", "healed"], Some("healed")));

@@ -140,6 +140,10 @@ pub struct Checker {
     committed: BTreeMap<LogIndex, (LogEntry, Term)>,
     pub model: Model,
     leaders_by_term: BTreeMap<Term, usize>,
+    /// (voter, candidate, term) -> the end of the candidate's log as its `VOTE` said, and of
+    /// the voter's log when that `VOTE` reached it: a grant must respect the election
+    /// restriction between the two.
+    votes_asked: HashMap<(usize, NodeId, Term), ((LogIndex, Term), (LogIndex, Term))>,
     /// Every lease id ever sent in a `TASK_ASSIGN`.
     leases_sent: HashSet<LeaseId>,
     /// (job, attempt) -> (lease, worker) of its one assignment.
@@ -363,21 +367,57 @@ impl Checker {
         Ok(())
     }
 
+    /// A `VOTE` from `candidate` reached member `voter`: remembers what both logs ended with,
+    /// unless the voter had already voted for that candidate in that term (a repeat request,
+    /// granted again without a new decision).
+    pub fn vote_asked(
+        &mut self,
+        voter: usize,
+        candidate: &NodeId,
+        term: Term,
+        asked: (LogIndex, Term),
+        replica: &herder_core::replica::Replica,
+    ) {
+        if term < replica.term()
+            || (term == replica.term() && replica.voted_for() == Some(candidate))
+        {
+            return;
+        }
+        let held = (replica.last_index(), replica.last_term());
+        self.votes_asked
+            .insert((voter, candidate.clone(), term), (asked, held));
+    }
+
     /// A consensus message that promises something about the sender's disk leaves only once
     /// its disk holds it: a granted vote, an append acknowledgement (paper figure 2: respond
     /// only after persisting).
-    fn check_peer_message(&self, c: usize, to: &NodeId, message: &PeerMessage) -> Check {
+    fn check_peer_message(&mut self, c: usize, to: &NodeId, message: &PeerMessage) -> Check {
         let mirror = &self.mirrors[c];
         match message {
             PeerMessage::VoteReply {
                 term,
                 granted: true,
-            } => ensure!(
-                mirror.votes.get(term) == Some(to),
-                "vote durability: coord-{c} granted {to} its vote in term {} before that vote was on its disk (disk: {:?})",
-                term.0,
-                mirror.votes.get(term)
-            ),
+            } => {
+                ensure!(
+                    mirror.votes.get(term) == Some(to),
+                    "vote durability: coord-{c} granted {to} its vote in term {} before that vote was on its disk (disk: {:?})",
+                    term.0,
+                    mirror.votes.get(term)
+                );
+                // Paper 5.4.1: only to a candidate whose log is at least as up to date.
+                if let Some((asked, held)) = self.votes_asked.remove(&(c, to.clone(), *term)) {
+                    let up_to_date = asked.1 > held.1 || (asked.1 == held.1 && asked.0 >= held.0);
+                    ensure!(
+                        up_to_date,
+                        "election restriction: coord-{c} voted for {to} in term {}, whose log ends at {} (term {}), while its own ended at {} (term {})",
+                        term.0,
+                        asked.0,
+                        asked.1 .0,
+                        held.0,
+                        held.1 .0
+                    );
+                }
+            }
             PeerMessage::AppendReply {
                 success: true,
                 index,

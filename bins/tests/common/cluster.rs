@@ -457,6 +457,19 @@ impl Group {
             .max_by_key(|(_, term)| *term)
     }
 
+    /// Waits until member `i`, which no longer leads, follows the leader the others elected, in
+    /// that leader's term; `why` names the wait in the timeout message.
+    pub fn wait_follows_new_leader(&self, i: usize, why: &str) {
+        self.poll(&format!("{} to {why}", self.id(i)), || {
+            let (current, current_term) = self.leader_among(&[i])?;
+            let view = self.view(i)?;
+            (view["role"] == "follower"
+                && view["term"].as_u64() == Some(current_term)
+                && view["leader"] == self.id(current))
+            .then_some(())
+        });
+    }
+
     /// Waits until one of the running members not in `except` leads in a term above `above`,
     /// and every one of them names it leader in that term.
     pub fn wait_for_leader(&self, except: &[usize], above: u64) -> (usize, u64) {

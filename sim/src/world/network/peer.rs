@@ -90,7 +90,19 @@ impl World {
         let Some(machine) = &mut node.machine else {
             return Ok(());
         };
-        machine.handle_peer_message(local, &NodeId(coordinator_address(from)), message);
+        let sender = NodeId(coordinator_address(from));
+        if let PeerMessage::Vote {
+            term,
+            last_index,
+            last_term,
+            ..
+        } = &message
+        {
+            let asked = (*last_index, *last_term);
+            self.checker
+                .vote_asked(to, &sender, *term, asked, machine.replica());
+        }
+        machine.handle_peer_message(local, &sender, message);
         self.drain_coord(to)
     }
 
