@@ -109,6 +109,9 @@ pub struct ReadFloor {
     pub attempt: u32,
 }
 
+/// Where a log ends: its last index and that entry's term.
+type LogEnd = (LogIndex, Term);
+
 /// What the checker follows of one coordinator process.
 #[derive(Clone, Debug, Default)]
 struct Follow {
@@ -143,7 +146,7 @@ pub struct Checker {
     /// (voter, candidate, term) -> the end of the candidate's log as its `VOTE` said, and of
     /// the voter's log when that `VOTE` reached it: a grant must respect the election
     /// restriction between the two.
-    votes_asked: HashMap<(usize, NodeId, Term), ((LogIndex, Term), (LogIndex, Term))>,
+    votes_asked: HashMap<(usize, NodeId, Term), (LogEnd, LogEnd)>,
     /// Every lease id ever sent in a `TASK_ASSIGN`.
     leases_sent: HashSet<LeaseId>,
     /// (job, attempt) -> (lease, worker) of its one assignment.
@@ -375,7 +378,7 @@ impl Checker {
         voter: usize,
         candidate: &NodeId,
         term: Term,
-        asked: (LogIndex, Term),
+        asked: LogEnd,
         replica: &herder_core::replica::Replica,
     ) {
         if term < replica.term()
