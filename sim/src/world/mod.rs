@@ -32,6 +32,7 @@ use std::fmt::{self, Write as _};
 use herder_core::client::{Client, ClientConfig};
 use herder_core::coordinator::Coordinator;
 use herder_core::ids::{JobId, LogIndex, RequestId, WorkerId};
+use herder_core::protocol::{CoordinatorToWorker, WorkerToCoordinator};
 use herder_core::tasks::TaskSpec;
 use herder_core::time::Instant;
 use herder_core::worker::{Worker, WorkerConfig};
@@ -42,7 +43,7 @@ use crate::scenario::Scenario;
 
 use events::{Ev, Queued};
 use faults::COORDINATOR_DOWN_MAX_US;
-use network::{Conn, Partition};
+use network::{Conn, Down, Partition, Peer, Up};
 use nodes::{
     clock_for, coordinator_address, coordinator_config, ClientNode, CoordNode, WorkerNode,
 };
@@ -388,9 +389,12 @@ impl World {
                 let since = *self.all_terminal_from.get_or_insert(self.now);
                 let quiet = terminal && self.now >= since + self.quiet_span_us();
                 let waited_enough = self.now >= answered + QUIET_WAIT_MAX_US;
-                if quiet || waited_enough {
+                // The slot check judges a still picture: it waits while a message that moves a
+                // lease between a worker and a coordinator is on its way.
+                let settled = quiet && !self.lease_traffic_in_flight();
+                if settled || waited_enough {
                     self.check_disk_matches()?;
-                    if quiet {
+                    if settled {
                         self.check_worker_slots()?;
                     }
                     let acked = self.checker.acked().len();
@@ -440,6 +444,29 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// Whether a message that hands out, reports or settles an attempt is queued or held on
+    /// some worker connection (heartbeats do not count: they never change who holds what).
+    fn lease_traffic_in_flight(&self) -> bool {
+        let moves_a_lease = |ev: &Ev| match ev {
+            Ev::Up { msg, .. } | Ev::ResendUp { msg, .. } => {
+                matches!(msg, Up::Worker(m) if !matches!(m, WorkerToCoordinator::Heartbeat {}))
+            }
+            Ev::Down { msg, .. } => matches!(
+                msg,
+                Down::Worker(m) if !matches!(m, CoordinatorToWorker::HeartbeatAck { .. })
+            ),
+            Ev::ConnectDone { peer, .. } => matches!(peer, Peer::Worker(_)),
+            _ => false,
+        };
+        self.queue.iter().any(|q| moves_a_lease(&q.ev))
+            || self.conns.iter().any(|c| {
+                c.held_up
+                    .iter()
+                    .chain(c.held_down.iter())
+                    .any(moves_a_lease)
+            })
     }
 
     /// How long the world runs on after every call is answered, before the slot check: long

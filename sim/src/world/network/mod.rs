@@ -94,8 +94,8 @@ pub(super) struct Conn {
     up_at: u64,
     down_at: u64,
     /// Deliveries held by a partition, in order, and whether a flush is scheduled.
-    held_up: VecDeque<Ev>,
-    held_down: VecDeque<Ev>,
+    pub(super) held_up: VecDeque<Ev>,
+    pub(super) held_down: VecDeque<Ev>,
     flushing_up: bool,
     flushing_down: bool,
 }
