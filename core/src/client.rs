@@ -785,6 +785,7 @@ mod tests {
             request_id: RequestId(op.0),
             retryable: true,
             active_jobs: 3,
+            admitting_jobs: 0,
             max_active_jobs: 3,
             message: "full".into(),
         };
@@ -825,6 +826,7 @@ mod tests {
                 request_id: RequestId(op.0),
                 retryable: false,
                 active_jobs: 1,
+                admitting_jobs: 0,
                 max_active_jobs: 1,
                 message: "no".into(),
             },

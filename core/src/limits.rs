@@ -100,5 +100,8 @@ pub const GROUP_MEMBERS_MAX: usize = 7;
 pub const PARKED_INPUTS_MAX: usize = 4096;
 /// Reads waiting for the leader to confirm it still leads.
 pub const READS_IN_FLIGHT_MAX: usize = 65_536;
+/// Keyed `SUBMIT`s parked until the submission their key names, still being written, applies;
+/// beyond it a resend is refused as retryable.
+pub const KEYED_RESENDS_PARKED_MAX: usize = 4096;
 /// Coordinator addresses a worker or client dials in turn (configured plus learned).
 pub const DIAL_ADDRESSES_MAX: usize = 64;

@@ -1117,14 +1117,31 @@ impl Model {
                 Pending::Submit { .. },
                 ClientReply::SubmitRejected {
                     active_jobs,
+                    admitting_jobs,
                     max_active_jobs,
                     retryable,
                     ..
                 },
-            ) => ensure!(
-                *retryable && active_jobs >= max_active_jobs,
-                "a submission rejected below the limit: {reply:?}"
-            ),
+            ) => {
+                // Every slot being admitted is a submission still being written: one held back
+                // from the disk (a written one has applied; none of these tasks is split).
+                let writing = self
+                    .held
+                    .iter()
+                    .flat_map(|batch| &batch.records)
+                    .filter(|r| {
+                        matches!(r, Record::Log(e) if matches!(e.command, Command::Submit { .. }))
+                    })
+                    .count() as u64;
+                ensure!(
+                    *admitting_jobs <= writing,
+                    "a rejection counts {admitting_jobs} submissions being admitted, but only {writing} are being written: {reply:?}"
+                );
+                ensure!(
+                    *retryable && active_jobs + admitting_jobs >= *max_active_jobs,
+                    "a submission rejected below the limit: {reply:?}"
+                )
+            }
             (
                 Pending::Submit { key: Some(_) },
                 ClientReply::Error {

@@ -591,14 +591,16 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
             any::<bool>(),
             any::<u64>(),
             any::<u64>(),
+            any::<u64>(),
             text()
         )
             .prop_map(
-                |(request_id, retryable, active_jobs, max_active_jobs, message)| {
+                |(request_id, retryable, active_jobs, admitting_jobs, max_active_jobs, message)| {
                     ClientReply::SubmitRejected {
                         request_id,
                         retryable,
                         active_jobs,
+                        admitting_jobs,
                         max_active_jobs,
                         message,
                     }
@@ -1500,7 +1502,8 @@ fn client_reply_wire_forms() {
         ClientReply::SubmitRejected {
             request_id: RequestId(6),
             retryable: true,
-            active_jobs: 10,
+            active_jobs: 8,
+            admitting_jobs: 2,
             max_active_jobs: 10,
             message: "full".into(),
         },
@@ -1508,7 +1511,8 @@ fn client_reply_wire_forms() {
             "type": "SUBMIT_REJECTED",
             "request_id": 6,
             "retryable": true,
-            "active_jobs": 10,
+            "active_jobs": 8,
+            "admitting_jobs": 2,
             "max_active_jobs": 10,
             "message": "full",
         }),

@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use herder_core::command::LogEntry;
+use herder_core::command::{Command, LogEntry};
 use herder_core::coordinator::{Coordinator, DiskImage, Output, Record, WorkerEntry};
 use herder_core::ids::{JobId, LeaseId, LogIndex, NodeId, Term, WorkerId};
 use herder_core::job::JobState;
@@ -117,6 +117,10 @@ type LogEnd = (LogIndex, Term);
 struct Follow {
     /// The last applied index seen (entries up to it were checked).
     applied: LogIndex,
+    /// The applied index seen at the look before that: what the process had applied when it
+    /// took the input it is now answering (a reply may be decided before the same step applies
+    /// more entries).
+    applied_before: LogIndex,
     /// Committed entries up to here were checked against this member's log.
     commit_checked: LogIndex,
     /// The applied index at which its table was last compared with the model.
@@ -190,6 +194,7 @@ impl Checker {
         let applied = machine.table().applied_index();
         self.follow[c] = Follow {
             applied: rows_applied.min(applied),
+            applied_before: rows_applied.min(applied),
             commit_checked: rows_applied.min(applied),
             compared: None,
             acting: false,
@@ -230,6 +235,7 @@ impl Checker {
                 }
             }
         }
+        self.follow[c].applied_before = self.follow[c].applied;
         self.follow[c].applied = applied;
         while let Some((entry, _)) = self.committed.get(&self.model.applied.next()) {
             let entry = entry.clone();
@@ -638,21 +644,32 @@ impl Checker {
             }
             ClientReply::SubmitRejected {
                 active_jobs,
+                admitting_jobs,
                 max_active_jobs,
                 ..
             } => {
-                // A rejection only when the limit was really reached: either the committed
-                // submission was refused when it applied (with the partitions it carried), or
-                // the leader refused it up front with too few slots left for it.
+                // A rejection only when the limit was really reached, counting the submissions
+                // the leader was still writing: at most those in its log past what it had
+                // applied when it took the request (every one of its own term, since it leads
+                // only once every earlier entry is applied). A refusal at apply is a finding of
+                // the model: a leader that counts what it writes never writes a refused one.
                 let applied = machine.table().applied_index();
-                let at_apply = self
-                    .model
-                    .refused
-                    .iter()
-                    .any(|(at, active)| *at <= applied && *active == *active_jobs);
+                let before = self.follow[c].applied_before.min(applied);
+                let log = machine.replica().log();
+                let writing: u64 = (before.0 + 1..=log.last_index().0)
+                    .filter_map(|i| log.get(LogIndex(i)))
+                    .map(|entry| match &entry.command {
+                        Command::Submit { partitions, .. } => 1 + partitions.len() as u64,
+                        _ => 0,
+                    })
+                    .sum();
                 ensure!(
-                    at_apply || active_jobs + slots > *max_active_jobs,
-                    "SUBMIT_REJECTED with {active_jobs} of {max_active_jobs} slots taken: there was room"
+                    *admitting_jobs <= writing,
+                    "SUBMIT_REJECTED counts {admitting_jobs} slots being admitted, but the submissions past entry {before} in the leader's log take only {writing}"
+                );
+                ensure!(
+                    active_jobs + admitting_jobs + slots > *max_active_jobs,
+                    "SUBMIT_REJECTED with {active_jobs} active and {admitting_jobs} being admitted of {max_active_jobs} slots: there was room for {slots}"
                 );
                 let lo = LogIndex(applied.0.saturating_sub(64));
                 let seen = (lo.0..=applied.0)

@@ -94,8 +94,6 @@ pub struct Model {
     pub cancelled_at: HashMap<JobId, LogIndex>,
     /// The highest admission limit any submission carried (the limit is fixed per run).
     pub limit: u64,
-    /// Recent submissions admission refused when they applied: (index, non-terminal jobs then).
-    pub refused: std::collections::VecDeque<(LogIndex, u64)>,
 }
 
 impl Model {
@@ -291,13 +289,13 @@ impl Model {
             && partitions.iter().all(|p| !self.jobs.contains_key(p));
         let slots = 1 + partitions.len() as u64;
         let active = self.active();
-        if valid && active + slots > max_active_jobs {
-            if self.refused.len() >= 256 {
-                self.refused.pop_front();
-            }
-            self.refused.push_back((at, active));
-        }
-        if !valid || active + slots > max_active_jobs {
+        // The leader counts the submissions it is still writing, so one that reaches the log
+        // always finds room: a refusal at apply means a refused submission was written.
+        ensure!(
+            !valid || active + slots <= max_active_jobs,
+            "admission: the submission of job {job_id} at entry {at} was written and then refused when it applied ({active} non-terminal jobs, {slots} slots asked, limit {max_active_jobs})"
+        );
+        if !valid {
             return Ok(()); // refused: nothing is created
         }
         ensure!(

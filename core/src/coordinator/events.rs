@@ -41,6 +41,7 @@ pub enum Event {
     },
     SubmitRejected {
         active_jobs: u64,
+        admitting_jobs: u64,
         max_active_jobs: u64,
     },
     /// A data-parallel job was split: `partitions` child jobs were queued.
@@ -211,10 +212,11 @@ impl fmt::Display for Event {
             } => write!(f, "Job submitted: jobId={job_id} task={kind} maxAttempts={max_attempts}"),
             Event::SubmitRejected {
                 active_jobs,
+                admitting_jobs,
                 max_active_jobs,
             } => write!(
                 f,
-                "Submission rejected: active={active_jobs} maxActiveJobs={max_active_jobs}"
+                "Submission rejected: active={active_jobs} admitting={admitting_jobs} maxActiveJobs={max_active_jobs}"
             ),
             Event::WorkerRegistered {
                 worker,

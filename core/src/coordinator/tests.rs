@@ -1144,18 +1144,117 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
         })
         .collect();
     h.pump();
+    // The submissions still being written count: the last three are refused at once, before
+    // any write lands, with the slots being admitted named, and none of them is written.
+    for request_id in &requests[5..] {
+        match h.reply_to(*request_id) {
+            ClientReply::SubmitRejected {
+                active_jobs,
+                admitting_jobs,
+                max_active_jobs,
+                ..
+            } => assert_eq!((active_jobs, admitting_jobs, max_active_jobs), (0, 5, 5)),
+            other => panic!("expected a rejection while writes are held, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        held_submissions(&h),
+        5,
+        "a refused submission writes nothing"
+    );
     h.release_writes();
-    let replies: Vec<ClientReply> = requests.iter().map(|r| h.reply_to(*r)).collect();
-    let accepted = replies
+    let replies: Vec<ClientReply> = requests[..5].iter().map(|r| h.reply_to(*r)).collect();
+    assert!(replies
         .iter()
-        .filter(|r| matches!(r, ClientReply::SubmitAccepted { .. }))
-        .count();
-    let rejected = replies
-        .iter()
-        .filter(|r| matches!(r, ClientReply::SubmitRejected { .. }))
-        .count();
-    assert_eq!((accepted, rejected), (5, 3));
+        .all(|r| matches!(r, ClientReply::SubmitAccepted { .. })));
     assert_eq!(h.c.table().active_jobs(), 5);
+}
+
+/// `Submit` entries in the batches held back from the disk.
+fn held_submissions(h: &Harness) -> usize {
+    h.held
+        .iter()
+        .flat_map(|batch| &batch.records)
+        .filter(|r| matches!(r, Record::Log(e) if matches!(e.command, Command::Submit { .. })))
+        .count()
+}
+
+#[test]
+fn a_keyed_resend_of_a_submission_still_being_written_waits_for_it_and_writes_nothing() {
+    let mut h = Harness::with(limited(1));
+    h.hold_writes = true;
+    let submit = |h: &mut Harness, text: &str| {
+        let request_id = h.request_id();
+        h.client_says(ClientRequest::Submit {
+            partitions: None,
+            request_id,
+            task: sha(text),
+            max_attempts: None,
+            idempotency_key: Some("order-7".into()),
+        });
+        request_id
+    };
+    let first = submit(&mut h, "abc");
+    // At the limit (the first takes the only slot), a resend and a conflicting reuse of the key
+    // are neither refused nor written: they wait for the first entry.
+    let resend = submit(&mut h, "abc");
+    let conflicting = submit(&mut h, "other");
+    assert!(h.try_reply_to(resend).is_none() && h.try_reply_to(conflicting).is_none());
+    assert_eq!(
+        held_submissions(&h),
+        1,
+        "only the first submission is written"
+    );
+    h.release_writes();
+    let job = match h.reply_to(first) {
+        ClientReply::SubmitAccepted {
+            job_id,
+            existing: false,
+            ..
+        } => job_id,
+        other => panic!("unexpected {other:?}"),
+    };
+    match h.reply_to(resend) {
+        ClientReply::SubmitAccepted {
+            job_id,
+            existing: true,
+            ..
+        } => assert_eq!(job_id, job),
+        other => panic!("the resend should get the first job, got {other:?}"),
+    }
+    match h.reply_to(conflicting) {
+        ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::IdempotencyConflict),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(h.c.table().len(), 1);
+}
+
+#[test]
+fn a_parked_resend_whose_connection_closes_is_dropped() {
+    let mut h = Harness::with(limited(2));
+    h.hold_writes = true;
+    let keyed = |request_id| ClientRequest::Submit {
+        partitions: None,
+        request_id,
+        task: sha("abc"),
+        max_attempts: None,
+        idempotency_key: Some("k".into()),
+    };
+    let first = h.request_id();
+    h.client_says(keyed(first));
+    let resend = h.request_id();
+    h.c.handle_client_message(h.now, ConnectionId(77), keyed(resend));
+    h.c.handle_closed(h.now, ConnectionId(77));
+    h.pump();
+    h.release_writes();
+    assert!(matches!(
+        h.reply_to(first),
+        ClientReply::SubmitAccepted { .. }
+    ));
+    assert!(
+        h.try_reply_to(resend).is_none(),
+        "nothing is sent for a closed connection's resend"
+    );
 }
 
 #[test]

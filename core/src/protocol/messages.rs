@@ -302,7 +302,11 @@ pub enum ClientReply {
     SubmitRejected {
         request_id: RequestId,
         retryable: bool,
+        /// Non-terminal jobs in the applied table.
         active_jobs: u64,
+        /// Admission slots taken by submissions accepted and still being written.
+        #[serde(default)]
+        admitting_jobs: u64,
         max_active_jobs: u64,
         message: String,
     },

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::admission::ParkedResend;
 use super::{LeaderState, Pending, Read, Submission, Waiter};
 use crate::command::Command;
 use crate::coordinator::member::Member;
@@ -12,8 +13,8 @@ use crate::ids::{ConnectionId, JobId, RequestId};
 use crate::job::JobState;
 use crate::limits::{
     ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
-    LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX, WAITERS_MAX,
-    WAIT_MILLIS_MAX,
+    KEYED_RESENDS_PARKED_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PARTITIONS_MAX,
+    PARTITION_VIEW_BYTES_MAX, WAITERS_MAX, WAIT_MILLIS_MAX,
 };
 use crate::protocol::{ClientReply, ClientRequest, ErrorCode, Partitions};
 use crate::tasks::TaskSpec;
@@ -101,9 +102,39 @@ impl LeaderState {
                 }
                 None => {}
             }
+            // A key whose submission is still being written: answered once that entry applies.
+            if let Some(at) = self.admitting.proposal_for(key) {
+                let resend = ParkedResend {
+                    conn,
+                    request_id,
+                    submission: Submission {
+                        task: raw_task,
+                        max_attempts: asked_attempts,
+                        idempotency_key,
+                        partitions,
+                    },
+                };
+                if let Err(resend) = self.admitting.park(at, resend) {
+                    let message = format!(
+                        "{KEYED_RESENDS_PARKED_MAX} resends already wait for their first submission to be written; retry shortly"
+                    );
+                    m.send_client(
+                        resend.conn,
+                        ClientReply::SubmitRejected {
+                            request_id: resend.request_id,
+                            retryable: true,
+                            active_jobs: m.table.active_jobs(),
+                            admitting_jobs: self.admitting.slots(),
+                            max_active_jobs: m.config.max_active_jobs,
+                            message,
+                        },
+                    );
+                }
+                return;
+            }
         }
-        // Shed load without touching the log when the applied table is already full. Apply checks
-        // again, so submissions racing in one batch cannot overshoot the limit.
+        // Admission counts the applied table's active jobs and the submissions still being
+        // written, so a refusal writes nothing. Apply checks again with the same rule.
         let pieces = self.resolve_partitions(m, &task, partitions);
         // Every reply about the job must fit a frame: the parent's view carries the whole task,
         // a line per partition and at most one worker's error.
@@ -135,7 +166,8 @@ impl LeaderState {
                 ),
             );
         }
-        if m.table.active_jobs().saturating_add(slots) > limit {
+        let (active, admitting) = (m.table.active_jobs(), self.admitting.slots());
+        if active.saturating_add(admitting).saturating_add(slots) > limit {
             if !confirmed && m.reads_need_confirmation() {
                 // A refusal reads the table: it must not come from a leader that was deposed
                 // while other members finished jobs.
@@ -148,7 +180,7 @@ impl LeaderState {
                 };
                 return self.confirm_then(m, Read::Request { conn, request });
             }
-            return self.reject_submission(m, conn, request_id, m.table.active_jobs(), limit);
+            return self.reject_submission(m, conn, request_id, active, admitting, limit);
         }
         // The job's id first, then one per partition, each unlike any drawn before it.
         let mut ids = Vec::with_capacity(1 + pieces);
@@ -158,7 +190,8 @@ impl LeaderState {
         }
         let partitions = ids.split_off(1);
         let job_id = ids[0];
-        self.propose(
+        let key = idempotency_key.clone();
+        let proposal = self.propose(
             m,
             Command::Submit {
                 job_id,
@@ -170,6 +203,8 @@ impl LeaderState {
             },
             Some(Pending::Submit { conn, request_id }),
         );
+        self.admitting
+            .proposed((proposal.term, proposal.index), slots, key);
     }
 
     /// A job id no job in the table (nor in `taken`) has.
@@ -205,6 +240,7 @@ impl LeaderState {
                     .config
                     .max_active_jobs
                     .saturating_sub(m.table.active_jobs())
+                    .saturating_sub(self.admitting.slots())
                     .saturating_sub(1)
                     .max(1);
                 u32::try_from(live.clamp(1, room)).unwrap_or(PARTITIONS_MAX)
@@ -223,10 +259,12 @@ impl LeaderState {
         conn: ConnectionId,
         request_id: RequestId,
         active_jobs: u64,
+        admitting_jobs: u64,
         max_active_jobs: u64,
     ) {
         m.event(Event::SubmitRejected {
             active_jobs,
+            admitting_jobs,
             max_active_jobs,
         });
         m.send_client(
@@ -235,9 +273,10 @@ impl LeaderState {
                 request_id,
                 retryable: true,
                 active_jobs,
+                admitting_jobs,
                 max_active_jobs,
                 message: format!(
-                    "coordinator is at its limit of {max_active_jobs} active jobs; retry later"
+                    "coordinator is at its limit of {max_active_jobs} active jobs ({active_jobs} active, {admitting_jobs} being admitted); retry later"
                 ),
             },
         );

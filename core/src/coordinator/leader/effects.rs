@@ -22,10 +22,15 @@ impl LeaderState {
         entry: &LogEntry,
         outcome: Outcome,
     ) {
-        let pending = self.pending.remove(&(entry.term, entry.index));
+        let at = (entry.term, entry.index);
+        let pending = self.pending.remove(&at);
         self.on_applied(m, &entry.command, outcome.applied, pending);
         for follow_on in outcome.follow_on {
             self.on_outcome(m, follow_on, None);
+        }
+        // Resends of a key this entry bound are answered from the table now that it holds it.
+        for resend in self.admitting.applied(at) {
+            self.submit(m, resend.conn, resend.request_id, resend.submission, false);
         }
         self.answer_confirmed_reads(m);
     }
@@ -119,7 +124,15 @@ impl LeaderState {
                 max_active_jobs,
             } => {
                 if let Some(Pending::Submit { conn, request_id }) = pending {
-                    self.reject_submission(m, conn, request_id, active_jobs, max_active_jobs);
+                    let admitting = self.admitting.slots();
+                    self.reject_submission(
+                        m,
+                        conn,
+                        request_id,
+                        active_jobs,
+                        admitting,
+                        max_active_jobs,
+                    );
                 }
             }
             Applied::Assigned {

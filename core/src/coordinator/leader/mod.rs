@@ -14,6 +14,7 @@
 //! member's clock, so nothing in it can be handed to another member or survive a restart; a new
 //! leader rebuilds it conservatively from the job table (`take_over`).
 
+mod admission;
 mod clients;
 mod effects;
 mod scheduling;
@@ -148,6 +149,8 @@ pub(super) struct LeaderState {
     submitted_this_term: u64,
     /// Enough jobs were accepted this term: hand leadership over once applying is done.
     rotation_due: bool,
+    /// Submissions proposed and not yet applied, for admission and idempotency.
+    admitting: admission::Admitting,
 }
 
 impl LeaderState {
@@ -171,6 +174,7 @@ impl LeaderState {
             confirmed: VecDeque::new(),
             submitted_this_term: 0,
             rotation_due: false,
+            admitting: admission::Admitting::default(),
         }
     }
 
@@ -244,6 +248,10 @@ impl LeaderState {
             {
                 m.send_client(conn, not_leader(request_id, true));
             }
+        }
+        // A resend's job may yet be created, by the entry it waited for.
+        for resend in self.admitting.into_resends() {
+            m.send_client(resend.conn, not_leader(resend.request_id, true));
         }
         for waiter in self.waiters.into_values().flatten() {
             m.send_client(waiter.conn, not_leader(waiter.request_id, false));
@@ -356,6 +364,7 @@ impl LeaderState {
             self.lose_worker(m, &worker, LossReason::ConnectionClosed);
         }
         self.drop_waiters_of(conn);
+        self.admitting.drop_conn(conn);
         self.reads.retain(|_, read| read.conn() != conn);
         self.confirmed.retain(|(_, read)| read.conn() != conn);
         self.schedule(m);
