@@ -157,6 +157,8 @@ pub struct Checker {
     attempts: HashMap<(JobId, u32), (LeaseId, WorkerId)>,
     /// Jobs acknowledged by `SUBMIT_ACCEPTED`.
     acked: BTreeSet<JobId>,
+    /// Jobs a `SUBMIT_ACCEPTED` with `existing: false` has named.
+    acked_new: HashSet<JobId>,
     pub assignments: u64,
     pub completions: u64,
 }
@@ -627,9 +629,12 @@ impl Checker {
                     format!("durability: SUBMIT_ACCEPTED for job {job_id} before its Submit was committed")
                 })?;
                 self.durable(c, index, &format!("SUBMIT_ACCEPTED job {job_id}"))?;
+                // At most one answer calls the job new. It need not come first: a deposed
+                // leader that wakes up may still commit its own entry (a majority holds it) and
+                // answer the first request after the new leader has answered a resend.
                 if !existing {
                     ensure!(
-                        !self.acked.contains(job_id),
+                        self.acked_new.insert(*job_id),
                         "job {job_id} acknowledged as new twice"
                     );
                 }
