@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{Attempt, JobId, LeaseId, LogIndex, NodeId, Term};
 use crate::job::{Job, JobState, Lease, PartitionOf};
+use crate::protocol::Partitions;
 use crate::tasks::{aggregate, TaskOutput, TaskSpec};
 
 /// One entry of the replicated log.
@@ -53,6 +54,10 @@ pub enum Command {
         /// the ids). Empty for any other task, and for a list with no numbers.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         partitions: Vec<JobId>,
+        /// For a data-parallel task: the partition count the client asked for (`auto` when it
+        /// named none), which a keyed resend must repeat. `None` for any other task.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        partitions_asked: Option<Partitions>,
     },
     /// Start an attempt: `QUEUED -> RUNNING` under a fresh lease.
     Assign { job_id: JobId, lease: Lease },
@@ -432,17 +437,21 @@ impl JobTable {
         Some(view)
     }
 
-    /// The job an idempotency key names, and whether `spec` matches it.
+    /// The job an idempotency key names, and whether the submission matches it: the same
+    /// task, attempts and (for a data-parallel task) partition request. A row written before
+    /// the partition request was recorded matches any.
     /// `Some(Ok(id))`: replay; `Some(Err(id))`: conflict; `None`: the key is new.
     pub fn check_idempotency(
         &self,
         key: &str,
         task: &TaskSpec,
         max_attempts: u32,
+        partitions_asked: Option<Partitions>,
     ) -> Option<Result<JobId, JobId>> {
         let &job_id = self.idempotency.get(key)?;
         let job = self.jobs.get(&job_id)?;
-        if job.task == *task && job.max_attempts == max_attempts {
+        let same_split = job.partitions_asked.is_none() || job.partitions_asked == partitions_asked;
+        if job.task == *task && job.max_attempts == max_attempts && same_split {
             Some(Ok(job_id))
         } else {
             Some(Err(job_id))
@@ -486,6 +495,7 @@ impl JobTable {
                 idempotency_key,
                 max_active_jobs,
                 partitions,
+                partitions_asked,
             } => {
                 return self.apply_submit(
                     index,
@@ -496,6 +506,7 @@ impl JobTable {
                         idempotency_key,
                         max_active_jobs: *max_active_jobs,
                         partitions,
+                        partitions_asked: *partitions_asked,
                     },
                     follow_on,
                 )
@@ -551,10 +562,11 @@ impl JobTable {
             idempotency_key,
             max_active_jobs,
             partitions,
+            partitions_asked,
         } = submission;
         // Idempotency first: a known key never consumes an admission slot.
         if let Some(key) = idempotency_key {
-            match self.check_idempotency(key, task, max_attempts) {
+            match self.check_idempotency(key, task, max_attempts, partitions_asked) {
                 Some(Ok(existing)) => return Applied::IdempotentReplay { job_id: existing },
                 Some(Err(existing)) => return Applied::IdempotencyConflict { existing },
                 None => {}
@@ -620,6 +632,7 @@ impl JobTable {
             queue_seq,
             partition_of: None,
             partitions: Vec::new(),
+            partitions_asked: None,
         };
         let queue_seq = self.take_queue_seq();
         let mut job = new_job(job_id, task.clone(), queue_seq);
@@ -633,6 +646,7 @@ impl JobTable {
             // The parent never queues: it runs while its partitions do.
             transition(&mut job, JobState::Running);
             job.partitions = partitions.to_vec();
+            job.partitions_asked = partitions_asked;
             self.jobs.insert(job_id, job);
             for (index, (&child, piece)) in partitions.iter().zip(pieces).enumerate() {
                 let index = u32::try_from(index).unwrap_or(u32::MAX);
@@ -1089,6 +1103,7 @@ struct Submission<'a> {
     idempotency_key: &'a Option<String>,
     max_active_jobs: u64,
     partitions: &'a [JobId],
+    partitions_asked: Option<Partitions>,
 }
 
 /// The per-row invariants: lease exactly while running, attempt within budget, a result exactly

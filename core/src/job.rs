@@ -22,7 +22,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, LogIndex, WorkerId};
-use crate::protocol::JobView;
+use crate::protocol::{JobView, Partitions};
 use crate::tasks::{TaskOutput, TaskSpec};
 
 /// Where a job is in its life.
@@ -154,6 +154,10 @@ pub struct Job {
     /// On a data-parallel parent: its partition jobs, in order (empty for an empty list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partitions: Vec<JobId>,
+    /// On a data-parallel parent: the partition count its submission asked for (`None` on a
+    /// row written before this was recorded). A resend under the same key must ask the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions_asked: Option<Partitions>,
 }
 
 impl Job {
@@ -218,6 +222,7 @@ mod tests {
             queue_seq: 0,
             partition_of: None,
             partitions: Vec::new(),
+            partitions_asked: None,
         }
     }
 

@@ -105,6 +105,7 @@ impl Table {
             idempotency_key: None,
             max_active_jobs,
             partitions: partitions.to_vec(),
+            partitions_asked: Some(Partitions::Count(partitions.len() as u32)),
         })
     }
 
@@ -1036,6 +1037,7 @@ fn partition_ids_must_be_distinct_from_each_other_and_from_the_parent() {
                     idempotency_key: None,
                     max_active_jobs: 100,
                     partitions: parts,
+                    partitions_asked: None,
                 },
             );
             (table, outcome)
@@ -1897,6 +1899,61 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
             ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
             other => panic!("expected INVALID_REQUEST for {partitions:?}, got {other:?}"),
         }
+    }
+}
+
+/// A key binds the partition request too: a resend asking for the same count (or `auto`
+/// again) is a replay; asking for another count, or `auto` after a count, is a conflict.
+#[test]
+fn reusing_a_key_with_another_partition_request_is_a_conflict() {
+    let mut h = Harness::new();
+    h.register("w1", 2);
+    let task = json!({"kind": "prime-count-list", "numbers": [2, 3, 4, 5, 6, 7, 8, 9]});
+    let submit = |h: &mut Harness, key: &str, partitions: Option<Partitions>| {
+        let request_id = h.request_id();
+        h.client_says(ClientRequest::Submit {
+            request_id,
+            task: task.clone(),
+            max_attempts: None,
+            idempotency_key: Some(key.into()),
+            partitions,
+        });
+        h.reply_to(request_id)
+    };
+    let counted = match submit(&mut h, "counted", Some(Partitions::Count(4))) {
+        ClientReply::SubmitAccepted {
+            job_id,
+            existing: false,
+            ..
+        } => job_id,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(matches!(
+        submit(&mut h, "counted", Some(Partitions::Count(4))),
+        ClientReply::SubmitAccepted { job_id, existing: true, .. } if job_id == counted
+    ));
+    for other in [Some(Partitions::Count(2)), Some(Partitions::Auto), None] {
+        match submit(&mut h, "counted", other) {
+            ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::IdempotencyConflict),
+            reply => panic!("expected a conflict for {other:?}, got {reply:?}"),
+        }
+    }
+    // `auto` and no request at all are the same request.
+    let auto = match submit(&mut h, "auto", None) {
+        ClientReply::SubmitAccepted {
+            job_id,
+            existing: false,
+            ..
+        } => job_id,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(matches!(
+        submit(&mut h, "auto", Some(Partitions::Auto)),
+        ClientReply::SubmitAccepted { job_id, existing: true, .. } if job_id == auto
+    ));
+    match submit(&mut h, "auto", Some(Partitions::Count(1))) {
+        ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::IdempotencyConflict),
+        reply => panic!("expected a conflict, got {reply:?}"),
     }
 }
 

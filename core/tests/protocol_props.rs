@@ -324,6 +324,14 @@ fn cluster_view() -> impl Strategy<Value = ClusterView> {
         )
 }
 
+/// A partition count as a client may ask for it.
+fn partitions_request() -> impl Strategy<Value = Partitions> {
+    prop_oneof![
+        Just(Partitions::Auto),
+        any::<u32>().prop_map(Partitions::Count),
+    ]
+}
+
 /// Every log command, with arbitrary fields.
 fn command() -> impl Strategy<Value = Command> {
     let lease =
@@ -340,9 +348,18 @@ fn command() -> impl Strategy<Value = Command> {
             proptest::option::of(text()),
             any::<u64>(),
             proptest::collection::vec(job_id(), 0..4),
+            proptest::option::of(partitions_request()),
         )
             .prop_map(
-                |(job_id, task, max_attempts, idempotency_key, max_active_jobs, partitions)| {
+                |(
+                    job_id,
+                    task,
+                    max_attempts,
+                    idempotency_key,
+                    max_active_jobs,
+                    partitions,
+                    partitions_asked,
+                )| {
                     Command::Submit {
                         job_id,
                         task,
@@ -350,6 +367,7 @@ fn command() -> impl Strategy<Value = Command> {
                         idempotency_key,
                         max_active_jobs,
                         partitions,
+                        partitions_asked,
                     }
                 }
             ),
@@ -532,10 +550,7 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
             submit_task(),
             proptest::option::of(any::<u32>()),
             proptest::option::of(text()),
-            proptest::option::of(prop_oneof![
-                Just(Partitions::Auto),
-                any::<u32>().prop_map(Partitions::Count),
-            ]),
+            proptest::option::of(partitions_request()),
         )
             .prop_map(
                 |(request_id, task, max_attempts, idempotency_key, partitions)| {

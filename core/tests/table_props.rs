@@ -177,6 +177,7 @@ impl Concretizer {
                 self.submitted.push(job_id);
                 Command::Submit {
                     partitions: Vec::new(),
+                    partitions_asked: None,
                     job_id,
                     task: spec(*choice),
                     max_attempts: *max_attempts,
@@ -308,7 +309,7 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
         prop_assert_eq!(jobs.len(), 1, "invariant 5: key {:?} names {:?}", key, jobs);
         let job = table.get(&jobs[0]).expect("listed job exists");
         prop_assert_eq!(
-            table.check_idempotency(key, &job.task, job.max_attempts),
+            table.check_idempotency(key, &job.task, job.max_attempts, job.partitions_asked),
             Some(Ok(job.id))
         );
     }
@@ -473,6 +474,7 @@ fn check_step(
             max_attempts,
             idempotency_key,
             partitions: _,
+            partitions_asked,
             max_active_jobs,
         } => {
             let bound = idempotency_key.as_ref().and_then(|key| {
@@ -485,10 +487,19 @@ fn check_step(
                 (Some(existing), Applied::IdempotentReplay { job_id: replayed }) => {
                     prop_assert_eq!(*replayed, existing.id);
                     prop_assert!(existing.task == *task && existing.max_attempts == *max_attempts);
+                    prop_assert!(
+                        existing.partitions_asked.is_none()
+                            || existing.partitions_asked == *partitions_asked
+                    );
                 }
                 (Some(existing), Applied::IdempotencyConflict { existing: named }) => {
                     prop_assert_eq!(*named, existing.id);
-                    prop_assert!(existing.task != *task || existing.max_attempts != *max_attempts);
+                    prop_assert!(
+                        existing.task != *task
+                            || existing.max_attempts != *max_attempts
+                            || (existing.partitions_asked.is_some()
+                                && existing.partitions_asked != *partitions_asked)
+                    );
                 }
                 (
                     None,
@@ -713,6 +724,7 @@ proptest! {
 fn submit(id: u128, key: Option<&str>, max_attempts: u32, limit: u64) -> Command {
     Command::Submit {
         partitions: Vec::new(),
+        partitions_asked: None,
         job_id: JobId(uuid::Uuid::from_u128(id)),
         task: spec(0),
         max_attempts,

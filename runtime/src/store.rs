@@ -396,6 +396,7 @@ mod tests {
             queue_seq: n as u64,
             partition_of: None,
             partitions: Vec::new(),
+            partitions_asked: None,
         }
     }
 

@@ -142,6 +142,7 @@ impl Model {
                 idempotency_key,
                 max_active_jobs,
                 partitions,
+                ..
             } => self.submit(
                 at,
                 *job_id,

@@ -139,6 +139,7 @@ fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
     let commands = vec![
         Command::Submit {
             partitions: Vec::new(),
+            partitions_asked: None,
             job_id: job_id(1),
             task: spec,
             max_attempts: 3,

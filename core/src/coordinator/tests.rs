@@ -812,6 +812,64 @@ fn deadline_expiry_on_a_healthy_worker_revokes_the_lease_and_rejects_the_late_re
 }
 
 #[test]
+fn a_cancel_lost_with_its_connection_is_resent_even_when_a_revocation_was_settling() {
+    // The job is cancelled while its lease's deadline revocation is still being written; the
+    // TASK_CANCEL goes out on a connection that turns out dead, and the worker re-registers on
+    // a new one reporting the attempt while the revocation is settling. When the revocation
+    // applies (stale: the job is already cancelled), the worker must still be told to stop.
+    let mut h = Harness::with(CoordinatorConfig {
+        task_timeout: Duration::from_millis(1_000),
+        ..config()
+    });
+    h.register("w1", 1);
+    let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!()
+    };
+    h.hold_writes = true;
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::Cancel {
+        request_id,
+        job_id: job,
+    });
+    h.advance_with_heartbeats(1_000, &["w1"]);
+    assert_eq!(
+        h.held.len(),
+        2,
+        "the cancel and the deadline revocation are both in flight"
+    );
+    h.release_one();
+    assert_eq!(h.state(job), JobState::Cancelled);
+    // The cancel went to the old connection, which is dead.
+    h.sent_to_worker("w1");
+    let new_conn = ConnectionId(500);
+    h.register_as(
+        "w1",
+        1,
+        Incarnation(1),
+        new_conn,
+        vec![RunningAttempt {
+            job_id: job,
+            lease_id: lease,
+        }],
+    );
+    h.release_writes();
+    let cancels: Vec<_> = h
+        .take()
+        .into_iter()
+        .filter(|o| {
+            matches!(o, Output::ToWorker { conn, message: CoordinatorToWorker::TaskCancel { lease_id, .. } }
+                if *conn == new_conn && *lease_id == lease)
+        })
+        .collect();
+    assert_eq!(
+        cancels.len(),
+        1,
+        "the worker on its new connection is told to stop the cancelled attempt"
+    );
+}
+
+#[test]
 fn a_revoked_attempt_keeps_its_slot_until_the_worker_reports_it_stopped() {
     let mut h = Harness::with(CoordinatorConfig {
         task_timeout: Duration::from_millis(1_000),
@@ -890,6 +948,7 @@ fn the_lease_check_lives_in_apply() {
             max_attempts: 3,
             idempotency_key: None,
             max_active_jobs: 10,
+            partitions_asked: None,
         },
         Command::Assign {
             job_id,
@@ -1609,6 +1668,7 @@ fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
                 max_attempts: 3,
                 idempotency_key: None,
                 max_active_jobs: 1_000,
+                partitions_asked: None,
             },
         },
     );

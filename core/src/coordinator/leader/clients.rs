@@ -72,6 +72,10 @@ impl LeaderState {
         if let Err(message) = check_partitions_request(&task, partitions) {
             return m.client_error(conn, request_id, ErrorCode::InvalidRequest, message);
         }
+        // What the job records of the partition request, and a keyed resend must repeat.
+        let partitions_asked = task
+            .is_data_parallel()
+            .then(|| partitions.unwrap_or(Partitions::Auto));
         if let Some(key) = &idempotency_key {
             if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
                 return m.client_error(
@@ -85,7 +89,10 @@ impl LeaderState {
                 );
             }
             // A known key is answered from the applied (durable) table, with apply's own rule.
-            match m.table.check_idempotency(key, &task, max_attempts) {
+            match m
+                .table
+                .check_idempotency(key, &task, max_attempts, partitions_asked)
+            {
                 Some(Ok(job_id)) => {
                     return m.send_client(
                         conn,
@@ -200,6 +207,7 @@ impl LeaderState {
                 idempotency_key,
                 max_active_jobs: limit,
                 partitions,
+                partitions_asked,
             },
             Some(Pending::Submit { conn, request_id }),
         );
@@ -294,7 +302,7 @@ impl LeaderState {
             request_id,
             ErrorCode::IdempotencyConflict,
             format!(
-                "idempotency key is bound to job {existing} with a different task or max attempts; use a new key"
+                "idempotency key is bound to job {existing} with a different task, max attempts or partition request; use a new key"
             ),
         );
     }

@@ -56,10 +56,15 @@ impl LeaderState {
             | Command::Abandon { job_id, lease_id } => {
                 self.settling.remove(lease_id);
                 self.answer_deferred_ack(m, *lease_id, pending.as_ref());
-                if pending.is_none() {
-                    // Revoked because its worker was lost or a restart interrupted it. If a
-                    // process has since reported the attempt, it is told to stop now that the
-                    // revocation is durable (never before).
+                // A revocation that found the lease already ended (the job was cancelled while
+                // it was being written) sends nothing of its own, yet a worker that re-reported
+                // the attempt meanwhile was not told to stop because this was settling.
+                let revoked_too_late = matches!(applied, Applied::Stale { .. })
+                    && matches!(pending, Some(Pending::Revoke { .. }));
+                if pending.is_none() || revoked_too_late {
+                    // Revoked because its worker was lost or a restart interrupted it (or too
+                    // late, as above). If a process has since reported the attempt, it is told
+                    // to stop now that the revocation is durable (never before).
                     self.cancel_wherever_reported(m, *job_id, *lease_id);
                 }
             }
