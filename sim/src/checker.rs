@@ -661,8 +661,14 @@ impl Checker {
                 let applied = machine.table().applied_index();
                 let before = self.follow[c].applied_before.min(applied);
                 let log = machine.replica().log();
+                // (An entry applied in this step may already be compacted away: the committed
+                // log has it.)
                 let writing: u64 = (before.0 + 1..=log.last_index().0)
-                    .filter_map(|i| log.get(LogIndex(i)))
+                    .filter_map(|i| {
+                        let index = LogIndex(i);
+                        log.get(index)
+                            .or_else(|| self.committed.get(&index).map(|(entry, _)| entry))
+                    })
                     .map(|entry| match &entry.command {
                         Command::Submit { partitions, .. } => 1 + partitions.len() as u64,
                         _ => 0,
