@@ -727,14 +727,16 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
             log_index(),
             proptest::option::of(term()),
             any::<u64>(),
+            any::<bool>(),
         )
-            .prop_map(|(term, success, index, conflict_term, seq)| {
+            .prop_map(|(term, success, index, conflict_term, seq, abstaining)| {
                 PeerMessage::AppendReply {
                     term,
                     success,
                     index,
                     conflict_term,
                     seq,
+                    abstaining,
                 }
             }),
         (
@@ -757,14 +759,22 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
                     seq,
                 }
             }),
-        (term(), log_index(), any::<u64>(), any::<u64>()).prop_map(
-            |(term, index, received, seq)| PeerMessage::SnapshotReply {
-                term,
-                index,
-                received,
-                seq,
-            }
-        ),
+        (
+            term(),
+            log_index(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>()
+        )
+            .prop_map(|(term, index, received, seq, abstaining)| {
+                PeerMessage::SnapshotReply {
+                    term,
+                    index,
+                    received,
+                    seq,
+                    abstaining,
+                }
+            }),
         term().prop_map(|term| PeerMessage::TimeoutNow { term }),
     ]
 }
@@ -1849,6 +1859,7 @@ fn peer_consensus_wire_forms() {
             index: LogIndex(17),
             conflict_term: Some(Term(3)),
             seq: 3,
+            abstaining: false,
         },
         json!({"type": "APPEND_REPLY", "term": 5, "success": false, "index": 17, "conflict_term": 3, "seq": 3}),
     );
@@ -1859,8 +1870,21 @@ fn peer_consensus_wire_forms() {
             index: LogIndex(22),
             conflict_term: None,
             seq: 3,
+            abstaining: false,
         },
         json!({"type": "APPEND_REPLY", "term": 5, "success": true, "index": 22, "seq": 3}),
+    );
+    // A member on an empty disk that has not rejoined says so (and is counted by nobody).
+    assert_wire_form(
+        PeerMessage::AppendReply {
+            term: Term(5),
+            success: true,
+            index: LogIndex(22),
+            conflict_term: None,
+            seq: 3,
+            abstaining: true,
+        },
+        json!({"type": "APPEND_REPLY", "term": 5, "success": true, "index": 22, "seq": 3, "abstaining": true}),
     );
     assert_wire_form(
         PeerMessage::Snapshot {
@@ -1889,6 +1913,7 @@ fn peer_consensus_wire_forms() {
             index: LogIndex(20),
             received: 2,
             seq: 3,
+            abstaining: false,
         },
         json!({"type": "SNAPSHOT_REPLY", "term": 5, "index": 20, "received": 2, "seq": 3}),
     );

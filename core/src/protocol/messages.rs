@@ -662,6 +662,11 @@ pub enum PeerMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         conflict_term: Option<Term>,
         seq: u64,
+        /// The follower started on an empty disk and has not yet rejoined: what it holds is
+        /// real, but it may have forgotten a term it took part in, so it counts towards no
+        /// majority (no commit, no read confirmation, no quorum check).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        abstaining: bool,
     },
     /// InstallSnapshot (paper 7): one chunk of the job table as of `index` (whose entry had
     /// `index_term`), `data` in base64, starting `offset` bytes into a snapshot of `total` bytes.
@@ -681,6 +686,9 @@ pub enum PeerMessage {
         index: LogIndex,
         received: u64,
         seq: u64,
+        /// As in `AppendReply`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        abstaining: bool,
     },
     /// Start an election now (dissertation 3.10): the leader is handing over to the receiver,
     /// whose log it has brought up to date.

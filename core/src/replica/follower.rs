@@ -141,6 +141,9 @@ impl Replica {
             index,
             conflict_term,
             seq,
+            // Decided now, with what it acknowledges: a reply waiting for the disk must not
+            // start counting because the member rejoined meanwhile.
+            abstaining: self.is_abstaining(),
         }
     }
 
@@ -162,6 +165,7 @@ impl Replica {
                 index,
                 received: 0,
                 seq,
+                abstaining: self.is_abstaining(),
             };
             self.send(from.clone(), reply);
             return;
@@ -178,6 +182,7 @@ impl Replica {
                 index,
                 received: total,
                 seq,
+                abstaining: self.is_abstaining(),
             };
             self.send_when_durable(from.clone(), reply);
             return;
@@ -225,6 +230,7 @@ impl Replica {
                 index,
                 received,
                 seq,
+                abstaining: self.is_abstaining(),
             };
             self.send(from.clone(), reply);
             return;
@@ -248,6 +254,7 @@ impl Replica {
             index,
             received: 0,
             seq,
+            abstaining: self.is_abstaining(),
         };
         self.send(from.clone(), reply);
     }
@@ -274,6 +281,7 @@ impl Replica {
                 index,
                 received: total,
                 seq,
+                abstaining: self.is_abstaining(),
             };
             self.send_when_durable(to, reply);
         }

@@ -81,6 +81,9 @@ struct Progress {
     matched_before: LogIndex,
     /// Whether anything went to this follower in the current flush.
     sent_this_flush: bool,
+    /// Its latest reply said it abstains (an empty disk not yet rejoined): it is replicated
+    /// to, but counts towards no majority.
+    abstaining: bool,
 }
 
 impl Progress {
@@ -98,6 +101,7 @@ impl Progress {
             first_seq,
             matched_before: LogIndex(0),
             sent_this_flush: false,
+            abstaining: false,
         }
     }
 }
@@ -274,9 +278,12 @@ impl Replica {
         let target = match to {
             Some(id) if leading.progress.contains_key(&id) => id,
             Some(id) => return Err(TransferError::NotAPeer(id)),
+            // The most up-to-date member that takes part in elections (an abstaining one
+            // would ignore the hand-over).
             None => leading
                 .progress
                 .iter()
+                .filter(|(_, p)| !p.abstaining)
                 .max_by(|a, b| a.1.matched.cmp(&b.1.matched).then(b.0.cmp(a.0)))
                 .map(|(id, _)| id.clone())
                 .ok_or(TransferError::Alone)?,
@@ -354,7 +361,7 @@ impl Replica {
             let heard_from = 1 + leading
                 .progress
                 .values()
-                .filter(|p| p.last_heard.is_some_and(|at| at >= window_start))
+                .filter(|p| !p.abstaining && p.last_heard.is_some_and(|at| at >= window_start))
                 .count();
             leading.quorum_window_start = now;
             leading.quorum_check_at = now.saturating_add(election_min);
@@ -551,6 +558,7 @@ impl Replica {
         self.send(peer.clone(), message);
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_append_reply(
         &mut self,
         from: &NodeId,
@@ -559,6 +567,7 @@ impl Replica {
         index: LogIndex,
         conflict_term: Option<Term>,
         seq: u64,
+        abstaining: bool,
     ) {
         if term != self.term {
             return;
@@ -576,6 +585,7 @@ impl Replica {
         }
         p.last_heard = Some(now);
         p.acked_seq = p.acked_seq.max(seq);
+        p.abstaining = abstaining;
         if p.matched_before > LogIndex(0) {
             // The first answer since it reconnected: does it still hold what it acknowledged?
             let holds = match (success, conflict_term) {
@@ -647,6 +657,7 @@ impl Replica {
         index: LogIndex,
         received: u64,
         seq: u64,
+        abstaining: bool,
     ) {
         if term != self.term {
             return;
@@ -663,6 +674,7 @@ impl Replica {
         }
         p.last_heard = Some(now);
         p.acked_seq = p.acked_seq.max(seq);
+        p.abstaining = abstaining;
         if let Mode::Snapshot(image) = &p.mode {
             if image.index == index {
                 if received >= image.data.len() as u64 {
@@ -714,7 +726,14 @@ impl Replica {
         let Role::Leader(leading) = &self.role else {
             return;
         };
-        let mut matched: Vec<LogIndex> = leading.progress.values().map(|p| p.matched).collect();
+        // An abstaining follower may have forgotten a later term in which another leader
+        // committed something else at these indexes: what it holds proves nothing.
+        let mut matched: Vec<LogIndex> = leading
+            .progress
+            .values()
+            .filter(|p| !p.abstaining)
+            .map(|p| p.matched)
+            .collect();
         matched.push(durable);
         matched.sort_unstable_by(|a, b| b.cmp(a));
         let Some(&candidate) = matched.get(quorum - 1) else {
@@ -738,7 +757,7 @@ impl Replica {
             let acked = 1 + leading
                 .progress
                 .values()
-                .filter(|p| p.acked_seq >= seq)
+                .filter(|p| !p.abstaining && p.acked_seq >= seq)
                 .count();
             if acked < quorum {
                 break;

@@ -758,7 +758,8 @@ impl Replica {
                 index,
                 conflict_term,
                 seq,
-            } => self.on_append_reply(from, term, success, index, conflict_term, seq),
+                abstaining,
+            } => self.on_append_reply(from, term, success, index, conflict_term, seq, abstaining),
             PeerMessage::Snapshot {
                 term,
                 index,
@@ -773,7 +774,8 @@ impl Replica {
                 index,
                 received,
                 seq,
-            } => self.on_snapshot_reply(from, term, index, received, seq),
+                abstaining,
+            } => self.on_snapshot_reply(from, term, index, received, seq, abstaining),
             PeerMessage::TimeoutNow { term } => self.on_timeout_now(from, term),
         }
     }

@@ -3,19 +3,24 @@
 //! assumes a member never forgets what it acknowledged or whom it voted for, and with a fixed
 //! membership an empty disk breaks both promises: the member's earlier self may have helped
 //! commit entries it no longer holds, and may have voted in terms it no longer knows. So an empty
-//! member **abstains**: it stores and acknowledges what a leader sends (durably, as always) but
-//! grants no vote or pre-vote and starts no election until it has heard the current term of
-//! every other member. Then:
+//! member **abstains**: it stores and acknowledges what a leader sends (durably, as always), but
+//! every acknowledgement says it abstains and counts towards no majority, and it grants no vote
+//! or pre-vote and starts no election, until it has heard the current term of every other
+//! member. (Its acknowledgements must not count: a deposed leader that wakes up may reach it
+//! before the member hears of the later term its earlier self took part in, and the two would
+//! make a majority for entries that a later leader has already replaced.) Then:
 //!
 //! - if its own log is empty and every other member has shown an empty log, nothing was ever
 //!   committed (an entry is committed on a majority, and at most a minority can have lost its
 //!   disk), so the group is new and nothing can be lost;
-//! - otherwise it first catches up: it waits for an `APPEND` from a leader whose commit index is
-//!   an entry of that leader's own term and within what this member now holds. Such a leader has
-//!   committed in its own term, so its commit index covers every entry committed before it, the
-//!   ones this member's earlier self helped commit among them. (A commit index alone is only a
-//!   lower bound: a leader that just restarted or was just elected may not yet know what was
-//!   committed.)
+//! - otherwise it first catches up: it waits for an `APPEND` from a leader of the highest term
+//!   it heard, whose commit index is an entry of that leader's own term and within what this
+//!   member now holds. Such a leader has committed in its own term, so its commit index covers
+//!   every entry committed before it; and no term after it can have seen the earlier self, so
+//!   that covers the ones the earlier self helped commit. (A commit index alone is only a lower
+//!   bound: a leader that just restarted or was just elected may not yet know what was
+//!   committed. A leader of an older term proves nothing: it may have been deposed by one the
+//!   earlier self helped commit other entries.)
 //! - either way it marks the highest term it heard as already voted in: its earlier self can
 //!   only have voted for another member in a term that member still remembers, so no term
 //!   beyond the highest one heard can have been voted in by it.
@@ -51,8 +56,9 @@ struct Heard {
 #[derive(Debug, Default)]
 pub(super) struct Abstaining {
     heard: BTreeMap<NodeId, Heard>,
-    /// Its log has held everything up to a leader's commit index of that leader's own term.
-    caught_up: bool,
+    /// The highest term whose leader showed a commit index of its own term that this
+    /// member's log holds.
+    caught_up_in: Option<Term>,
 }
 
 impl Replica {
@@ -91,7 +97,7 @@ impl Replica {
         let proves = leader_commit <= last_new && self.log.term_at(leader_commit) == Some(term);
         if let Some(abstaining) = self.abstaining.as_mut() {
             if proves {
-                abstaining.caught_up = true;
+                abstaining.caught_up_in = abstaining.caught_up_in.max(Some(term));
             }
         }
         self.finish_abstaining_if_safe();
@@ -111,16 +117,19 @@ impl Replica {
                 .heard
                 .values()
                 .all(|h| h.holds_entries == Some(false));
-        if !new_group && !abstaining.caught_up {
-            return;
-        }
-        let highest = abstaining
+        let highest_heard = abstaining
             .heard
             .values()
             .map(|h| h.term)
             .max()
-            .unwrap_or_default()
-            .max(self.term);
+            .unwrap_or_default();
+        let caught_up = abstaining
+            .caught_up_in
+            .is_some_and(|term| term >= highest_heard);
+        if !new_group && !caught_up {
+            return;
+        }
+        let highest = highest_heard.max(self.term);
         self.abstaining = None;
         if highest > self.term {
             // A leader it followed belongs to an earlier term.

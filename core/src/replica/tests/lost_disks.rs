@@ -309,3 +309,94 @@ fn a_new_group_is_not_mistaken_for_one_with_data() {
         (0..3).map(|i| net.r(i).is_abstaining()).collect::<Vec<_>>()
     );
 }
+
+/// A leader is cut off (its timers stopped: a paused process) with an entry `doomed` nobody
+/// else has; the other two elect a new leader, which commits past that index with the third
+/// member. That member then loses its disk and restarts; the new leader is cut off, and only
+/// the deposed leader can reach the empty member. Returns (deposed, new leader, empty member,
+/// doomed entry).
+fn depose_then_wipe_its_successors_follower(net: &mut Net) -> (usize, usize, usize, Proposal) {
+    let old = net.elect();
+    net.run(50);
+    let (next, third) = ((old + 1) % 3, (old + 2) % 3);
+    net.isolate(old);
+    let doomed = net.propose(old, 7);
+    let mut new_leader = None;
+    for _ in 0..40 {
+        net.run_with(50, &[next, third], &mut |_, _, _| false);
+        new_leader = [next, third].into_iter().find(|&i| net.r(i).is_leader());
+        if new_leader.is_some_and(|l| net.r(l).committed_index() >= doomed.index) {
+            break;
+        }
+    }
+    let new_leader = new_leader.expect("the two elect a leader");
+    assert!(
+        net.r(new_leader).committed_index() >= doomed.index,
+        "the new leader committed past the deposed leader's entry"
+    );
+    let other = if new_leader == next { third } else { next };
+    net.wipe(other);
+    net.isolate(new_leader);
+    net.cut
+        .retain(|&(a, b)| !((a == old && b == other) || (a == other && b == old)));
+    net.start(other);
+    assert!(net.r(other).is_abstaining());
+    net.run_with(300, &[old], &mut |_, _, _| false);
+    (old, new_leader, other, doomed)
+}
+
+#[test]
+fn a_deposed_leader_cannot_commit_with_the_acknowledgements_of_a_member_that_lost_its_disk() {
+    // The empty member stores the deposed leader's entry, but its acknowledgement must not give
+    // that leader a majority for it.
+    let mut net = Net::new(3);
+    let (old, _, _, doomed) = depose_then_wipe_its_successors_follower(&mut net);
+    assert!(
+        net.r(old).committed_index() < doomed.index,
+        "the deposed leader committed entry {} with an empty member's acknowledgement",
+        doomed.index
+    );
+    // Once everyone is back, the group converges on the new term's entries.
+    net.heal();
+    net.run(2_000);
+    net.check_applied_agree();
+}
+
+#[test]
+fn an_empty_member_does_not_count_a_deposed_leader_as_proof_it_caught_up() {
+    // The empty member first hears the deposed leader, whose commit index is an entry of its
+    // own term: that proves nothing, since a later leader committed other entries with this
+    // member's earlier self. It then learns the later term (from the new leader's answers to
+    // its probes, while the new leader's appends do not get through) and the new leader
+    // crashes: it must keep abstaining, or it would elect the deposed leader and the new
+    // leader's committed entries would be overwritten.
+    let mut net = Net::new(3);
+    let (old, new_leader, other, _) = depose_then_wipe_its_successors_follower(&mut net);
+    assert!(net.r(other).is_abstaining());
+    net.heal();
+    let appends_blocked = &mut |from: usize, to: usize, m: &PeerMessage| {
+        from == new_leader
+            && to == other
+            && matches!(m, PeerMessage::Append { .. } | PeerMessage::Snapshot { .. })
+    };
+    net.run_with(600, &[other], appends_blocked);
+    assert!(
+        net.r(other).is_abstaining(),
+        "caught up only with a deposed leader, it must not rejoin"
+    );
+    assert!(
+        net.r(other).term() > net.r(old).log().last_term(),
+        "it heard the later term"
+    );
+    net.crash(new_leader);
+    net.run(2_000);
+    assert!(
+        net.leaders().is_empty(),
+        "a leader without the new leader's committed entries was elected: {:?}",
+        net.leaders()
+    );
+    net.start(new_leader);
+    net.run(2_000);
+    assert_eq!(net.leaders().len(), 1);
+    net.check_applied_agree();
+}
