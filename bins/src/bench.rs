@@ -263,5 +263,11 @@ fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
             eprintln!("herder: {} calls failed; first: {first}", errors.len());
         }
     }
+    if accepted == 0 && rejected > 0 {
+        if !args.client.json {
+            eprintln!("herder: every submission was rejected by admission control");
+        }
+        return exit::REJECTED;
+    }
     exit::OK
 }

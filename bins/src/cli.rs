@@ -206,15 +206,15 @@ pub enum TaskCommand {
         #[arg(long, allow_negative_numbers = true)]
         milliseconds: i64,
     },
-    /// Count whitespace-separated words.
+    /// Count whitespace-separated words (--text or --text-file).
     WordCount {
-        #[arg(long)]
-        text: String,
+        #[command(flatten)]
+        text: TextInput,
     },
-    /// SHA-256 of the text, in hex.
+    /// SHA-256 of the text, in hex (--text or --text-file).
     Sha256 {
-        #[arg(long)]
-        text: String,
+        #[command(flatten)]
+        text: TextInput,
     },
     /// Count primes up to --limit, or how many of a list of numbers are prime (--numbers or
     /// --file; split into partitions across workers).
@@ -254,6 +254,38 @@ pub struct NumberList {
     pub file: Option<std::path::PathBuf>,
 }
 
+/// A task's text, inline or from a file (a shell refuses long arguments well before the task
+/// limit).
+#[derive(Args, Debug, Clone)]
+#[group(required = true, multiple = false)]
+pub struct TextInput {
+    /// The text itself.
+    #[arg(long, allow_hyphen_values = true)]
+    pub text: Option<String>,
+    /// A UTF-8 file holding the text; `-` reads standard input.
+    #[arg(long)]
+    pub text_file: Option<std::path::PathBuf>,
+}
+
+impl TextInput {
+    /// The text, or a message naming what could not be read.
+    pub fn read(&self) -> Result<String, String> {
+        match (&self.text, &self.text_file) {
+            (Some(text), _) => Ok(text.clone()),
+            (None, Some(path)) if path.as_os_str() == "-" => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(
+                    |error| format!("cannot read the text from standard input: {error}"),
+                )?;
+                Ok(text)
+            }
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map_err(|error| format!("cannot read {}: {error}", path.display())),
+            (None, None) => Err("give the text with --text or --text-file".to_string()),
+        }
+    }
+}
+
 /// `herder dev --coordinators`: a group that tolerates 0, 1 or 2 failures.
 fn dev_group_size(raw: &str) -> Result<u32, String> {
     match raw.trim() {
@@ -291,8 +323,8 @@ impl TaskCommand {
             TaskCommand::Sleep { milliseconds } => {
                 json!({"kind": "sleep", "milliseconds": milliseconds})
             }
-            TaskCommand::WordCount { text } => json!({"kind": "word-count", "text": text}),
-            TaskCommand::Sha256 { text } => json!({"kind": "sha256", "text": text}),
+            TaskCommand::WordCount { text } => json!({"kind": "word-count", "text": text.read()?}),
+            TaskCommand::Sha256 { text } => json!({"kind": "sha256", "text": text.read()?}),
             TaskCommand::PrimeCount { limit, list } => match (limit, list.read()?) {
                 (Some(limit), _) => json!({"kind": "prime-count", "limit": limit}),
                 (None, Some(numbers)) => json!({"kind": "prime-count-list", "numbers": numbers}),

@@ -25,7 +25,15 @@ pub mod exit {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) if error.use_stderr() && std::env::args().any(|arg| arg == "--json") => {
+            // A script that asked for JSON gets its usage error as JSON too.
+            let message = error.render().to_string();
+            return ExitCode::from(output::usage_error(message.trim_end(), true));
+        }
+        Err(error) => error.exit(),
+    };
     let server = matches!(
         cli.command,
         Command::Coordinator(_) | Command::Worker(_) | Command::Dev(_)

@@ -142,14 +142,20 @@ pub fn report_error(error: &CallError, as_json: bool) -> u8 {
 
 /// Prints a failed call as `kind` and returns `code`.
 pub fn report_error_as(error: &CallError, as_json: bool, kind: &str, code: u8) -> u8 {
-    let server_code = match error {
-        CallError::Client(ClientError::Server { code, .. }) => Some(*code),
-        _ => None,
+    let code_name = match error {
+        CallError::Client(ClientError::Server { code, .. }) => json!(code),
+        CallError::Client(ClientError::Rejected { .. }) => json!("SUBMIT_REJECTED"),
+        _ => serde_json::Value::Null,
     };
+    // Trying again later may succeed: admission was full, or no member could be reached.
+    let retryable = matches!(
+        error,
+        CallError::Client(ClientError::Rejected { .. } | ClientError::Unreachable { .. })
+    );
     if as_json {
         println!(
             "{}",
-            json!({ "error": { "kind": kind, "code": server_code, "message": error.to_string() } })
+            json!({ "error": { "kind": kind, "code": code_name, "retryable": retryable, "message": error.to_string() } })
         );
     } else {
         eprintln!("herder: {error}");
@@ -243,7 +249,7 @@ pub fn usage_error(message: &str, as_json: bool) -> u8 {
     if as_json {
         println!(
             "{}",
-            json!({ "error": { "kind": "usage", "message": message } })
+            json!({ "error": { "kind": "usage", "code": null, "retryable": false, "message": message } })
         );
     } else {
         eprintln!("herder: {message}");

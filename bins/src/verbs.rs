@@ -9,7 +9,7 @@ use herder_core::client::{ClientConfig, ClientError};
 use herder_core::coordinator::CoordinatorConfig;
 use herder_core::ids::{JobId, NodeId, WorkerId};
 use herder_core::job::JobState;
-use herder_core::limits::DIAL_ADDRESSES_MAX;
+use herder_core::limits::{DIAL_ADDRESSES_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
 use herder_core::protocol::{ClusterView, JobView, Partitions};
 use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
@@ -379,15 +379,29 @@ pub async fn list(args: ListArgs) -> u8 {
             )
         }
     };
-    match client_for(&args.client).list(state, args.limit).await {
-        Ok(jobs) => {
+    // One more than asked tells whether the listing stopped at the limit.
+    let asked = args.limit.unwrap_or(LIST_LIMIT_DEFAULT).min(LIST_LIMIT_MAX);
+    let fetch = (asked + 1).min(LIST_LIMIT_MAX);
+    match client_for(&args.client).list(state, Some(fetch)).await {
+        Ok(mut jobs) => {
+            let more = jobs.len() > asked as usize;
+            let maybe_more = !more && asked == LIST_LIMIT_MAX && jobs.len() == asked as usize;
+            jobs.truncate(asked as usize);
             if as_json {
                 println!(
                     "{}",
-                    json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() })
+                    json!({
+                        "jobs": jobs.iter().map(job_json).collect::<Vec<_>>(),
+                        "truncated": more || maybe_more,
+                    })
                 );
             } else {
                 print!("{}", jobs_for_people(&jobs));
+                if more || maybe_more {
+                    eprintln!(
+                        "herder: stopped at the limit of {asked} jobs; there may be more (--limit, at most {LIST_LIMIT_MAX}, or --state to narrow)"
+                    );
+                }
             }
             exit::OK
         }

@@ -430,7 +430,30 @@ fn admission_rejections_exit_3() {
     );
     let rejected = submit(&["--json"]);
     assert_eq!(code(&rejected), 3);
-    assert_eq!(stdout_json(&rejected)["error"]["kind"], "rejected");
+    let error = &stdout_json(&rejected)["error"];
+    assert_eq!(error["kind"], "rejected");
+    assert_eq!(error["code"], "SUBMIT_REJECTED");
+    assert_eq!(error["retryable"], true);
+    // A bench whose every submission is refused says so with exit 3.
+    let bench = herder(&[
+        "bench",
+        "--jobs",
+        "3",
+        "--concurrency",
+        "1",
+        "--task",
+        "sleep",
+        "--json",
+        "--coordinator",
+        server.client_addr.as_str(),
+    ]);
+    assert_eq!(
+        code(&bench),
+        3,
+        "{}",
+        String::from_utf8_lossy(&bench.stderr)
+    );
+    assert_eq!(stdout_json(&bench)["rejected"], 3);
     // Opt-in retries still give up (nothing frees the slot) and report the rejection.
     assert_eq!(
         code(&submit(&[
@@ -441,6 +464,89 @@ fn admission_rejections_exit_3() {
         ])),
         3
     );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn usage_errors_are_json_when_json_is_asked_for() {
+    let output = herder(&["submit", "sleep", "--json"]);
+    assert_eq!(code(&output), 2);
+    let error = &stdout_json(&output)["error"];
+    assert_eq!(error["kind"], "usage");
+    assert_eq!(error["retryable"], false);
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--milliseconds")),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_text_comes_from_a_file_or_standard_input_and_a_listing_says_when_it_stopped() {
+    use std::io::Write;
+    let (server, dir) = dev_cluster("text-file");
+    let at = server.client_addr.as_str();
+    let file = dir.join("words.txt");
+    std::fs::write(&file, "one two three four").expect("write the text file");
+    let from_file = herder(&[
+        "submit",
+        "--wait",
+        "--json",
+        "word-count",
+        "--text-file",
+        file.to_str().expect("utf-8"),
+        "--coordinator",
+        at,
+    ]);
+    assert_eq!(
+        code(&from_file),
+        0,
+        "{}",
+        String::from_utf8_lossy(&from_file.stderr)
+    );
+    assert_eq!(stdout_json(&from_file)["job"]["result"]["words"], 4);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_herder"))
+        .args([
+            "submit",
+            "--wait",
+            "--json",
+            "word-count",
+            "--text-file",
+            "-",
+        ])
+        .args(["--coordinator", at])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn herder");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"a b")
+        .expect("write stdin");
+    let from_stdin = child.wait_with_output().expect("herder exits");
+    assert_eq!(
+        code(&from_stdin),
+        0,
+        "{}",
+        String::from_utf8_lossy(&from_stdin.stderr)
+    );
+    assert_eq!(stdout_json(&from_stdin)["job"]["result"]["words"], 2);
+    // --text and --text-file are one or the other.
+    let both = herder(&["submit", "sha256", "--text", "x", "--text-file", "-"]);
+    assert_eq!(code(&both), 2);
+    // Two jobs exist: a listing limited to one says it stopped there; one of two does not.
+    let one = herder(&["list", "--limit", "1", "--json", "--coordinator", at]);
+    assert_eq!(stdout_json(&one)["truncated"], true);
+    assert_eq!(stdout_json(&one)["jobs"].as_array().map(Vec::len), Some(1));
+    let all = herder(&["list", "--limit", "2", "--json", "--coordinator", at]);
+    assert_eq!(stdout_json(&all)["truncated"], false);
+    let people = herder(&["list", "--limit", "1", "--coordinator", at]);
+    assert!(String::from_utf8_lossy(&people.stderr).contains("stopped at the limit of 1"));
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
