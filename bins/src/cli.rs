@@ -252,6 +252,10 @@ pub struct NumberList {
     /// A file of numbers (CSV-like: header lines, `,` `;` and whitespace separators).
     #[arg(long)]
     pub file: Option<std::path::PathBuf>,
+    /// The column of --file that holds the numbers, by header name or 1-based position
+    /// (required when the header names several columns).
+    #[arg(long, requires = "file")]
+    pub column: Option<herder_core::dataparallel::Column>,
 }
 
 /// A task's text, inline or from a file (a shell refuses long arguments well before the task
@@ -308,7 +312,11 @@ impl NumberList {
             },
             (None, None) => return Ok(None),
         };
-        herder_core::dataparallel::parse_numbers(&text)
+        let parsed = match &self.column {
+            Some(column) => herder_core::dataparallel::parse_column(&text, column),
+            None => herder_core::dataparallel::parse_numbers(&text),
+        };
+        parsed
             .map(Some)
             .map_err(|error| format!("{source}: {error}"))
     }

@@ -93,8 +93,24 @@ fn bad_data_parallel_input_is_refused_with_its_position() {
     let file = dir.join("numbers.csv");
     std::fs::write(&file, "value\n1, 2;3\n4 5 six\n").expect("write the file");
     let file = file.to_str().expect("utf-8 path").to_owned();
-    let cases: [(&[&str], &str); 8] = [
+    let table = dir.join("table.csv");
+    std::fs::write(&table, "id,value\n1,10\n2,x\n").expect("write the table");
+    let table = table.to_str().expect("utf-8 path").to_owned();
+    let cases: [(&[&str], &str); 11] = [
         (&["submit", "max", "--file", &file], "line 3, column 5"),
+        // A table's id column is not data: a column must be chosen, and must exist.
+        (
+            &["submit", "max", "--file", &table],
+            "choose one with --column",
+        ),
+        (
+            &["submit", "max", "--file", &table, "--column", "price"],
+            "no column \"price\"",
+        ),
+        (
+            &["submit", "max", "--file", &table, "--column", "value"],
+            "line 3, column 2",
+        ),
         (
             &["submit", "prime-count", "--numbers", "2,x"],
             "line 1, column 3",
@@ -134,6 +150,17 @@ fn bad_data_parallel_input_is_refused_with_its_position() {
         assert_eq!(code(&output), 2, "{args:?}: {stderr}");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
+    // The chosen column of a well-formed table passes validation (and then finds nobody).
+    std::fs::write(dir.join("table.csv"), "id,value\n1,10\n2,20\n").expect("rewrite");
+    let output = herder(&[
+        "submit", "max", "--file", &table, "--column", "2", nowhere[0], nowhere[1],
+    ]);
+    assert_eq!(
+        code(&output),
+        4,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

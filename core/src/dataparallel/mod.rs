@@ -14,6 +14,6 @@ pub mod numbers;
 pub mod partition;
 pub mod primes;
 
-pub use numbers::{parse_numbers, NumbersError, NUMBERS_MAX};
+pub use numbers::{parse_column, parse_numbers, Column, NumbersError, NUMBERS_MAX};
 pub use partition::{split_list, split_range};
 pub use primes::{is_prime, primes_in_range, PrimeStats};

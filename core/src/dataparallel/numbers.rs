@@ -3,8 +3,10 @@
 //! Numbers are optionally signed ASCII decimal integers that fit `i64`, separated by `,`, `;` or
 //! any whitespace in any mix; empty fields (`1,,2`, a trailing comma) are skipped. Blank lines and
 //! lines whose first non-blank character is `#` are skipped anywhere; lines before the first
-//! number whose tokens all start with a letter (`value`, `id;label`) are headers and skipped.
-//! Anything else is an error that says where it is, so a user can fix the file.
+//! number whose tokens all start with a letter (`value`) are headers and skipped. A header that
+//! names several columns (`id,value`) is refused unless one column is chosen ([`parse_column`]):
+//! counting every field would mix ids with values. Anything else is an error that says where it
+//! is, so a user can fix the file.
 
 /// Most numbers one list may hold. The frame limit usually binds first: a 1 MiB frame holds at
 /// most about 500,000 numbers as a JSON array.
@@ -46,12 +48,69 @@ pub enum NumbersError {
         /// The most numbers allowed.
         max: usize,
     },
+    /// The header names several columns and no column was chosen: counting them all would
+    /// mix, say, ids with values.
+    #[error("the header names {} columns ({}); choose one with --column NAME or --column N", columns.len(), columns.join(", "))]
+    SeveralColumns {
+        /// The header's column names.
+        columns: Vec<String>,
+    },
+    /// The chosen column is not in the header (or there is no header to find a name in).
+    #[error("there is no column {column:?} (the header names: {})", if header.is_empty() { "none, there is no header line".to_string() } else { header.join(", ") })]
+    NoSuchColumn {
+        /// The column asked for.
+        column: String,
+        /// The header's column names (empty without a header).
+        header: Vec<String>,
+    },
+    /// A data line has fewer fields than the chosen column's position.
+    #[error("line {line} has no column {column} (it has {fields} fields)")]
+    MissingField {
+        /// Line of the row.
+        line: usize,
+        /// The chosen column, 1-based.
+        column: usize,
+        /// Fields the row has.
+        fields: usize,
+    },
 }
 
-/// Parses a number list; see the module documentation for the format.
+/// Which column of a table holds the numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Column {
+    /// The column the header names so.
+    Named(String),
+    /// The n-th field of every row, 1-based.
+    Position(usize),
+}
+
+impl std::str::FromStr for Column {
+    type Err = String;
+
+    /// A positive number is a position; anything else is a name.
+    fn from_str(raw: &str) -> Result<Column, String> {
+        let raw = raw.trim();
+        match raw.parse::<usize>() {
+            Ok(0) => Err("columns are numbered from 1".to_string()),
+            Ok(n) => Ok(Column::Position(n)),
+            Err(_) if raw.is_empty() => Err("a column needs a name or a number".to_string()),
+            Err(_) => Ok(Column::Named(raw.to_string())),
+        }
+    }
+}
+
+/// Parses a number list; see the module documentation for the format. A header naming several
+/// columns is refused: use [`parse_column`] to pick one.
 pub fn parse_numbers(text: &str) -> Result<Vec<i64>, NumbersError> {
     // Spreadsheet exports often start with a byte-order mark; it is not part of a token.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if let Some((_, header)) = header_line(text) {
+        if header.len() > 1 {
+            return Err(NumbersError::SeveralColumns {
+                columns: header.into_iter().map(echo).collect(),
+            });
+        }
+    }
     let mut numbers = Vec::new();
     let mut in_data = false;
     // '\r' of a CRLF ending is whitespace, so splitting on '\n' handles both endings.
@@ -93,6 +152,97 @@ pub fn parse_numbers(text: &str) -> Result<Vec<i64>, NumbersError> {
         }
     }
     Ok(numbers)
+}
+
+/// The numbers of one column of a table: rows split on the header's delimiter (the first of
+/// `,` `;` and tab it holds, else runs of whitespace), or the first data row's without a header.
+/// Blank and `#` lines are skipped as in [`parse_numbers`]; every other row must have the
+/// column, and its field must be a number.
+pub fn parse_column(text: &str, column: &Column) -> Result<Vec<i64>, NumbersError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let header = header_line(text);
+    let position = match (column, &header) {
+        (Column::Position(n), _) => *n,
+        (Column::Named(name), Some((_, names))) => {
+            match names.iter().position(|n| n.eq_ignore_ascii_case(name)) {
+                Some(i) => i + 1,
+                None => {
+                    return Err(NumbersError::NoSuchColumn {
+                        column: echo(name),
+                        header: names.iter().map(|n| echo(n)).collect(),
+                    })
+                }
+            }
+        }
+        (Column::Named(name), None) => {
+            return Err(NumbersError::NoSuchColumn {
+                column: echo(name),
+                header: Vec::new(),
+            })
+        }
+    };
+    let header_index = header.as_ref().map(|(index, _)| *index);
+    let mut delimiter = header_index
+        .and_then(|i| text.split('\n').nth(i))
+        .map(delimiter_of);
+    let mut numbers = Vec::new();
+    for (index, line) in text.split('\n').enumerate() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') || Some(index) == header_index {
+            continue;
+        }
+        let delimiter = *delimiter.get_or_insert_with(|| delimiter_of(line));
+        let fields: Vec<&str> = match delimiter {
+            Some(d) => line.split(d).map(str::trim).collect(),
+            None => line.split_whitespace().collect(),
+        };
+        let Some(field) = fields.get(position - 1) else {
+            return Err(NumbersError::MissingField {
+                line: index + 1,
+                column: position,
+                fields: fields.len(),
+            });
+        };
+        let number = parse_token(field).map_err(|bad| {
+            let (line, column, token) = (index + 1, position, echo(field));
+            match bad {
+                BadNumber::NotAnInteger => NumbersError::BadToken {
+                    line,
+                    column,
+                    token,
+                },
+                BadNumber::OutOfRange => NumbersError::OutOfRange {
+                    line,
+                    column,
+                    token,
+                },
+            }
+        })?;
+        if numbers.len() == NUMBERS_MAX {
+            return Err(NumbersError::TooMany { max: NUMBERS_MAX });
+        }
+        numbers.push(number);
+    }
+    Ok(numbers)
+}
+
+/// The first line that is neither blank nor a comment, if every token of it starts with a
+/// letter: its index and its tokens.
+fn header_line(text: &str) -> Option<(usize, Vec<&str>)> {
+    let (index, line) = text.split('\n').enumerate().find(|(_, line)| {
+        let line = line.trim_start();
+        !line.starts_with('#') && Tokens::new(line).next().is_some()
+    })?;
+    let tokens: Vec<&str> = Tokens::new(line).map(|(_, token)| token).collect();
+    tokens
+        .iter()
+        .all(|token| token.starts_with(char::is_alphabetic))
+        .then_some((index, tokens))
+}
+
+/// The field delimiter of a row: the first of `,` `;` and tab it holds (`None`: whitespace).
+fn delimiter_of(line: &str) -> Option<char> {
+    [',', ';', '\t'].into_iter().find(|d| line.contains(*d))
 }
 
 enum BadNumber {
@@ -222,7 +372,11 @@ mod tests {
     #[test]
     fn headers_and_comments() {
         assert_eq!(parse("value\n1\n2\n"), [1, 2]);
-        assert_eq!(parse("id;label\r\n1;2\r\n"), [1, 2]);
+        // Several columns under a header: which one is meant must be said.
+        assert!(matches!(
+            parse_numbers("id;label\r\n1;2\r\n"),
+            Err(NumbersError::SeveralColumns { .. })
+        ));
         assert_eq!(parse("\u{feff}value\n1"), [1]);
         assert_eq!(
             parse("# numbers\n\nvalue\n  # units: none\nGröße, x_1\n1\n # 5, 6\n2"),
@@ -281,6 +435,66 @@ mod tests {
     }
 
     #[test]
+    fn a_header_of_several_columns_needs_a_column_chosen() {
+        let table = "id,value\n1,10\n2,-20\n\n# a comment\n3,30\n";
+        assert_eq!(
+            parse_numbers(table),
+            Err(NumbersError::SeveralColumns {
+                columns: vec!["id".into(), "value".into()]
+            })
+        );
+        let named = Column::Named("Value".into());
+        assert_eq!(parse_column(table, &named), Ok(vec![10, -20, 30]));
+        assert_eq!(parse_column(table, &Column::Position(1)), Ok(vec![1, 2, 3]));
+        assert_eq!(
+            parse_column(table, &Column::Named("price".into())),
+            Err(NumbersError::NoSuchColumn {
+                column: "price".into(),
+                header: vec!["id".into(), "value".into()]
+            })
+        );
+        assert_eq!(
+            parse_column(table, &Column::Position(3)),
+            Err(NumbersError::MissingField {
+                line: 2,
+                column: 3,
+                fields: 2
+            })
+        );
+        // Semicolons, tabs and whitespace delimit too; empty fields keep their place.
+        assert_eq!(
+            parse_column("a;b;c\n1;;3\n4;5;6\n", &Column::Position(3)),
+            Ok(vec![3, 6])
+        );
+        assert_eq!(
+            parse_column("1\t2\n3\t4\n", &Column::Position(2)),
+            Ok(vec![2, 4])
+        );
+        assert_eq!(
+            parse_column("1 2\n3 4\n", &Column::Position(1)),
+            Ok(vec![1, 3])
+        );
+        assert!(matches!(
+            parse_column("a,b\n1,x\n", &Column::Position(2)),
+            Err(NumbersError::BadToken {
+                line: 2,
+                column: 2,
+                ..
+            })
+        ));
+        // A name needs a header to be found in.
+        assert!(matches!(
+            parse_column("1,2\n", &Column::Named("value".into())),
+            Err(NumbersError::NoSuchColumn { header, .. }) if header.is_empty()
+        ));
+        // One column under a header is a plain list, as before.
+        assert_eq!(parse_numbers("value\n1\n2\n"), Ok(vec![1, 2]));
+        assert_eq!("2".parse::<Column>(), Ok(Column::Position(2)));
+        assert_eq!("value".parse::<Column>(), Ok(Column::Named("value".into())));
+        assert!("0".parse::<Column>().is_err());
+    }
+
+    #[test]
     fn too_many() {
         let most = "0,".repeat(NUMBERS_MAX);
         assert_eq!(parse_numbers(&most).map(|n| n.len()), Ok(NUMBERS_MAX));
@@ -298,7 +512,7 @@ mod tests {
                 prop::sample::select(vec![",", ";", " ", "\t", "\n", "\r\n", ", ", " ; ", ",,", "\n\n"]),
                 40,
             ),
-            header in prop::sample::select(vec!["", "value\n", "id;label\r\n", "# data\n"]),
+            header in prop::sample::select(vec!["", "value\n", "Label\r\n", "# data\n"]),
         ) {
             let mut text = header.to_string();
             for (number, separator) in numbers.iter().zip(&separators) {
@@ -320,6 +534,8 @@ mod tests {
                     prop_assert_eq!(found, token);
                 }
                 Err(NumbersError::TooMany { .. }) => prop_assert!(false, "too many"),
+                Err(NumbersError::SeveralColumns { columns }) => prop_assert!(columns.len() > 1),
+                Err(other) => prop_assert!(false, "{other} without a column chosen"),
             }
         }
 
