@@ -34,7 +34,7 @@ const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_millis(2_000);
 /// How long `herder cluster` waits for one member's answer.
 const CLUSTER_REPLY_TIMEOUT: Duration = Duration::from_millis(5_000);
 
-/// `7070` means every interface on port 7070; `host:port` is taken as given.
+/// `7070` means port 7070 on `default_host`; `host:port` is taken as given.
 pub fn parse_listen_addr(raw: &str, default_host: &str) -> Result<SocketAddr, String> {
     let text = if raw.chars().all(|c| c.is_ascii_digit()) {
         format!("{default_host}:{raw}")
@@ -43,6 +43,35 @@ pub fn parse_listen_addr(raw: &str, default_host: &str) -> Result<SocketAddr, St
     };
     text.parse()
         .map_err(|_| format!("{raw:?} is not a port or an IP:port address"))
+}
+
+/// Where to listen for the other members when --peer-port is not given: the host of this
+/// member's own --peers entry (an address, or a name resolved now), on its port.
+fn own_peer_addr(host: &str, port: u16) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| {
+            format!("cannot resolve {host:?}, this member's own --peers host; give --peer-port HOST:PORT")
+        })
+}
+
+/// Herder authenticates nobody yet: say so when a port is open beyond this machine.
+fn warn_if_reachable_from_elsewhere(addrs: &[Option<SocketAddr>]) {
+    for addr in addrs.iter().flatten() {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(
+                %addr,
+                "Listening beyond this machine: anyone who can reach this port can submit and cancel jobs or pose as a worker or a member (Herder has no authentication yet); firewall it to trusted hosts"
+            );
+        }
+    }
 }
 
 /// The replication heartbeat for an election timeout: the default 50 ms, or a third of the
@@ -121,8 +150,9 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         return usage_error(&error.to_string(), false);
     }
     let (worker_addr, client_addr) = match (
-        parse_listen_addr(&args.worker_port, "0.0.0.0"),
-        parse_listen_addr(&args.client_port, "0.0.0.0"),
+        // Loopback unless told otherwise: nothing authenticates a worker or a client yet.
+        parse_listen_addr(&args.worker_port, "127.0.0.1"),
+        parse_listen_addr(&args.client_port, "127.0.0.1"),
     ) {
         (Ok(w), Ok(c)) => (w, c),
         (Err(e), _) | (_, Err(e)) => return usage_error(&e, false),
@@ -130,13 +160,41 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
     // Others dial the port of this member's own --peers entry, so that is where it listens
     // unless told otherwise.
     let peer_addr = match (&args.peer_port, &group) {
-        (Some(raw), _) => match parse_listen_addr(raw, "0.0.0.0") {
+        (Some(raw), _) => match parse_listen_addr(raw, "127.0.0.1") {
             Ok(addr) => Some(addr),
             Err(e) => return usage_error(&e, false),
         },
-        (None, Some(group)) => Some(SocketAddr::from(([0, 0, 0, 0], group.me.port))),
+        // The address the others dial: this member's own --peers entry, resolved.
+        (None, Some(group)) => match own_peer_addr(&group.me.host, group.me.port) {
+            Ok(addr) => Some(addr),
+            Err(e) => return usage_error(&e, false),
+        },
         (None, None) => None,
     };
+    if let Some(group) = &group {
+        // Members send clients and workers to this member's --peers host: it must listen there.
+        let advertised = own_peer_addr(&group.me.host, group.me.port)
+            .ok()
+            .map(|a| a.ip());
+        for (addr, flag) in [
+            (worker_addr, "--worker-port"),
+            (client_addr, "--client-port"),
+        ] {
+            if advertised.is_some_and(|ip| !ip.is_loopback()) && addr.ip().is_loopback() {
+                return usage_error(
+                    &format!(
+                        "{flag} listens on {addr}, but the group sends clients and workers to {}, this member's --peers host; give {flag} {}:{} (or 0.0.0.0:{})",
+                        group.me.host,
+                        group.me.host,
+                        addr.port(),
+                        addr.port()
+                    ),
+                    false,
+                );
+            }
+        }
+    }
+    warn_if_reachable_from_elsewhere(&[Some(worker_addr), Some(client_addr), peer_addr]);
     let mut options = coordinator::CoordinatorOptions {
         config,
         data_dir: args.data_dir,

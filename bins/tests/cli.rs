@@ -180,7 +180,17 @@ fn an_unreachable_coordinator_exits_4_without_hanging() {
 #[test]
 fn bad_group_flags_are_refused_with_exit_2_and_what_is_wrong() {
     // Nothing is bound or written: every case is refused before the coordinator starts.
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
+        // Loopback by default, yet the group would send clients to 10.0.0.1.
+        (
+            &[
+                "--id",
+                "c1",
+                "--peers",
+                "c1=10.0.0.1:7072,c2=10.0.0.2:7072,c3=10.0.0.3:7072",
+            ],
+            "--worker-port listens on 127.0.0.1:7070, but the group sends clients and workers to 10.0.0.1",
+        ),
         (
             &["--peers", "c2=127.0.0.1:7072,c3=127.0.0.1:7082"],
             "--id coordinator-1 is not in --peers (c2, c3)",
