@@ -79,7 +79,7 @@ pub use registry::WorkerEntry;
 use crate::command::{JobTable, TableError};
 use crate::ids::{ConnectionId, LogIndex, NodeId};
 use crate::job::Job;
-use crate::protocol::codec::FrameError;
+use crate::protocol::codec::{FrameError, WireMessage};
 use crate::protocol::{
     ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, PeerMessage, WorkerToCoordinator,
 };
@@ -357,7 +357,7 @@ impl Coordinator {
         let m = &mut self.member;
         m.advance_clock(now);
         let code = ErrorCode::from(error);
-        let message = error.to_string();
+        let message = wrong_port_hint(link, error).unwrap_or_else(|| error.to_string());
         m.event(Event::MalformedFrame {
             conn,
             error: message.clone(),
@@ -449,6 +449,23 @@ impl Coordinator {
                 leader.on_entry_applied(&mut self.member, &entry, outcome);
             }
         }
+    }
+}
+
+/// A message of the other link's kind names the likely mistake: a worker pointed at the client
+/// port, or a client at the worker port.
+fn wrong_port_hint(link: Link, error: &FrameError) -> Option<String> {
+    let FrameError::UnknownType { type_name } = error else {
+        return None;
+    };
+    match link {
+        Link::Client if WorkerToCoordinator::is_known_type(type_name) => Some(format!(
+            "{type_name} is a worker's message, but this is the coordinator's client port: point the worker at the worker port (7070 by default)"
+        )),
+        Link::Worker if ClientRequest::is_known_type(type_name) => Some(format!(
+            "{type_name} is a client's request, but this is the coordinator's worker port: point the client at the client port (7071 by default)"
+        )),
+        _ => None,
     }
 }
 

@@ -1793,6 +1793,42 @@ fn bad_registrations_and_unregistered_traffic_are_refused() {
 }
 
 #[test]
+fn a_worker_at_the_client_port_or_a_client_at_the_worker_port_is_told_so() {
+    let mut h = Harness::new();
+    let register = FrameError::UnknownType {
+        type_name: "REGISTER".into(),
+    };
+    h.c.handle_malformed(h.now, ConnectionId(60), Link::Client, &register);
+    let submit = FrameError::UnknownType {
+        type_name: "SUBMIT".into(),
+    };
+    h.c.handle_malformed(h.now, ConnectionId(61), Link::Worker, &submit);
+    h.pump();
+    let messages: Vec<(ConnectionId, String)> = h
+        .take()
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::ToClient {
+                conn,
+                message: ClientReply::Error { message, .. },
+            } => Some((conn, message)),
+            Output::ToWorker {
+                conn,
+                message: CoordinatorToWorker::Error { message, .. },
+            } => Some((conn, message)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(messages
+        .iter()
+        .any(|(c, m)| *c == ConnectionId(60) && m.contains("point the worker at the worker port")));
+    assert!(messages
+        .iter()
+        .any(|(c, m)| *c == ConnectionId(61) && m.contains("point the client at the client port")));
+}
+
+#[test]
 fn a_malformed_frame_gets_a_typed_error_and_the_worker_is_dropped() {
     let mut h = Harness::new();
     h.register("w1", 1);
