@@ -52,6 +52,10 @@ pub enum Record {
 pub struct PersistBatch {
     pub id: BatchId,
     pub records: Vec<Record>,
+    /// Encoded bytes of the log entries among `records`: what a driver bounds (with
+    /// [`crate::coordinator::Coordinator::unwritten_bytes`]) to keep a slow disk from letting
+    /// proposals pile up in memory.
+    pub entry_bytes: u64,
 }
 
 /// What a coordinator finds on its disk at start.

@@ -11,10 +11,13 @@
 //!                                            └─> tracing (events)
 //! ```
 //!
-//! The driver is the only code that touches the `Coordinator`. It waits for the next input, the
-//! next timer, a durability report or shutdown; feeds it in; and performs every output. The store
-//! thread takes every batch queued while it was busy and commits them in one transaction, then
-//! reports the highest batch id durable.
+//! The driver is the only code that touches the `Coordinator`. It runs due timers first, then
+//! waits for the next input, the next timer, a durability report or shutdown; feeds it in; and
+//! performs every output. Inputs come on two queues, workers and members on one and clients on
+//! the other, each bounded in messages and (through the readers' budgets) in bytes; while too
+//! many log bytes wait for the disk the driver leaves the client queue alone, so clients are
+//! pushed back by TCP and results keep flowing. The store thread takes every batch queued while
+//! it was busy and commits them in one transaction, then reports the highest batch id durable.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -36,13 +39,23 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::clock::{os_seed, sleep_until, Clock};
-use crate::net::{open_connection, Inbound, Outbound, SendError};
+use crate::net::{open_connection, Inbound, InputBudget, InputBytes, Outbound, SendError};
 use crate::peer::{self, Greeting, PeerLinks};
 use crate::store::{Store, StoreError};
 
-/// Inputs waiting for the driver before readers are made to wait (TCP backpressure).
+/// Inputs waiting for the driver on each of its two queues (workers and members; clients)
+/// before readers are made to wait (TCP backpressure).
 const INPUT_QUEUE_MAX: usize = 16_384;
-/// Inputs the driver takes in one go before draining outputs.
+/// Bytes of received frames the worker readers, and the client readers, may have queued for the
+/// driver: beyond them a reader stops reading until the driver catches up, so the queues hold
+/// at most this much whatever the frame sizes.
+const WORKER_INPUT_BYTES_MAX: u32 = 16 * 1024 * 1024;
+const CLIENT_INPUT_BYTES_MAX: u32 = 64 * 1024 * 1024;
+/// Encoded log-entry bytes waiting for the disk beyond which the driver stops taking client
+/// requests (workers' results and heartbeats, and other members' messages, keep flowing)
+/// until the store catches up.
+const UNWRITTEN_BYTES_MAX: u64 = 32 * 1024 * 1024;
+/// Inputs the driver takes in one go before draining outputs and running due timers.
 const INPUT_BURST_MAX: usize = 512;
 
 #[derive(Clone, Debug)]
@@ -84,8 +97,9 @@ pub enum CoordinatorError {
 
 enum Input {
     Opened(ConnectionId, Outbound),
-    Worker(ConnectionId, Inbound<WorkerToCoordinator>),
-    Client(ConnectionId, Inbound<ClientRequest>),
+    /// A message and the input budget its frame holds until it has been handled.
+    Worker(ConnectionId, Inbound<WorkerToCoordinator>, InputBytes),
+    Client(ConnectionId, Inbound<ClientRequest>, InputBytes),
     /// A message from another member, tagged with the member its connection's `HELLO` named.
     Peer(NodeId, PeerMessage),
 }
@@ -255,7 +269,10 @@ pub async fn start_on(
         }
     });
 
+    // Workers and members on one queue, clients on another: the driver can stop taking client
+    // requests while the disk catches up without holding back results and heartbeats.
     let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE_MAX);
+    let (client_tx, client_rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let next_conn = Arc::new(AtomicU64::new(1));
     let worker_accept = tokio::spawn(
@@ -264,6 +281,7 @@ pub async fn start_on(
             Link::Worker,
             max_frame_bytes,
             input_tx.clone(),
+            InputBudget::new(WORKER_INPUT_BYTES_MAX),
             next_conn.clone(),
             shutdown_rx.clone(),
         )
@@ -274,7 +292,8 @@ pub async fn start_on(
             client_listener,
             Link::Client,
             max_frame_bytes,
-            input_tx.clone(),
+            client_tx,
+            InputBudget::new(CLIENT_INPUT_BYTES_MAX),
             next_conn,
             shutdown_rx.clone(),
         )
@@ -311,7 +330,9 @@ pub async fn start_on(
                 batches: batch_tx,
                 peers: peer_links,
             };
-            let result = driver.run(input_rx, durable_rx, shutdown_rx).await;
+            let result = driver
+                .run(input_rx, client_rx, durable_rx, shutdown_rx)
+                .await;
             // However the driver ended, every task serving a connection stops with it.
             let _ = stopped.send(true);
             worker_accept.abort();
@@ -369,6 +390,7 @@ async fn accept_loop(
     link: Link,
     max_frame_bytes: usize,
     inputs: mpsc::Sender<Input>,
+    budget: InputBudget,
     next_conn: Arc<AtomicU64>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -392,13 +414,18 @@ async fn accept_loop(
         if inputs.send(Input::Opened(conn, outbound)).await.is_err() {
             return;
         }
+        let budget = budget.clone();
         match link {
-            Link::Worker => {
-                reader.start(inputs.clone(), move |inbound| Input::Worker(conn, inbound))
-            }
-            Link::Client => {
-                reader.start(inputs.clone(), move |inbound| Input::Client(conn, inbound))
-            }
+            Link::Worker => reader.start_budgeted(
+                inputs.clone(),
+                move |inbound, bytes| Input::Worker(conn, inbound, bytes),
+                budget,
+            ),
+            Link::Client => reader.start_budgeted(
+                inputs.clone(),
+                move |inbound, bytes| Input::Client(conn, inbound, bytes),
+                budget,
+            ),
         }
     }
 }
@@ -438,15 +465,26 @@ impl Driver {
     async fn run(
         mut self,
         mut inputs: mpsc::Receiver<Input>,
+        mut clients: mpsc::Receiver<Input>,
         mut durable: mpsc::UnboundedReceiver<Result<BatchId, String>>,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), CoordinatorError> {
         self.drain()?;
         loop {
+            // Timers first, whatever the input rate: each turn of the loop takes at most one
+            // burst of inputs, so heartbeat loss, lease deadlines, retries and waits are never
+            // held back by a flood.
             let timer = self
                 .coordinator
                 .poll_timeout()
                 .map(|at| self.clock.deadline(at));
+            if timer.is_some_and(|at| at <= tokio::time::Instant::now()) {
+                self.coordinator.handle_timeout(self.clock.now());
+                self.drain()?;
+                continue;
+            }
+            // While the disk is behind, client requests wait in their queue (and then in TCP).
+            let taking_clients = self.coordinator.unwritten_bytes() < UNWRITTEN_BYTES_MAX;
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => {
@@ -464,21 +502,30 @@ impl Driver {
                 input = inputs.recv() => {
                     let Some(input) = input else { return Ok(()) };
                     self.handle(input);
-                    for _ in 1..INPUT_BURST_MAX {
-                        match inputs.try_recv() {
-                            Ok(input) => self.handle(input),
-                            Err(_) => break,
-                        }
-                    }
-                    // Under a steady stream of inputs the timer branch below might never be
-                    // polled; elections and heartbeats must not wait for a quiet moment.
-                    if timer.is_some_and(|at| at <= tokio::time::Instant::now()) {
-                        self.coordinator.handle_timeout(self.clock.now());
-                    }
+                    self.take_burst(&mut inputs, false);
+                }
+                input = clients.recv(), if taking_clients => {
+                    let Some(input) = input else { return Ok(()) };
+                    self.handle(input);
+                    self.take_burst(&mut clients, true);
                 }
                 _ = sleep_until(timer) => self.coordinator.handle_timeout(self.clock.now()),
             }
             self.drain()?;
+        }
+    }
+
+    /// Handles what else is queued on `queue`, up to a burst (and, for the client queue, only
+    /// while the disk keeps up).
+    fn take_burst(&mut self, queue: &mut mpsc::Receiver<Input>, clients: bool) {
+        for _ in 1..INPUT_BURST_MAX {
+            if clients && self.coordinator.unwritten_bytes() >= UNWRITTEN_BYTES_MAX {
+                break;
+            }
+            match queue.try_recv() {
+                Ok(input) => self.handle(input),
+                Err(_) => break,
+            }
         }
     }
 
@@ -488,19 +535,21 @@ impl Driver {
             Input::Opened(conn, outbound) => {
                 self.conns.insert(conn, outbound);
             }
-            Input::Worker(conn, Inbound::Message(message)) => {
+            // The frame's budget is given back once its message is handled (`_bytes` drops).
+            Input::Worker(conn, Inbound::Message(message), _bytes) => {
                 self.coordinator.handle_worker_message(now, conn, message)
             }
-            Input::Client(conn, Inbound::Message(message)) => {
+            Input::Client(conn, Inbound::Message(message), _bytes) => {
                 self.coordinator.handle_client_message(now, conn, message)
             }
-            Input::Worker(conn, Inbound::Malformed(error)) => {
+            Input::Worker(conn, Inbound::Malformed(error), _) => {
                 self.malformed(conn, Link::Worker, &error)
             }
-            Input::Client(conn, Inbound::Malformed(error)) => {
+            Input::Client(conn, Inbound::Malformed(error), _) => {
                 self.malformed(conn, Link::Client, &error)
             }
-            Input::Worker(conn, Inbound::Closed(_)) | Input::Client(conn, Inbound::Closed(_)) => {
+            Input::Worker(conn, Inbound::Closed(_), _)
+            | Input::Client(conn, Inbound::Closed(_), _) => {
                 self.conns.remove(&conn);
                 self.coordinator.handle_closed(now, conn);
             }

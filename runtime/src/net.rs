@@ -16,7 +16,7 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 /// Bytes queued for one connection before it is treated as a stalled peer and closed.
 pub const OUTBOUND_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -70,6 +70,54 @@ impl Outbound {
     }
 }
 
+/// The bytes of one received frame, held against its reader's budget until dropped: an owner
+/// drops it once it has handled the message, so the messages queued for it never hold more
+/// than the budget.
+#[derive(Debug)]
+pub struct InputBytes {
+    _held: Option<OwnedSemaphorePermit>,
+}
+
+/// Bytes of received messages that the readers sharing it may have queued for their owner.
+#[derive(Clone, Debug)]
+pub struct InputBudget {
+    permits: Arc<Semaphore>,
+    bytes: u32,
+}
+
+impl InputBudget {
+    pub fn new(bytes: u32) -> InputBudget {
+        InputBudget {
+            permits: Arc::new(Semaphore::new(bytes as usize)),
+            bytes,
+        }
+    }
+
+    /// Bytes not held by any queued message.
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+
+    /// Holds `frame` bytes (at most the whole budget, so that any frame fits), waiting while
+    /// the budget is spent. `None` if the budget was closed.
+    async fn hold(&self, frame: usize) -> Option<InputBytes> {
+        let wanted = u32::try_from(frame)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.bytes.max(1));
+        let permit = self.permits.clone().acquire_many_owned(wanted).await.ok()?;
+        Some(InputBytes {
+            _held: Some(permit),
+        })
+    }
+}
+
+impl InputBytes {
+    /// Bytes held against no budget.
+    pub fn unbudgeted() -> InputBytes {
+        InputBytes { _held: None }
+    }
+}
+
 /// What a reader reports about its connection.
 #[derive(Debug)]
 pub enum Inbound<M> {
@@ -99,7 +147,28 @@ impl PendingReader {
             self.socket,
             self.max_frame_bytes,
             report,
+            move |inbound, _| wrap(inbound),
+            None,
+            self.closed,
+        ));
+    }
+
+    /// Like `start`, but every message first takes its frame's size from `budget` (shared by
+    /// the readers of one kind of connection), handed to `wrap` to be held until the message
+    /// is handled. While the budget is spent the reader stops reading, and TCP pushes back on
+    /// the sender.
+    pub fn start_budgeted<M, T, F>(self, report: mpsc::Sender<T>, wrap: F, budget: InputBudget)
+    where
+        M: WireMessage + Send + 'static,
+        T: Send + 'static,
+        F: Fn(Inbound<M>, InputBytes) -> T + Send + 'static,
+    {
+        tokio::spawn(read_loop(
+            self.socket,
+            self.max_frame_bytes,
+            report,
             wrap,
+            Some(budget),
             self.closed,
         ));
     }
@@ -192,11 +261,13 @@ async fn read_loop<M, T, F>(
     max_frame_bytes: usize,
     report: mpsc::Sender<T>,
     wrap: F,
+    budget: Option<InputBudget>,
     mut closed: watch::Receiver<bool>,
 ) where
     M: WireMessage,
-    F: Fn(Inbound<M>) -> T,
+    F: Fn(Inbound<M>, InputBytes) -> T,
 {
+    let none = InputBytes::unbudgeted;
     let mut decoder = FrameDecoder::new(max_frame_bytes);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let reason = loop {
@@ -209,20 +280,39 @@ async fn read_loop<M, T, F>(
             Ok(n) => {
                 decoder.extend(chunk.get(..n).unwrap_or_default());
                 loop {
+                    let buffered = decoder.buffered_len();
                     match decoder.next_message::<M>() {
                         Ok(Some(message)) => {
-                            if report.send(wrap(Inbound::Message(message))).await.is_err() {
+                            let frame = buffered.saturating_sub(decoder.buffered_len());
+                            let held = match &budget {
+                                None => InputBytes::unbudgeted(),
+                                Some(budget) => {
+                                    let held = tokio::select! {
+                                        held = budget.hold(frame) => held,
+                                        _ = closed.changed() => return,
+                                    };
+                                    match held {
+                                        Some(held) => held,
+                                        None => return,
+                                    }
+                                }
+                            };
+                            if report
+                                .send(wrap(Inbound::Message(message), held))
+                                .await
+                                .is_err()
+                            {
                                 return;
                             }
                         }
                         Ok(None) => break,
                         Err(error) => {
-                            let _ = report.send(wrap(Inbound::Malformed(error))).await;
+                            let _ = report.send(wrap(Inbound::Malformed(error), none())).await;
                             // Keep the socket until the owner closes it, so its error reply can
                             // still be written; then report the close.
                             let _ = closed.changed().await;
                             let _ = report
-                                .send(wrap(Inbound::Closed("malformed frame".into())))
+                                .send(wrap(Inbound::Closed("malformed frame".into()), none()))
                                 .await;
                             return;
                         }
@@ -232,7 +322,7 @@ async fn read_loop<M, T, F>(
             Err(error) => break error.to_string(),
         }
     };
-    let _ = report.send(wrap(Inbound::Closed(reason))).await;
+    let _ = report.send(wrap(Inbound::Closed(reason), none())).await;
 }
 
 /// Connects to `address` in the background. On success the connection's reader reports through
@@ -331,5 +421,59 @@ impl DialedConnection {
         if let Some((_, outbound)) = self.current.take() {
             outbound.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herder_core::protocol::WorkerToCoordinator;
+    use tokio::net::TcpListener;
+
+    #[tokio::test]
+    async fn a_reader_whose_budget_is_spent_reads_nothing_more_until_a_message_is_handled() {
+        let mut heartbeat = Vec::new();
+        encode_frame(&WorkerToCoordinator::Heartbeat {}, 1024, &mut heartbeat).expect("encode");
+        let frame = heartbeat.len();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut sender = TcpStream::connect(addr).await.expect("connect");
+        let (accepted, _) = listener.accept().await.expect("accept");
+        // Room for exactly three frames; five are sent at once.
+        let budget = InputBudget::new(u32::try_from(3 * frame).expect("small"));
+        let (report, mut received) = mpsc::channel(16);
+        let (_outbound, reader) = open_connection(accepted, 1024);
+        reader.start_budgeted(
+            report,
+            |inbound: Inbound<WorkerToCoordinator>, bytes| (inbound, bytes),
+            budget.clone(),
+        );
+        sender
+            .write_all(&heartbeat.repeat(5))
+            .await
+            .expect("send five frames");
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let (inbound, bytes) = received.recv().await.expect("a message");
+            assert!(matches!(
+                inbound,
+                Inbound::Message(WorkerToCoordinator::Heartbeat {})
+            ));
+            held.push(bytes);
+        }
+        // The three queued messages hold the whole budget, so the reader is waiting for room
+        // before it may report a fourth.
+        assert_eq!(budget.available(), 0);
+        assert!(
+            received.try_recv().is_err(),
+            "a fourth message with no room left"
+        );
+        // Handling one message gives its bytes back: the fourth arrives.
+        held.pop();
+        let (inbound, _bytes) = received.recv().await.expect("the fourth message");
+        assert!(matches!(
+            inbound,
+            Inbound::Message(WorkerToCoordinator::Heartbeat {})
+        ));
     }
 }

@@ -12,6 +12,7 @@ use crate::command::{Command, JobTable};
 use crate::ids::{ConnectionId, NodeId, RequestId};
 use crate::protocol::{ClientReply, CoordinatorToWorker, ErrorCode, LeaderHint};
 use crate::replica::{NotLeader, Proposal, Replica};
+use crate::storage::Record;
 use crate::time::Instant;
 
 pub(super) struct Member {
@@ -80,7 +81,11 @@ impl Member {
         let before = self.replica.records_taken();
         let records: Vec<_> = self.replica.take_records().collect();
         for (number, record) in (before + 1..).zip(records) {
-            if self.persistence.push(record, number) {
+            let entry_bytes = match &record {
+                Record::Log(entry) => self.replica.log().bytes_at(entry.index).unwrap_or(0) as u64,
+                _ => 0,
+            };
+            if self.persistence.push(record, number, entry_bytes) {
                 self.flush_batch_now();
             }
         }

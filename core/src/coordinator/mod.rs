@@ -317,6 +317,13 @@ impl Coordinator {
     }
 
     /// When `handle_timeout` should next be called.
+    /// Encoded bytes of log entries handed out for persistence (or about to be) and not yet
+    /// reported durable. A driver stops taking new client requests while this is above its
+    /// bound, so a slow disk cannot make proposals pile up in memory.
+    pub fn unwritten_bytes(&self) -> u64 {
+        self.member.persistence.unwritten_bytes()
+    }
+
     pub fn poll_timeout(&self) -> Option<Instant> {
         let leader = self.leader.as_ref().and_then(LeaderState::next_timer);
         let replica = self.member.replica.poll_timeout();

@@ -31,8 +31,13 @@ pub(super) struct Persistence {
     /// The applied index the last handed-out rows reflect.
     materialized: LogIndex,
     next_batch: u64,
-    /// Batches handed out and not yet durable: (id, consensus records up to and in it).
-    in_flight: VecDeque<(BatchId, u64)>,
+    /// Batches handed out and not yet durable: (id, consensus records up to and in it, entry
+    /// bytes in it).
+    in_flight: VecDeque<(BatchId, u64, u64)>,
+    /// Encoded bytes of the log entries in the open batch.
+    open_bytes: u64,
+    /// Encoded bytes of the log entries in `in_flight`.
+    in_flight_bytes: u64,
     /// Consensus records pushed so far (the replica's count of records taken, up to the last
     /// one pushed): what a batch closed now makes durable.
     consensus_records: u64,
@@ -47,19 +52,27 @@ impl Persistence {
             materialized,
             next_batch: 1,
             in_flight: VecDeque::new(),
+            open_bytes: 0,
+            in_flight_bytes: 0,
             consensus_records: 0,
         }
     }
 
+    /// Encoded bytes of the log entries handed out or about to be, and not yet durable.
+    pub(super) fn unwritten_bytes(&self) -> u64 {
+        self.open_bytes + self.in_flight_bytes
+    }
+
     /// Adds the `number`-th consensus record taken from the replica to the open batch. Returns
     /// true when the batch is full and should be handed out now.
-    pub(super) fn push(&mut self, record: Record, number: u64) -> bool {
+    pub(super) fn push(&mut self, record: Record, number: u64, entry_bytes: u64) -> bool {
         assert_eq!(
             number,
             self.consensus_records + 1,
             "consensus records are pushed one by one, in the order they were taken"
         );
         self.consensus_records = number;
+        self.open_bytes += entry_bytes;
         self.open_batch.push(record);
         self.open_batch.len() >= PERSIST_BATCH_RECORDS_MAX
     }
@@ -103,10 +116,14 @@ impl Persistence {
         let id = BatchId(self.next_batch);
         self.next_batch += 1;
         debug_assert!(self.consensus_records <= replica.records_taken());
-        self.in_flight.push_back((id, self.consensus_records));
+        let entry_bytes = std::mem::take(&mut self.open_bytes);
+        self.in_flight_bytes += entry_bytes;
+        self.in_flight
+            .push_back((id, self.consensus_records, entry_bytes));
         Some(PersistBatch {
             id,
             records: std::mem::take(&mut self.open_batch),
+            entry_bytes,
         })
     }
 
@@ -114,11 +131,12 @@ impl Persistence {
     /// makes durable, if any batch was newly acknowledged.
     pub(super) fn durable(&mut self, batch: BatchId) -> Option<u64> {
         let mut durable = None;
-        while let Some(&(id, records)) = self.in_flight.front() {
+        while let Some(&(id, records, bytes)) = self.in_flight.front() {
             if id > batch {
                 break;
             }
             self.in_flight.pop_front();
+            self.in_flight_bytes -= bytes;
             durable = Some(records);
         }
         durable

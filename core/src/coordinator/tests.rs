@@ -1229,6 +1229,33 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
     assert_eq!(h.c.table().active_jobs(), 5);
 }
 
+#[test]
+fn unwritten_bytes_count_the_entries_waiting_for_the_disk() {
+    let mut h = Harness::new();
+    h.hold_writes = true;
+    assert_eq!(h.c.unwritten_bytes(), 0);
+    let big = "x".repeat(10_000);
+    for _ in 0..3 {
+        let request_id = h.request_id();
+        h.client_says(ClientRequest::Submit {
+            partitions: None,
+            request_id,
+            task: sha(&big),
+            max_attempts: None,
+            idempotency_key: None,
+        });
+    }
+    let held: u64 = h.held.iter().map(|b| b.entry_bytes).sum();
+    assert!(held >= 30_000, "three 10 kB payloads are waiting: {held}");
+    assert_eq!(h.c.unwritten_bytes(), held);
+    h.release_one();
+    let after_one: u64 = h.held.iter().map(|b| b.entry_bytes).sum();
+    assert_eq!(h.c.unwritten_bytes(), after_one);
+    assert!(after_one < held);
+    h.release_writes();
+    assert_eq!(h.c.unwritten_bytes(), 0, "everything written");
+}
+
 /// `Submit` entries in the batches held back from the disk.
 fn held_submissions(h: &Harness) -> usize {
     h.held

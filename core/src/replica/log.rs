@@ -83,6 +83,11 @@ impl RaftLog {
         self.position(index).map(|i| &self.entries[i].entry)
     }
 
+    /// The encoded size of the entry at `index`, if this log holds it.
+    pub fn bytes_at(&self, index: LogIndex) -> Option<usize> {
+        self.position(index).map(|i| self.entries[i].bytes)
+    }
+
     /// Appends `entry`, which must be the next index.
     pub fn append(&mut self, entry: LogEntry) {
         assert_eq!(
