@@ -14,7 +14,7 @@ use crate::job::JobState;
 use crate::limits::{
     ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
     KEYED_RESENDS_PARKED_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PARTITIONS_MAX,
-    PARTITION_VIEW_BYTES_MAX, WAITERS_MAX, WAIT_MILLIS_MAX,
+    PARTITION_VIEW_BYTES_MAX, WAITERS_MAX, WAITERS_PER_CONNECTION_MAX, WAIT_MILLIS_MAX,
 };
 use crate::protocol::{ClientReply, ClientRequest, ErrorCode, Partitions};
 use crate::tasks::TaskSpec;
@@ -363,6 +363,15 @@ impl LeaderState {
                 format!("{WAITERS_MAX} waits are already parked; poll with STATUS or retry later"),
             );
         }
+        let on_this_connection = self.waiters_per_conn.get(&conn).copied().unwrap_or(0);
+        if on_this_connection >= WAITERS_PER_CONNECTION_MAX {
+            return m.client_error(
+                conn,
+                request_id,
+                ErrorCode::TooManyWaiters,
+                format!("this connection already has {WAITERS_PER_CONNECTION_MAX} waits parked; wait on fewer jobs at once, or poll with STATUS"),
+            );
+        }
         let at = m.now.saturating_add(Duration::from_millis(timeout_millis));
         let timer = self
             .timers
@@ -373,6 +382,21 @@ impl LeaderState {
             timer,
         });
         self.waiter_count += 1;
+        *self.waiters_per_conn.entry(conn).or_default() += 1;
+    }
+
+    /// `n` parked waits of `conn` are gone (answered, timed out or dropped).
+    fn unpark(&mut self, conn: ConnectionId, n: usize) {
+        self.waiter_count -= n;
+        if let Some(count) = self.waiters_per_conn.get_mut(&conn) {
+            assert!(*count >= n, "{conn} had {count} waits parked, {n} went");
+            *count -= n;
+            if *count == 0 {
+                self.waiters_per_conn.remove(&conn);
+            }
+        } else {
+            assert_eq!(n, 0, "{conn} had no waits parked, {n} went");
+        }
     }
 
     pub(super) fn time_out_waiter(
@@ -394,7 +418,7 @@ impl LeaderState {
         if removed == 0 {
             return;
         }
-        self.waiter_count -= removed;
+        self.unpark(conn, removed);
         if m.reads_need_confirmation() {
             let read = Read::WaitTimedOut {
                 conn,
@@ -434,8 +458,8 @@ impl LeaderState {
         let Some(job) = m.table.view(&job_id) else {
             return;
         };
-        self.waiter_count -= list.len();
         for waiter in list {
+            self.unpark(waiter.conn, 1);
             self.timers.disarm(waiter.timer);
             m.send_client(
                 waiter.conn,
@@ -468,7 +492,7 @@ impl LeaderState {
         for timer in timers {
             self.timers.disarm(timer);
         }
-        self.waiter_count -= dropped;
+        self.unpark(conn, dropped);
     }
 
     pub(super) fn list(

@@ -138,6 +138,8 @@ pub(super) struct LeaderState {
     awaiting_readoption: BTreeMap<LeaseId, JobId>,
     waiters: BTreeMap<JobId, Vec<Waiter>>,
     waiter_count: usize,
+    /// Parked waits per connection (never zero: a connection without waits has no entry).
+    waiters_per_conn: BTreeMap<ConnectionId, usize>,
     /// Numbers registrations, so a heartbeat check belongs to exactly one of them.
     next_registration: u64,
     /// Reads asked of consensus and not yet confirmed, by read id.
@@ -168,6 +170,7 @@ impl LeaderState {
             awaiting_readoption: BTreeMap::new(),
             waiters: BTreeMap::new(),
             waiter_count: 0,
+            waiters_per_conn: BTreeMap::new(),
             next_registration: 0,
             reads: BTreeMap::new(),
             next_read: 0,
