@@ -39,7 +39,9 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::clock::{os_seed, sleep_until, Clock};
-use crate::net::{open_connection, Inbound, InputBudget, InputBytes, Outbound, SendError};
+use crate::net::{
+    open_connection, ConnectionSlots, Inbound, InputBudget, InputBytes, Outbound, SendError,
+};
 use crate::peer::{self, Greeting, PeerLinks};
 use crate::store::{Store, StoreError};
 
@@ -55,6 +57,11 @@ const CLIENT_INPUT_BYTES_MAX: u32 = 64 * 1024 * 1024;
 /// requests (workers' results and heartbeats, and other members' messages, keep flowing)
 /// until the store catches up.
 const UNWRITTEN_BYTES_MAX: u64 = 32 * 1024 * 1024;
+/// Open connections each port accepts; beyond them a new connection is closed at once.
+const WORKER_CONNECTIONS_MAX: usize = 4096;
+const CLIENT_CONNECTIONS_MAX: usize = 4096;
+/// How long a new connection may take to send its first whole message before it is closed.
+const FIRST_MESSAGE_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 /// Inputs the driver takes in one go before draining outputs and running due timers.
 const INPUT_BURST_MAX: usize = 512;
 
@@ -281,7 +288,10 @@ pub async fn start_on(
             Link::Worker,
             max_frame_bytes,
             input_tx.clone(),
-            InputBudget::new(WORKER_INPUT_BYTES_MAX),
+            PortLimits {
+                budget: InputBudget::new(WORKER_INPUT_BYTES_MAX),
+                slots: ConnectionSlots::new(WORKER_CONNECTIONS_MAX),
+            },
             next_conn.clone(),
             shutdown_rx.clone(),
         )
@@ -293,7 +303,10 @@ pub async fn start_on(
             Link::Client,
             max_frame_bytes,
             client_tx,
-            InputBudget::new(CLIENT_INPUT_BYTES_MAX),
+            PortLimits {
+                budget: InputBudget::new(CLIENT_INPUT_BYTES_MAX),
+                slots: ConnectionSlots::new(CLIENT_CONNECTIONS_MAX),
+            },
             next_conn,
             shutdown_rx.clone(),
         )
@@ -385,15 +398,23 @@ fn check_group(
     Ok(())
 }
 
+/// What bounds the connections of one port: how many may be open, and the bytes their readers
+/// may have queued for the driver.
+struct PortLimits {
+    budget: InputBudget,
+    slots: ConnectionSlots,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     link: Link,
     max_frame_bytes: usize,
     inputs: mpsc::Sender<Input>,
-    budget: InputBudget,
+    limits: PortLimits,
     next_conn: Arc<AtomicU64>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let PortLimits { budget, slots } = limits;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -408,6 +429,15 @@ async fn accept_loop(
                 continue;
             }
         };
+        let Some(slot) = slots.take() else {
+            tracing::warn!(
+                link = ?link,
+                open = slots.open(),
+                "Connection refused: this port already has its maximum of open connections"
+            );
+            drop(stream);
+            continue;
+        };
         let conn = ConnectionId(next_conn.fetch_add(1, Ordering::Relaxed));
         // The driver learns of the connection before the first message it carries can arrive.
         let (outbound, reader) = open_connection(stream, max_frame_bytes);
@@ -415,16 +445,25 @@ async fn accept_loop(
             return;
         }
         let budget = budget.clone();
+        // The reader owns the slot (inside `wrap`): it is given back when the reader ends.
         match link {
             Link::Worker => reader.start_budgeted(
                 inputs.clone(),
-                move |inbound, bytes| Input::Worker(conn, inbound, bytes),
+                move |inbound, bytes| {
+                    let _slot = &slot;
+                    Input::Worker(conn, inbound, bytes)
+                },
                 budget,
+                FIRST_MESSAGE_WITHIN,
             ),
             Link::Client => reader.start_budgeted(
                 inputs.clone(),
-                move |inbound, bytes| Input::Client(conn, inbound, bytes),
+                move |inbound, bytes| {
+                    let _slot = &slot;
+                    Input::Client(conn, inbound, bytes)
+                },
                 budget,
+                FIRST_MESSAGE_WITHIN,
             ),
         }
     }

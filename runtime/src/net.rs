@@ -24,6 +24,9 @@ pub const OUTBOUND_BYTES_MAX: usize = 64 * 1024 * 1024;
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Frames coalesced into one write at most.
 const WRITE_COALESCE_MAX: usize = 256;
+/// How long one write may wait for the peer to read before the connection is closed (and its
+/// owner told, through the reader): a peer that stops reading must not hold buffers forever.
+pub const WRITE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 enum WriteCommand {
     Frame(Vec<u8>),
@@ -76,6 +79,50 @@ impl Outbound {
 #[derive(Debug)]
 pub struct InputBytes {
     _held: Option<OwnedSemaphorePermit>,
+}
+
+/// Open connections of one kind, counted so that a port can refuse more than its bound.
+#[derive(Clone, Debug)]
+pub struct ConnectionSlots {
+    open: Arc<AtomicUsize>,
+    max: usize,
+}
+
+/// One open connection's place among its `ConnectionSlots`, given back when dropped.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    open: Arc<AtomicUsize>,
+}
+
+impl ConnectionSlots {
+    pub fn new(max: usize) -> ConnectionSlots {
+        ConnectionSlots {
+            open: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    /// A place for one more connection, unless `max` are open.
+    pub fn take(&self) -> Option<ConnectionSlot> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < self.max).then_some(open + 1)
+            })
+            .ok()?;
+        Some(ConnectionSlot {
+            open: self.open.clone(),
+        })
+    }
+
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Bytes of received messages that the readers sharing it may have queued for their owner.
@@ -157,8 +204,15 @@ impl PendingReader {
     /// the readers of one kind of connection), handed to `wrap` to be held until the message
     /// is handled. While the budget is spent the reader stops reading, and TCP pushes back on
     /// the sender.
-    pub fn start_budgeted<M, T, F>(self, report: mpsc::Sender<T>, wrap: F, budget: InputBudget)
-    where
+    /// A connection whose first whole message has not arrived by `first_message_within` is
+    /// closed (reported as `Closed`): a socket that never speaks must not hold a place.
+    pub fn start_budgeted<M, T, F>(
+        self,
+        report: mpsc::Sender<T>,
+        wrap: F,
+        budget: InputBudget,
+        first_message_within: std::time::Duration,
+    ) where
         M: WireMessage + Send + 'static,
         T: Send + 'static,
         F: Fn(Inbound<M>, InputBytes) -> T + Send + 'static,
@@ -168,7 +222,7 @@ impl PendingReader {
             self.max_frame_bytes,
             report,
             wrap,
-            Some(budget),
+            Some((budget, first_message_within)),
             self.closed,
         ));
     }
@@ -243,8 +297,11 @@ async fn write_loop(
             }
         }
         if !buffer.is_empty() {
-            if socket.write_all(&buffer).await.is_err() {
-                break 'outer;
+            match tokio::time::timeout(WRITE_STALL_MAX, socket.write_all(&buffer)).await {
+                Ok(Ok(())) => {}
+                // Failed, or the peer read nothing for too long: the connection is closed,
+                // and the reader (told through `closed`) reports it to the owner.
+                Ok(Err(_)) | Err(_) => break 'outer,
             }
             buffer.clear();
         }
@@ -261,19 +318,32 @@ async fn read_loop<M, T, F>(
     max_frame_bytes: usize,
     report: mpsc::Sender<T>,
     wrap: F,
-    budget: Option<InputBudget>,
+    limits: Option<(InputBudget, std::time::Duration)>,
     mut closed: watch::Receiver<bool>,
 ) where
     M: WireMessage,
     F: Fn(Inbound<M>, InputBytes) -> T,
 {
     let none = InputBytes::unbudgeted;
+    let (budget, first_message_within) = match limits {
+        Some((budget, within)) => (Some(budget), Some(within)),
+        None => (None, None),
+    };
+    // Until the first whole message, the socket has this long to send one.
+    let mut first_message_by =
+        first_message_within.map(|within| tokio::time::Instant::now() + within);
     let mut decoder = FrameDecoder::new(max_frame_bytes);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let reason = loop {
         let read = tokio::select! {
             read = socket.read(&mut chunk) => read,
             _ = closed.changed() => break "closed locally".to_owned(),
+            _ = crate::clock::sleep_until(first_message_by) => {
+                break format!(
+                    "no whole message within {} s of connecting",
+                    first_message_within.map_or(0, |d| d.as_secs())
+                );
+            }
         };
         match read {
             Ok(0) => break "connection closed by peer".to_owned(),
@@ -283,6 +353,7 @@ async fn read_loop<M, T, F>(
                     let buffered = decoder.buffered_len();
                     match decoder.next_message::<M>() {
                         Ok(Some(message)) => {
+                            first_message_by = None;
                             let frame = buffered.saturating_sub(decoder.buffered_len());
                             let held = match &budget {
                                 None => InputBytes::unbudgeted(),
@@ -447,6 +518,7 @@ mod tests {
             report,
             |inbound: Inbound<WorkerToCoordinator>, bytes| (inbound, bytes),
             budget.clone(),
+            std::time::Duration::from_secs(60),
         );
         sender
             .write_all(&heartbeat.repeat(5))
@@ -475,5 +547,71 @@ mod tests {
             inbound,
             Inbound::Message(WorkerToCoordinator::Heartbeat {})
         ));
+    }
+
+    async fn connected_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let client = TcpStream::connect(addr).await.expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        (client, server)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_sends_a_whole_message_is_closed() {
+        let (mut sender, accepted) = connected_pair().await;
+        let (report, mut received) = mpsc::channel(4);
+        let (_outbound, reader) = open_connection(accepted, 1024);
+        reader.start_budgeted(
+            report,
+            |inbound: Inbound<WorkerToCoordinator>, _| inbound,
+            InputBudget::new(1 << 20),
+            std::time::Duration::from_secs(10),
+        );
+        // Half a frame header, then silence.
+        sender.write_all(&[0, 0]).await.expect("write");
+        match received.recv().await.expect("a report") {
+            Inbound::Closed(reason) => assert!(reason.contains("no whole message"), "{reason}"),
+            other => panic!("expected the connection closed, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_stops_reading_is_disconnected_and_its_owner_told() {
+        let (_silent, accepted) = connected_pair().await;
+        let (report, mut received) = mpsc::channel(4);
+        let (outbound, reader) = open_connection(accepted, 1 << 20);
+        reader.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
+        // Far more than the kernel buffers hold: the writer's last write blocks for good.
+        let text = "x".repeat(512 * 1024);
+        let message = WorkerToCoordinator::Register {
+            worker_id: herder_core::ids::WorkerId(text),
+            incarnation: herder_core::ids::Incarnation(1),
+            capacity: 1,
+            running: Vec::new(),
+            finished: Vec::new(),
+        };
+        for _ in 0..64 {
+            if outbound.send(&message).is_err() {
+                break;
+            }
+        }
+        match received.recv().await.expect("a report") {
+            Inbound::Closed(reason) => assert_eq!(reason, "closed locally"),
+            other => panic!("expected the connection closed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_port_refuses_connections_beyond_its_bound_until_one_closes() {
+        let slots = ConnectionSlots::new(2);
+        let first = slots.take().expect("room for one");
+        let _second = slots.take().expect("room for two");
+        assert!(slots.take().is_none(), "a third is refused");
+        drop(first);
+        assert!(
+            slots.take().is_some(),
+            "a closed connection frees its place"
+        );
     }
 }
