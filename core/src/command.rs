@@ -345,6 +345,35 @@ impl JobTable {
                 return Err(TableError::DuplicateJob(id));
             }
         }
+        // A parent and its partitions name each other.
+        for job in table.jobs.values() {
+            for (index, child) in job.partitions.iter().enumerate() {
+                let named_back = table.jobs.get(child).and_then(|c| c.partition_of);
+                if named_back.is_none_or(|of| of.parent != job.id || of.index as usize != index) {
+                    return Err(TableError::InconsistentJob {
+                        job_id: job.id,
+                        detail: format!(
+                            "partition {index} ({child}) is missing or does not name this job as its parent"
+                        ),
+                    });
+                }
+            }
+            if let Some(of) = job.partition_of {
+                let listed = table
+                    .jobs
+                    .get(&of.parent)
+                    .and_then(|p| p.partitions.get(of.index as usize));
+                if listed != Some(&job.id) {
+                    return Err(TableError::InconsistentJob {
+                        job_id: job.id,
+                        detail: format!(
+                            "a partition of {} (at {}) that its parent does not list",
+                            of.parent, of.index
+                        ),
+                    });
+                }
+            }
+        }
         if table.queue.len()
             != table
                 .jobs
@@ -1145,6 +1174,15 @@ fn check_row(job: &Job) -> Result<(), String> {
     }
     if job.state == JobState::Running && job.attempt.0 == 0 {
         return Err("running with attempt 0".into());
+    }
+    // A job waiting for another attempt must have one left (the last failure ends it).
+    if matches!(job.state, JobState::Queued | JobState::RetryWait)
+        && job.attempt.0 >= job.max_attempts
+    {
+        return Err(format!(
+            "{} with every attempt used ({} of {})",
+            job.state, job.attempt, job.max_attempts
+        ));
     }
     if (job.state == JobState::Completed) != job.result.is_some() {
         return Err(format!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use herder_core::command::{Applied, Command, JobTable, Outcome, StaleReason};
+use herder_core::command::{Applied, Command, JobTable, Outcome, StaleReason, TableError};
 use herder_core::coordinator::{
     Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch, Record,
 };
@@ -921,6 +921,34 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
         );
         assert_eq!(views(&rebuilt), views(&t.t));
     }
+    // Rows that break the links between a parent and its partitions are refused, not
+    // half-loaded: a partition gone, or one that its parent does not list.
+    let parent_of_b = rows.iter().find(|j| j.id == b).expect("b").clone();
+    let without_a_partition: Vec<Job> = rows
+        .iter()
+        .filter(|j| j.id != parent_of_b.partitions[0])
+        .cloned()
+        .collect();
+    assert!(matches!(
+        JobTable::from_rows(without_a_partition, applied),
+        Err(TableError::InconsistentJob { job_id, .. }) if job_id == b
+    ));
+    let orphaned: Vec<Job> = rows.iter().filter(|j| j.id != b).cloned().collect();
+    assert!(matches!(
+        JobTable::from_rows(orphaned, applied),
+        Err(TableError::InconsistentJob { .. })
+    ));
+    // A queued job with no attempt left.
+    let mut exhausted = rows.clone();
+    let queued = exhausted
+        .iter_mut()
+        .find(|j| j.state == JobState::Queued && !j.is_parent())
+        .expect("a queued job");
+    queued.attempt = Attempt(queued.max_attempts);
+    assert!(matches!(
+        JobTable::from_rows(exhausted, applied),
+        Err(TableError::InconsistentJob { detail, .. }) if detail.contains("every attempt used")
+    ));
     let rebuilt = JobTable::from_rows(rows, applied).expect("the rows load");
     rebuilt
         .check_invariants()

@@ -54,6 +54,11 @@ pub enum StoreError {
         "database {path} is in use by another process (is another coordinator running on this --data-dir?)"
     )]
     InUse { path: PathBuf },
+    #[error(
+        "{path} is a SQLite database, but not Herder's (it has the tables {tables}); refusing to \
+         start and leaving it untouched. Point --data-dir at an empty directory"
+    )]
+    Foreign { path: PathBuf, tables: String },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("cannot encode a record: {0}")]
@@ -119,6 +124,20 @@ impl Store {
             .map_err(|e| corrupt(e.to_string()))?;
         if check != "ok" {
             return Err(corrupt(format!("integrity check: {check}")));
+        }
+        if version == 0 {
+            // Tables but no Herder version: someone else's database. Refused before anything
+            // (even the journal mode) is changed in it.
+            let tables: Vec<String> = conn
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?
+                .query_map([], |row| row.get(0))?
+                .collect::<Result<_, _>>()?;
+            if !tables.is_empty() {
+                return Err(StoreError::Foreign {
+                    path,
+                    tables: tables.join(", "),
+                });
+            }
         }
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(in_use_or_corrupt)?;
@@ -233,6 +252,12 @@ impl Store {
             let (id, text) = row?;
             let job: Job =
                 serde_json::from_str(&text).map_err(|e| corrupt(format!("job row {id}: {e}")))?;
+            if job.id.to_string() != id {
+                return Err(corrupt(format!(
+                    "the job row filed under id {id} holds job {}",
+                    job.id
+                )));
+            }
             jobs.push(job);
         }
         let mut log = Vec::new();
@@ -246,6 +271,20 @@ impl Store {
             let (idx, text) = row?;
             let entry: LogEntry = serde_json::from_str(&text)
                 .map_err(|e| corrupt(format!("log entry {idx}: {e}")))?;
+            if i64::try_from(entry.index.0).ok() != Some(idx) {
+                return Err(corrupt(format!(
+                    "the log entry filed at index {idx} says it is entry {}",
+                    entry.index
+                )));
+            }
+            if let Some(previous) = log.last().map(|e: &LogEntry| e.index) {
+                if entry.index != previous.next() {
+                    return Err(corrupt(format!(
+                        "the log jumps from entry {previous} to entry {}",
+                        entry.index
+                    )));
+                }
+            }
             log.push(entry);
         }
         Ok(DurableState {
@@ -504,6 +543,56 @@ mod tests {
             Err(StoreError::Corrupt { detail, .. }) => assert!(detail.contains("job row")),
             other => panic!("expected corruption, got {:?}", other.err()),
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn rows_filed_under_another_id_and_a_log_with_a_gap_are_corruption() {
+        let dir = temp_dir("misfiled");
+        let mut store = Store::open(&dir).expect("open");
+        store.write(&[Record::Job(job(1))]).expect("write");
+        store
+            .conn
+            .execute("UPDATE jobs SET id = 'somebody-else'", [])
+            .expect("tamper");
+        match store.load() {
+            Err(StoreError::Corrupt { detail, .. }) => {
+                assert!(detail.contains("filed under id somebody-else"), "{detail}")
+            }
+            other => panic!("expected corruption, got {:?}", other.err()),
+        }
+        store.conn.execute("DELETE FROM jobs", []).expect("clear");
+        store
+            .write(&[Record::Log(entry(3)), Record::Log(entry(5))])
+            .expect("write entries");
+        match store.load() {
+            Err(StoreError::Corrupt { detail, .. }) => {
+                assert!(detail.contains("jumps from entry 3 to entry 5"), "{detail}")
+            }
+            other => panic!("expected corruption, got {:?}", other.err()),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn another_programs_database_is_refused_and_left_untouched() {
+        let dir = temp_dir("foreign");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join(DATABASE_FILE);
+        let conn = Connection::open(&path).expect("create");
+        conn.execute_batch("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);")
+            .expect("their schema");
+        drop(conn);
+        let before = std::fs::read(&path).expect("read");
+        match Store::open(&dir) {
+            Err(StoreError::Foreign { tables, .. }) => assert_eq!(tables, "customers"),
+            other => panic!("expected a foreign-database refusal, got {:?}", other.err()),
+        }
+        assert_eq!(
+            std::fs::read(&path).expect("still there"),
+            before,
+            "untouched"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
