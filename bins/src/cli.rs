@@ -149,6 +149,10 @@ pub struct ClientArgs {
     /// Print exactly one JSON object on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Give up on a call unanswered for this long and say what it was waiting for (`wait`
+    /// adds its own --timeout-millis; a `wait` without one is not bounded).
+    #[arg(long, global = true, default_value_t = 30_000)]
+    pub call_timeout_millis: u64,
 }
 
 #[derive(Args, Debug)]

@@ -136,6 +136,7 @@ pub fn report_error(error: &CallError, as_json: bool) -> u8 {
         CallError::Client(ClientError::TooManyRedirects(_)) => ("redirects", exit::UNREACHABLE),
         CallError::Client(ClientError::Unsendable { .. }) => ("invalid", exit::USAGE),
         CallError::UnexpectedReply(_) | CallError::Closed => ("protocol", exit::SERVER),
+        CallError::TimedOut { .. } => ("timeout", exit::UNREACHABLE),
     };
     report_error_as(error, as_json, kind, code)
 }
@@ -151,6 +152,7 @@ pub fn report_error_as(error: &CallError, as_json: bool, kind: &str, code: u8) -
     let retryable = matches!(
         error,
         CallError::Client(ClientError::Rejected { .. } | ClientError::Unreachable { .. })
+            | CallError::TimedOut { .. }
     );
     if as_json {
         println!(

@@ -258,6 +258,11 @@ pub async fn worker(args: WorkerArgs) -> u8 {
 
 pub fn client_for(args: &ClientArgs) -> HerderClient {
     HerderClient::new(ClientConfig::new(args.coordinator.clone()))
+        .with_call_timeout(call_timeout(args))
+}
+
+fn call_timeout(args: &ClientArgs) -> Duration {
+    Duration::from_millis(args.call_timeout_millis.max(1))
 }
 
 fn parse_job_id(raw: &str, as_json: bool) -> Result<JobId, u8> {
@@ -307,7 +312,7 @@ pub async fn submit(args: SubmitArgs) -> u8 {
             .max(args.submit_retry_base_millis)
             .max(1),
     );
-    let client = HerderClient::new(config);
+    let client = HerderClient::new(config).with_call_timeout(call_timeout(&args.client));
     let options = SubmitOptions {
         partitions,
         max_attempts: args.max_attempts,

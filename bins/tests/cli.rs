@@ -587,3 +587,37 @@ fn a_text_comes_from_a_file_or_standard_input_and_a_listing_says_when_it_stopped
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_coordinator_that_accepts_but_never_answers_is_given_up_on_with_what_was_awaited() {
+    // A listener nobody serves: connections complete (the kernel's backlog) but no reply ever
+    // comes, as with a paused coordinator.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let at = silent.local_addr().expect("addr").to_string();
+    let job = "2b9e8a4e-41a7-4a53-9d5d-6c8e0c6b6f7d";
+    let output = herder(&[
+        "status",
+        job,
+        "--call-timeout-millis",
+        "300",
+        "--json",
+        "--coordinator",
+        &at,
+    ]);
+    assert_eq!(
+        code(&output),
+        4,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let error = &stdout_json(&output)["error"];
+    assert_eq!(error["kind"], "timeout");
+    assert_eq!(error["retryable"], true);
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("waiting for the job's status")),
+        "{error}"
+    );
+    drop(silent);
+}

@@ -42,6 +42,27 @@ pub enum CallError {
     UnexpectedReply(String),
     #[error("the client has shut down")]
     Closed,
+    /// The call's deadline passed with no answer (a coordinator that accepts connections but
+    /// does not answer, or a group without a leader for that long).
+    #[error("no answer within {} s while waiting for {what}; is the coordinator paused or overloaded?", after.as_secs_f64())]
+    TimedOut {
+        after: std::time::Duration,
+        what: &'static str,
+    },
+}
+
+/// What a caller of `op` is waiting for, in words.
+fn waiting_for(op: &Operation) -> &'static str {
+    match op {
+        Operation::Submit { .. } => "the submission to be acknowledged",
+        Operation::Status { .. } => "the job's status",
+        Operation::Wait { .. } => "the job to end",
+        Operation::Cancel { .. } => "the cancel to be acknowledged",
+        Operation::List { .. } => "the job list",
+        Operation::Workers => "the worker list",
+        Operation::Cluster => "the member's view of the group",
+        Operation::TransferLeader { .. } => "the hand-over to start",
+    }
 }
 
 /// Options of one submission.
@@ -77,6 +98,9 @@ enum Input {
 #[derive(Clone)]
 pub struct HerderClient {
     calls: mpsc::UnboundedSender<Call>,
+    /// Longest a call may go unanswered (a `WAIT` gets its own timeout on top; one without a
+    /// timeout is not bounded). `None`: no deadline beyond the client's own retries.
+    call_timeout: Option<std::time::Duration>,
 }
 
 impl HerderClient {
@@ -97,16 +121,52 @@ impl HerderClient {
             waiting: HashMap::new(),
         };
         tokio::spawn(driver.run(calls_rx, input_rx));
-        HerderClient { calls: calls_tx }
+        HerderClient {
+            calls: calls_tx,
+            call_timeout: None,
+        }
+    }
+
+    /// Bounds every call by `timeout` (see `call_timeout`).
+    pub fn with_call_timeout(mut self, timeout: std::time::Duration) -> HerderClient {
+        self.call_timeout = Some(timeout);
+        self
     }
 
     /// Runs one operation and returns the coordinator's (successful) reply.
     pub async fn call(&self, op: Operation) -> Result<ClientReply, CallError> {
+        let what = waiting_for(&op);
+        let deadline = match (&op, self.call_timeout) {
+            (_, None)
+            | (
+                Operation::Wait {
+                    timeout_millis: None,
+                    ..
+                },
+                _,
+            ) => None,
+            (
+                Operation::Wait {
+                    timeout_millis: Some(t),
+                    ..
+                },
+                Some(base),
+            ) => Some(base + std::time::Duration::from_millis(*t)),
+            (_, Some(base)) => Some(base),
+        };
         let (reply, rx) = oneshot::channel();
         self.calls
             .send(Call { op, reply })
             .map_err(|_| CallError::Closed)?;
-        Ok(rx.await.map_err(|_| CallError::Closed)??)
+        let answer = match deadline {
+            None => rx.await,
+            Some(after) => match tokio::time::timeout(after, rx).await {
+                Ok(answer) => answer,
+                // The operation stays with the driver; its late answer finds nobody.
+                Err(_) => return Err(CallError::TimedOut { after, what }),
+            },
+        };
+        Ok(answer.map_err(|_| CallError::Closed)??)
     }
 
     pub async fn submit(
