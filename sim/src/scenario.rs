@@ -20,6 +20,9 @@ pub struct Faults {
     pub worker_crash: bool,
     pub worker_pause: bool,
     pub connection_reset: bool,
+    /// A connection carries bytes the coordinator cannot decode (a buggy or hostile peer):
+    /// the coordinator must answer, close it, and go on serving everyone else.
+    pub malformed: bool,
     /// Probability that a task hangs past its lease (its result arrives long after expiry).
     pub task_hang: f64,
     /// Probability that a connect attempt fails although the coordinator is up.
@@ -55,6 +58,7 @@ impl Faults {
             worker_crash: false,
             worker_pause: false,
             connection_reset: false,
+            malformed: false,
             task_hang: 0.0,
             connect_fail: 0.0,
             slow_message: 0.0,
@@ -137,6 +141,8 @@ impl Scenario {
             leader_faults: false,
             disk_loss: false,
             worker_leave: false,
+            // Swarm seeds send undecodable bytes; this scenario stays as it was measured.
+            malformed: false,
         };
         scenario
     }
@@ -285,6 +291,8 @@ impl Scenario {
             scenario.faults.leader_faults = scenario.coordinators > 1 && rng.chance(0.6);
             scenario.faults.disk_loss = scenario.coordinators > 1 && rng.chance(0.3);
             scenario.faults.worker_leave = scenario.workers > 1 && rng.chance(0.3);
+            // Drawn last of all, so every earlier draw stays what it was.
+            scenario.faults.malformed = rng.chance(0.3);
         }
         scenario
     }

@@ -6,10 +6,11 @@
 use std::collections::BTreeSet;
 
 use herder_core::coordinator::Coordinator;
+use herder_core::protocol::codec::FrameError;
 use herder_core::worker::Worker;
 
 use super::events::Ev;
-use super::network::{Close, Dir, Partition, RETRANSMIT_US};
+use super::network::{Close, Dir, Partition, Peer, Up, RETRANSMIT_US};
 use super::nodes::{clock_for, coordinator_config};
 use super::{NodeRef, World};
 use crate::checker::{Check, Disk};
@@ -47,6 +48,9 @@ impl World {
         }
         if faults.worker_leave {
             kinds.push(7);
+        }
+        if faults.malformed {
+            kinds.push(8);
         }
         let kind = self.fault_rng.pick(&kinds).copied();
         let result = match kind {
@@ -99,6 +103,7 @@ impl World {
             }
             Some(6) => self.lose_disk(),
             Some(7) => self.worker_leaves(),
+            Some(8) => self.send_garbage(),
             _ => Ok(()),
         };
         let gap = self
@@ -106,6 +111,42 @@ impl World {
             .range(1, 2 * self.scenario.faults.tick_mean_us);
         self.push(self.now + gap, Ev::FaultTick);
         result
+    }
+
+    /// Bytes the coordinator cannot decode go up an open connection, as a buggy or hostile
+    /// peer would send them (the connection's own messages before them still arrive first).
+    fn send_garbage(&mut self) -> Check {
+        let open: Vec<usize> = self.open_conns.iter().copied().collect();
+        let Some(&conn) = self.fault_rng.pick(&open) else {
+            return Ok(());
+        };
+        let error = match self.fault_rng.below(5) {
+            0 => FrameError::EmptyFrame,
+            1 => FrameError::InvalidJson {
+                detail: "expected value at line 1 column 1".into(),
+            },
+            2 => FrameError::FrameTooLarge {
+                length: u64::from(u32::MAX),
+                max: self.scenario.coordinator.max_frame_bytes,
+            },
+            // The other link's first message: a worker at the client port, or the reverse.
+            3 => FrameError::UnknownType {
+                type_name: match self.conns[conn].peer {
+                    Peer::Worker(_) => "SUBMIT".into(),
+                    Peer::Client(_) => "REGISTER".into(),
+                },
+            },
+            _ => FrameError::InvalidMessage {
+                type_name: "HEARTBEAT".into(),
+                detail: "unknown field `beat`".into(),
+            },
+        };
+        self.count("fault: undecodable bytes on a connection");
+        self.note(
+            NodeRef::World,
+            format_args!("FAULT conn {conn}: undecodable bytes ({error})"),
+        );
+        self.send_up(conn, Up::Garbage(error), false)
     }
 
     /// Which coordinator a crash or pause hits: with faults aimed at consensus, the leader

@@ -2,6 +2,7 @@
 //! machine it is addressed to, unless the process it was meant for has died since.
 
 use herder_core::client::ConnectAttempt;
+use herder_core::coordinator::Link;
 use herder_core::ids::ConnectionId;
 use herder_core::protocol::{ClientRequest, Partitions, WorkerToCoordinator};
 use herder_core::tasks::TaskSpec;
@@ -126,6 +127,13 @@ impl World {
                     }
                 }
                 machine.handle_worker_message(local, id, message)
+            }
+            Up::Garbage(error) => {
+                let link = match peer {
+                    Peer::Worker(_) => Link::Worker,
+                    Peer::Client(_) => Link::Client,
+                };
+                machine.handle_malformed(local, id, link, &error);
             }
             Up::Client(message) => {
                 if let ClientRequest::Status { request_id, job_id }

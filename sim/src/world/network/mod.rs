@@ -13,7 +13,7 @@ use std::fmt;
 
 use herder_core::client::ConnectAttempt;
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
-use herder_core::protocol::codec::{encode_frame, FrameDecoder, WireMessage};
+use herder_core::protocol::codec::{encode_frame, FrameDecoder, FrameError, WireMessage};
 use herder_core::protocol::{ClientReply, ClientRequest, CoordinatorToWorker, WorkerToCoordinator};
 
 use super::events::Ev;
@@ -70,6 +70,9 @@ pub(super) struct Partition {
 pub(super) enum Up {
     Worker(WorkerToCoordinator),
     Client(ClientRequest),
+    /// Bytes the coordinator's reader cannot decode (a buggy or hostile peer), as the reader
+    /// reports them: the coordinator answers with an `ERROR` and closes the connection.
+    Garbage(FrameError),
 }
 
 #[derive(Clone, Debug)]
@@ -246,6 +249,7 @@ impl World {
             match msg {
                 Up::Worker(m) => Up::Worker(through_codec(m)?),
                 Up::Client(m) => Up::Client(through_codec(m)?),
+                garbage @ Up::Garbage(_) => garbage,
             }
         } else {
             msg
