@@ -12,7 +12,7 @@ use herder_core::ids::{ConnectionId, JobId, LeaseId, NodeId};
 use herder_core::protocol::{AttemptOutcome, ClientReply};
 use herder_core::tasks::{self, TaskSpec};
 use herder_core::time::Instant;
-use herder_core::worker::{Worker, WorkerConfig, WorkerOutput};
+use herder_core::worker::{Worker, WorkerConfig, WorkerEvent, WorkerOutput};
 
 use super::events::Ev;
 use super::network::{Close, Down, Peer, Up};
@@ -390,6 +390,17 @@ impl World {
                     );
                 }
                 WorkerOutput::CancelTask { lease_id } => {
+                    // A task that does not stop when told (a stuck or careless task): it runs
+                    // to its end, and the coordinator must cope with its late result.
+                    let stubborn = self.faults_active && {
+                        let p = self.scenario.faults.task_hang;
+                        p > 0.0 && self.workers[w].rng.chance(p)
+                    };
+                    if stubborn {
+                        self.count("fault: a task keeps running after its cancel");
+                        self.note(node, format_args!("cancel lease {lease_id} ignored"));
+                        continue;
+                    }
                     self.next_token += 1;
                     let token = self.next_token;
                     let worker = &mut self.workers[w];
@@ -409,7 +420,16 @@ impl World {
                         );
                     }
                 }
-                WorkerOutput::Event(event) => self.note(node, format_args!("event: {event}")),
+                WorkerOutput::Event(event) => {
+                    self.note(node, format_args!("event: {event}"));
+                    // Judged against the worker itself, not the coordinator's registry: an
+                    // assignment it has no free slot for means the leader's count is wrong.
+                    if let WorkerEvent::TaskRefused { job_id, reason, .. } = &event {
+                        return Err(format!(
+                            "capacity: worker w{w} was assigned job {job_id} with no slot free ({reason}); the leader's count of its slots is wrong"
+                        ));
+                    }
+                }
             }
         }
     }
