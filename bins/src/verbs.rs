@@ -376,10 +376,16 @@ pub async fn wait(args: WaitArgs) -> u8 {
         Ok(id) => id,
         Err(code) => return code,
     };
-    match client_for(&args.client)
-        .wait(job_id, args.timeout_millis)
-        .await
-    {
+    let client = client_for(&args.client);
+    // On a terminal, a line on stderr keeps saying what the job is doing while `wait` waits.
+    let show_progress = !as_json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let waited = client.wait(job_id, args.timeout_millis);
+    let answer = if show_progress {
+        wait_showing_progress(&client, job_id, waited).await
+    } else {
+        waited.await
+    };
+    match answer {
         Ok((job, timed_out)) => {
             if as_json {
                 let mut value = job_json(&job);
@@ -401,6 +407,61 @@ pub async fn wait(args: WaitArgs) -> u8 {
         }
         Err(error) => report_error(&error, as_json),
     }
+}
+
+/// How often `wait` on a terminal asks how the job is doing.
+const WAIT_PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// Runs `waited`, rewriting one stderr line with the job's state every few seconds.
+async fn wait_showing_progress<F>(
+    client: &HerderClient,
+    job_id: JobId,
+    waited: F,
+) -> Result<(JobView, bool), CallError>
+where
+    F: std::future::Future<Output = Result<(JobView, bool), CallError>>,
+{
+    use std::io::Write;
+    let started = std::time::Instant::now();
+    let mut waited = std::pin::pin!(waited);
+    let mut tick = tokio::time::interval(WAIT_PROGRESS_EVERY);
+    tick.tick().await;
+    let mut shown = false;
+    let answer = loop {
+        tokio::select! {
+            answer = &mut waited => break answer,
+            _ = tick.tick() => {
+                if let Ok(job) = client.status(job_id).await {
+                    eprint!("\r\x1b[K{}", progress_line(&job, started.elapsed()));
+                    let _ = std::io::stderr().flush();
+                    shown = true;
+                }
+            }
+        }
+    };
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+    answer
+}
+
+/// One line on how a job is doing, for `wait` on a terminal.
+fn progress_line(job: &JobView, waited: Duration) -> String {
+    let mut line = format!(
+        "waiting {:>4} s: job {} {}",
+        waited.as_secs(),
+        job.id,
+        job.state
+    );
+    if let Some(parts) = &job.partitions {
+        line += &format!(", {} of {} partitions done", parts.done, parts.total);
+    } else if job.attempt > 0 {
+        line += &format!(", attempt {} of {}", job.attempt, job.max_attempts);
+        if let Some(worker) = &job.worker {
+            line += &format!(" on {worker}");
+        }
+    }
+    line
 }
 
 pub async fn cancel(args: JobArgs) -> u8 {
@@ -565,5 +626,50 @@ async fn transfer_leader(args: &ClientArgs, to: Option<String>) -> u8 {
             report_error_as(&error, args.json, "server", exit::SERVER)
         }
         Err(error) => report_error(&error, args.json),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herder_core::protocol::PartitionsView;
+    use herder_core::tasks::TaskSpec;
+
+    fn view(state: JobState, attempt: u32) -> JobView {
+        JobView {
+            id: JobId::from_str("2b9e8a4e-41a7-4a53-9d5d-6c8e0c6b6f7d").expect("an id"),
+            state,
+            attempt,
+            max_attempts: 3,
+            worker: (attempt > 0).then(|| WorkerId("worker-2".into())),
+            lease_id: None,
+            task: TaskSpec::Sleep { milliseconds: 5 },
+            result: None,
+            error: None,
+            idempotency_key: None,
+            partition_of: None,
+            partitions: None,
+        }
+    }
+
+    #[test]
+    fn the_progress_line_says_what_the_job_is_doing() {
+        let queued = progress_line(&view(JobState::Queued, 0), Duration::from_secs(3));
+        assert_eq!(
+            queued,
+            "waiting    3 s: job 2b9e8a4e-41a7-4a53-9d5d-6c8e0c6b6f7d QUEUED"
+        );
+        let running = progress_line(&view(JobState::Running, 2), Duration::from_secs(14));
+        assert!(
+            running.ends_with("RUNNING, attempt 2 of 3 on worker-2"),
+            "{running}"
+        );
+        let mut parent = view(JobState::Running, 0);
+        parent.partitions = Some(PartitionsView {
+            done: 2,
+            total: 5,
+            pieces: Vec::new(),
+        });
+        assert!(progress_line(&parent, Duration::ZERO).ends_with("2 of 5 partitions done"));
     }
 }
