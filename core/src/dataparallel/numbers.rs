@@ -130,25 +130,7 @@ pub fn parse_numbers(text: &str) -> Result<Vec<i64>, NumbersError> {
             in_data = true;
         }
         for (column, token) in Tokens::new(line) {
-            let number = parse_token(token).map_err(|bad| {
-                let (line, token) = (index + 1, echo(token));
-                match bad {
-                    BadNumber::NotAnInteger => NumbersError::BadToken {
-                        line,
-                        column,
-                        token,
-                    },
-                    BadNumber::OutOfRange => NumbersError::OutOfRange {
-                        line,
-                        column,
-                        token,
-                    },
-                }
-            })?;
-            if numbers.len() == NUMBERS_MAX {
-                return Err(NumbersError::TooMany { max: NUMBERS_MAX });
-            }
-            numbers.push(number);
+            push_bounded(&mut numbers, parse_at(token, index + 1, column)?)?;
         }
     }
     Ok(numbers)
@@ -203,27 +185,37 @@ pub fn parse_column(text: &str, column: &Column) -> Result<Vec<i64>, NumbersErro
                 fields: fields.len(),
             });
         };
-        let number = parse_token(field).map_err(|bad| {
-            let (line, column, token) = (index + 1, position, echo(field));
-            match bad {
-                BadNumber::NotAnInteger => NumbersError::BadToken {
-                    line,
-                    column,
-                    token,
-                },
-                BadNumber::OutOfRange => NumbersError::OutOfRange {
-                    line,
-                    column,
-                    token,
-                },
-            }
-        })?;
-        if numbers.len() == NUMBERS_MAX {
-            return Err(NumbersError::TooMany { max: NUMBERS_MAX });
-        }
-        numbers.push(number);
+        push_bounded(&mut numbers, parse_at(field, index + 1, position)?)?;
     }
     Ok(numbers)
+}
+
+/// `token`, found at `line` and `column`, as a number, or the error that says where it is.
+fn parse_at(token: &str, line: usize, column: usize) -> Result<i64, NumbersError> {
+    parse_token(token).map_err(|bad| {
+        let token = echo(token);
+        match bad {
+            BadNumber::NotAnInteger => NumbersError::BadToken {
+                line,
+                column,
+                token,
+            },
+            BadNumber::OutOfRange => NumbersError::OutOfRange {
+                line,
+                column,
+                token,
+            },
+        }
+    })
+}
+
+/// Adds `number`, unless the list already holds [`NUMBERS_MAX`].
+fn push_bounded(numbers: &mut Vec<i64>, number: i64) -> Result<(), NumbersError> {
+    if numbers.len() == NUMBERS_MAX {
+        return Err(NumbersError::TooMany { max: NUMBERS_MAX });
+    }
+    numbers.push(number);
+    Ok(())
 }
 
 /// The first line that is neither blank nor a comment, if every token of it starts with a
