@@ -46,6 +46,8 @@ pub enum Command {
     List(ListArgs),
     /// List workers.
     Workers(ClientArgs),
+    /// Remove terminal jobs that finished long enough ago (results and keys go with them).
+    Purge(PurgeArgs),
     /// Show the coordinator group, or hand leadership to another member.
     Cluster(ClusterArgs),
     /// Load generator: submit N jobs over C connections and wait for all of them.
@@ -118,6 +120,23 @@ pub struct CoordinatorTuning {
     /// unless given).
     #[arg(long)]
     pub rotate_leader_after_jobs: Option<u64>,
+    /// How long terminal jobs are kept: an age (7d), a count (100000), both (7d,100000: a job
+    /// goes when either says so, longest finished first) or `forever`. A purged job's status,
+    /// result and idempotency key are gone.
+    #[arg(long, default_value = "7d,100000", value_parser = crate::retention::parse_retention)]
+    pub retain_terminal: herder_core::coordinator::Retention,
+}
+
+#[derive(Args, Debug)]
+pub struct PurgeArgs {
+    /// Only jobs in this terminal state (completed, failed, cancelled); default: all three.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only jobs that finished at least this long ago (500ms, 30s, 15m, 12h, 7d; 0 for all).
+    #[arg(long, value_parser = crate::retention::parse_duration)]
+    pub older_than: std::time::Duration,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 #[derive(Args, Debug)]

@@ -5,6 +5,7 @@ mod cli;
 mod dev;
 mod group;
 mod output;
+mod retention;
 mod verbs;
 
 use std::process::ExitCode;
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
             Command::Cancel(args) => verbs::cancel(args).await,
             Command::List(args) => verbs::list(args).await,
             Command::Workers(args) => verbs::workers(args).await,
+            Command::Purge(args) => verbs::purge(args).await,
             Command::Cluster(args) => verbs::cluster(args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Dev(args) => dev::run(args).await,

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::cli::{
     ClientArgs, ClusterAction, ClusterArgs, CoordinatorArgs, CoordinatorTuning, JobArgs, ListArgs,
-    SubmitArgs, WaitArgs, WorkerArgs,
+    PurgeArgs, SubmitArgs, WaitArgs, WorkerArgs,
 };
 use crate::exit;
 use crate::group::{parse_node_id, parse_peers};
@@ -98,6 +98,7 @@ pub fn coordinator_config(id: &str, tuning: &CoordinatorTuning) -> CoordinatorCo
         ),
         replication_heartbeat: replication_heartbeat(tuning.election_timeout_millis),
         rotate_leader_after_jobs: tuning.rotate_leader_after_jobs,
+        retention: tuning.retain_terminal,
         ..CoordinatorConfig::default()
     }
 }
@@ -533,6 +534,56 @@ pub async fn list(args: ListArgs) -> u8 {
     }
 }
 
+/// Purges batch after batch until nothing more matches.
+pub async fn purge(args: PurgeArgs) -> u8 {
+    let as_json = args.client.json;
+    let state = match args.state.as_deref().map(|s| JobState::parse(s).ok_or(s)) {
+        None => None,
+        Some(Ok(state)) if state.is_terminal() => Some(state),
+        Some(Ok(state)) => {
+            return usage_error(
+                &format!("only terminal jobs can be purged; {state} is not terminal (use completed, failed or cancelled)"),
+                as_json,
+            )
+        }
+        Some(Err(raw)) => {
+            return usage_error(
+                &format!("unknown state {raw:?}; use completed, failed or cancelled"),
+                as_json,
+            )
+        }
+    };
+    let client = client_for(&args.client);
+    let mut purged_total = 0u64;
+    // Every batch removes at least one job or the loop ends, and each request answers how
+    // many remain; the bound is only a guard against a coordinator that says otherwise.
+    for _ in 0..PURGE_BATCHES_MAX {
+        match client.purge(state, args.older_than).await {
+            Ok((purged, remaining)) => {
+                purged_total += purged;
+                if remaining == 0 || purged == 0 {
+                    break;
+                }
+            }
+            Err(error) => {
+                if purged_total > 0 && !as_json {
+                    eprintln!("herder: {purged_total} jobs were purged before this error");
+                }
+                return report_error(&error, as_json);
+            }
+        }
+    }
+    if as_json {
+        println!("{}", json!({ "purged": purged_total }));
+    } else {
+        println!("Purged {purged_total} jobs");
+    }
+    exit::OK
+}
+
+/// Most purge requests one `herder purge` sends.
+const PURGE_BATCHES_MAX: u32 = 1_000_000;
+
 pub async fn workers(args: ClientArgs) -> u8 {
     match client_for(&args).workers().await {
         Ok(workers) => {
@@ -649,6 +700,8 @@ mod tests {
             idempotency_key: None,
             partition_of: None,
             partitions: None,
+            created_at_unix_ms: None,
+            finished_at_unix_ms: None,
         }
     }
 

@@ -120,6 +120,11 @@ pub enum Operation {
     TransferLeader {
         to: Option<crate::ids::NodeId>,
     },
+    /// Remove one batch of terminal jobs that finished at least `older_than_millis` ago.
+    Purge {
+        state: Option<JobState>,
+        older_than_millis: u64,
+    },
 }
 
 impl Operation {
@@ -134,7 +139,9 @@ impl Operation {
             | Operation::Cancel { .. }
             | Operation::List { .. }
             | Operation::Workers
-            | Operation::Cluster => true,
+            | Operation::Cluster
+            // A second purge removes only what still matches: what the first one would have.
+            | Operation::Purge { .. } => true,
             // A second hand-over after the first one took effect would move leadership again.
             Operation::TransferLeader { .. } => false,
         }
@@ -172,6 +179,14 @@ impl Operation {
             Operation::Workers => ClientRequest::Workers { request_id },
             Operation::Cluster => ClientRequest::Cluster { request_id },
             Operation::TransferLeader { to } => ClientRequest::TransferLeader { request_id, to },
+            Operation::Purge {
+                state,
+                older_than_millis,
+            } => ClientRequest::Purge {
+                request_id,
+                state,
+                older_than_millis,
+            },
         }
     }
 

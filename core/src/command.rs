@@ -28,12 +28,16 @@ use crate::ids::{Attempt, JobId, LeaseId, LogIndex, NodeId, Term};
 use crate::job::{Job, JobState, Lease, PartitionOf};
 use crate::protocol::Partitions;
 use crate::tasks::{aggregate, TaskOutput, TaskSpec};
+use crate::time::UnixMillis;
 
 /// One entry of the replicated log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogEntry {
     pub index: LogIndex,
     pub term: Term,
+    /// The wall time the proposing leader stamped (unstamped on a leader's first entry).
+    #[serde(default, skip_serializing_if = "UnixMillis::is_unstamped")]
+    pub at: UnixMillis,
     pub command: Command,
 }
 
@@ -87,6 +91,9 @@ pub enum Command {
     /// Committing it commits everything before it, and tells the new leader that its table
     /// holds everything committed before it took over.
     NewLeader { leader: NodeId },
+    /// Retention: remove these terminal jobs (each with its partitions), their results and
+    /// their idempotency keys. An id that is unknown, not terminal or a partition is skipped.
+    Purge { job_ids: Vec<JobId> },
 }
 
 impl Command {
@@ -100,7 +107,7 @@ impl Command {
             | Command::Requeue { job_id }
             | Command::Cancel { job_id }
             | Command::Abandon { job_id, .. } => Some(*job_id),
-            Command::NewLeader { .. } => None,
+            Command::NewLeader { .. } | Command::Purge { .. } => None,
         }
     }
 }
@@ -209,6 +216,16 @@ pub enum Applied {
     NewLeader {
         leader: NodeId,
     },
+    /// A `Purge` applied: `purged` jobs were removed (each row a `Removed` follow-on), `skipped`
+    /// named ids were not purgeable.
+    Purged {
+        purged: u64,
+        skipped: u64,
+    },
+    /// A job's row was removed by a purge.
+    Removed {
+        job_id: JobId,
+    },
     /// A partition job was created with its data-parallel parent (a follow-on of `Submitted`).
     PartitionCreated {
         job_id: JobId,
@@ -258,7 +275,8 @@ impl Applied {
             | Applied::Cancelled { job_id, .. }
             | Applied::PartitionCreated { job_id, .. }
             | Applied::ParentCompleted { job_id }
-            | Applied::ParentFailed { job_id, .. } => Some(*job_id),
+            | Applied::ParentFailed { job_id, .. }
+            | Applied::Removed { job_id } => Some(*job_id),
             Applied::IdempotentReplay { .. }
             | Applied::IdempotencyConflict { .. }
             | Applied::AdmissionRejected { .. }
@@ -268,7 +286,8 @@ impl Applied {
             | Applied::RequeueSkipped { .. }
             | Applied::UnknownJob { .. }
             | Applied::SubmitInvalid { .. }
-            | Applied::NewLeader { .. } => None,
+            | Applied::NewLeader { .. }
+            | Applied::Purged { .. } => None,
         }
     }
 }
@@ -301,6 +320,9 @@ pub struct JobTable {
     by_submission: BTreeMap<LogIndex, JobId>,
     /// Non-terminal jobs: the admission counter.
     active: u64,
+    /// Terminal jobs that are not partitions, by when they finished: what retention purges,
+    /// oldest first.
+    finished: BTreeSet<(UnixMillis, JobId)>,
     /// The last log index applied.
     applied: LogIndex,
 }
@@ -340,6 +362,11 @@ impl JobTable {
             table.next_queue_seq = table.next_queue_seq.max(job.queue_seq + 1);
             if job.partition_of.is_none() {
                 table.by_submission.insert(job.submitted_at, id);
+                if job.state.is_terminal() {
+                    table
+                        .finished
+                        .insert((job.finished_at.unwrap_or_default(), id));
+                }
             }
             if table.jobs.insert(id, job).is_some() {
                 return Err(TableError::DuplicateJob(id));
@@ -415,6 +442,17 @@ impl JobTable {
         self.active
     }
 
+    /// Terminal jobs that retention may purge (partitions go with their job), oldest first:
+    /// when each finished, and its id.
+    pub fn finished_oldest_first(&self) -> impl Iterator<Item = (UnixMillis, JobId)> + '_ {
+        self.finished.iter().copied()
+    }
+
+    /// How many terminal jobs retention counts (partitions are not counted on their own).
+    pub fn finished_jobs(&self) -> u64 {
+        self.finished.len() as u64
+    }
+
     pub fn applied_index(&self) -> LogIndex {
         self.applied
     }
@@ -487,8 +525,9 @@ impl JobTable {
         }
     }
 
-    /// Applies the entry at `index`. Entries must be applied in order, each exactly once.
-    pub fn apply(&mut self, index: LogIndex, command: &Command) -> Outcome {
+    /// Applies the entry at `index`, stamped `at` by its leader. Entries must be applied in
+    /// order, each exactly once.
+    pub fn apply(&mut self, index: LogIndex, at: UnixMillis, command: &Command) -> Outcome {
         assert_eq!(
             index,
             self.applied.next(),
@@ -496,8 +535,9 @@ impl JobTable {
         );
         self.applied = index;
         let mut follow_on = Vec::new();
-        let applied = self.apply_command(index, command, &mut follow_on);
+        let applied = self.apply_command(index, at, command, &mut follow_on);
         let outcome = Outcome { applied, follow_on };
+        self.stamp_finished(at, &outcome);
         if cfg!(debug_assertions) {
             for job_id in outcome.changed_jobs() {
                 if let Some(job) = self.jobs.get(&job_id) {
@@ -513,6 +553,7 @@ impl JobTable {
     fn apply_command(
         &mut self,
         index: LogIndex,
+        at: UnixMillis,
         command: &Command,
         follow_on: &mut Vec<Applied>,
     ) -> Applied {
@@ -527,7 +568,7 @@ impl JobTable {
                 partitions_asked,
             } => {
                 return self.apply_submit(
-                    index,
+                    (index, at),
                     Submission {
                         job_id: *job_id,
                         task,
@@ -565,6 +606,7 @@ impl JobTable {
             Command::NewLeader { leader } => Applied::NewLeader {
                 leader: leader.clone(),
             },
+            Command::Purge { job_ids } => self.apply_purge(job_ids, follow_on),
         };
         // What a partition's fate means for its parent.
         match &applied {
@@ -580,7 +622,7 @@ impl JobTable {
 
     fn apply_submit(
         &mut self,
-        index: LogIndex,
+        (index, at): (LogIndex, UnixMillis),
         submission: Submission<'_>,
         follow_on: &mut Vec<Applied>,
     ) -> Applied {
@@ -662,6 +704,8 @@ impl JobTable {
             partition_of: None,
             partitions: Vec::new(),
             partitions_asked: None,
+            created_at: at,
+            finished_at: None,
         };
         let queue_seq = self.take_queue_seq();
         let mut job = new_job(job_id, task.clone(), queue_seq);
@@ -703,6 +747,66 @@ impl JobTable {
             self.jobs.insert(job_id, job);
         }
         Applied::Submitted { job_id }
+    }
+
+    /// Stamps every job this entry made terminal with the entry's wall time, and enters those
+    /// that retention counts into the finished index. Leaders' clocks may disagree, so a stamp
+    /// earlier than the job's creation is raised to it: a job never finishes before it began.
+    /// The stamp depends only on the entry and the row, so every member computes the same.
+    fn stamp_finished(&mut self, at: UnixMillis, outcome: &Outcome) {
+        for job_id in outcome.changed_jobs() {
+            let Some(job) = self.jobs.get_mut(&job_id) else {
+                continue; // removed by a purge
+            };
+            if job.state.is_terminal() && job.finished_at.is_none() {
+                let finished_at = at.max(job.created_at);
+                job.finished_at = Some(finished_at);
+                if job.partition_of.is_none() {
+                    self.finished.insert((finished_at, job_id));
+                }
+            }
+        }
+    }
+
+    /// Removes each named job that is terminal and not a partition, with its partitions.
+    fn apply_purge(&mut self, job_ids: &[JobId], follow_on: &mut Vec<Applied>) -> Applied {
+        let (mut purged, mut skipped) = (0, 0);
+        for job_id in job_ids {
+            let purgeable = self
+                .jobs
+                .get(job_id)
+                .is_some_and(|j| j.state.is_terminal() && j.partition_of.is_none());
+            if !purgeable {
+                skipped += 1;
+                continue;
+            }
+            let job = self
+                .jobs
+                .remove(job_id)
+                .unwrap_or_else(|| panic!("job {job_id} vanished during purge"));
+            let removed = self
+                .finished
+                .remove(&(job.finished_at.unwrap_or_default(), *job_id));
+            assert!(
+                removed,
+                "terminal job {job_id} was missing from the finished index"
+            );
+            self.by_submission.remove(&job.submitted_at);
+            if let Some(key) = &job.idempotency_key {
+                self.idempotency.remove(key);
+            }
+            for part in &job.partitions {
+                let row = self.jobs.remove(part);
+                assert!(
+                    row.is_some_and(|r| r.state.is_terminal()),
+                    "terminal job {job_id} had a missing or live partition {part}"
+                );
+                follow_on.push(Applied::Removed { job_id: *part });
+            }
+            follow_on.push(Applied::Removed { job_id: *job_id });
+            purged += 1;
+        }
+        Applied::Purged { purged, skipped }
     }
 
     /// A partition completed: if it was its parent's last, the parent completes.
@@ -1002,10 +1106,13 @@ impl JobTable {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut active = 0;
         let mut queued = BTreeSet::new();
+        let mut finished = BTreeSet::new();
         for job in self.jobs.values() {
             check_row(job).map_err(|detail| format!("job {}: {detail}", job.id))?;
             if !job.state.is_terminal() {
                 active += 1;
+            } else if job.partition_of.is_none() {
+                finished.insert((job.finished_at.unwrap_or_default(), job.id));
             }
             if job.state == JobState::Queued {
                 queued.insert(job.id);
@@ -1035,6 +1142,13 @@ impl JobTable {
                 "queue holds {} entries but {} jobs are QUEUED",
                 self.queue.len(),
                 queued.len()
+            ));
+        }
+        if finished != self.finished {
+            return Err(format!(
+                "the finished index holds {} jobs but {} top-level jobs are terminal",
+                self.finished.len(),
+                finished.len()
             ));
         }
         for (key, job_id) in &self.idempotency {
@@ -1140,6 +1254,9 @@ struct Submission<'a> {
 fn check_row(job: &Job) -> Result<(), String> {
     if job.max_attempts == 0 {
         return Err("max_attempts is 0".into());
+    }
+    if !job.state.is_terminal() && job.finished_at.is_some() {
+        return Err(format!("{} with a finish time", job.state));
     }
     if job.is_parent() {
         if job.lease.is_some() || job.attempt.0 != 0 || job.state == JobState::Queued {

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, LogIndex, WorkerId};
 use crate::protocol::{JobView, Partitions};
 use crate::tasks::{TaskOutput, TaskSpec};
+use crate::time::UnixMillis;
 
 /// Where a job is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -124,9 +125,11 @@ pub struct PartitionOf {
 
 /// One job, exactly as the replicated job table holds it and as it is persisted.
 ///
-/// Nothing here is a clock reading: instants are per-process, and a record must mean the same
-/// thing on every coordinator and after every restart. Deadlines and backoff timers are leader
-/// soft state, re-armed from `retry_delay_millis` and the task timeout when a leader takes over.
+/// Nothing here is a monotonic clock reading: instants are per-process, and a record must mean
+/// the same thing on every coordinator and after every restart. Deadlines and backoff timers
+/// are leader soft state, re-armed from `retry_delay_millis` and the task timeout when a leader
+/// takes over. The two wall times come from the stamps of the entries that created and ended
+/// the job, so every member holds the same ones.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
@@ -158,6 +161,13 @@ pub struct Job {
     /// row written before this was recorded). A resend under the same key must ask the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions_asked: Option<Partitions>,
+    /// The wall time of the submission (unstamped on a row written before jobs carried one).
+    #[serde(default, skip_serializing_if = "UnixMillis::is_unstamped")]
+    pub created_at: UnixMillis,
+    /// The wall time the job became terminal; `None` while it is not (and on a terminal row
+    /// written before jobs carried one, which retention treats as the oldest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<UnixMillis>,
 }
 
 impl Job {
@@ -197,6 +207,8 @@ impl Job {
             idempotency_key: self.idempotency_key.clone(),
             partition_of: self.partition_of,
             partitions: None,
+            created_at_unix_ms: Some(self.created_at.0).filter(|&ms| ms != 0),
+            finished_at_unix_ms: self.finished_at.map(|at| at.0).filter(|&ms| ms != 0),
         }
     }
 }
@@ -223,6 +235,8 @@ mod tests {
             partition_of: None,
             partitions: Vec::new(),
             partitions_asked: None,
+            created_at: UnixMillis::UNSTAMPED,
+            finished_at: None,
         }
     }
 

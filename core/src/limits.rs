@@ -77,6 +77,21 @@ pub const MATERIALIZE_DIRTY_JOBS_MAX: usize = 2048;
 /// Log entries beyond the materialized rows that force the next materialization (the most a
 /// recovery replays).
 pub const MATERIALIZE_LOG_ENTRIES_MAX: u64 = 8192;
+/// How long a terminal job is kept by default before the leader purges it (a week).
+pub const RETAIN_TERMINAL_AGE_DEFAULT: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 60 * 60);
+/// How many terminal jobs are kept by default; the longest finished go first beyond it.
+pub const RETAIN_TERMINAL_COUNT_DEFAULT: u64 = 100_000;
+/// The count bound never purges a job that finished less than this long ago (twice the
+/// client's default call timeout, so a keyed resend after a lost connection finds its job).
+pub const RETAIN_TERMINAL_MIN_AGE_DEFAULT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Most jobs one `Purge` entry names (the frame limit may cut it shorter).
+pub const PURGE_JOBS_PER_ENTRY_MAX: usize = 1024;
+/// `Purge` entries a leader has proposed and not yet applied; it proposes more as they apply.
+pub const PURGES_IN_FLIGHT_MAX: usize = 4;
+/// How often a leader checks whether retention has jobs to purge.
+pub const RETENTION_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Most records one persistence batch carries before the coordinator starts a new one.
 pub const PERSIST_BATCH_RECORDS_MAX: usize = 4096;
 

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::LogEntry;
-use crate::ids::{LogIndex, NodeId, Term};
+use crate::ids::{JobId, LogIndex, NodeId, Term};
 use crate::job::Job;
 
 /// What a member must remember about elections across restarts (paper figure 2): the latest
@@ -35,6 +35,8 @@ pub enum Record {
     TruncateLogAfter(LogIndex),
     /// Upsert a job row of the materialized table.
     Job(Job),
+    /// Delete a job row (retention purged the job).
+    DeleteJob(JobId),
     /// The materialized job rows reflect every entry up to `index`, whose term was `term`.
     Applied { index: LogIndex, term: Term },
     /// Log entries up to this index are reflected in the job rows and may be deleted.

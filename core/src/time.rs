@@ -50,6 +50,48 @@ impl fmt::Display for Instant {
     }
 }
 
+/// A wall-clock time: milliseconds since the Unix epoch, as a leader's clock read it.
+///
+/// Core reads no clock, wall or monotonic. A leader stamps each entry it proposes with the
+/// wall time its driver says it is (the driver's epoch in wall time plus the monotonic time
+/// since), so the stamp travels in the log and every member sees the same one. Stamps are for
+/// people (when a job was created or finished) and for retention by age; nothing that decides
+/// safety reads them.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct UnixMillis(pub u64);
+
+impl UnixMillis {
+    /// No stamp (an entry written before entries carried one, or one that changes no job).
+    pub const UNSTAMPED: UnixMillis = UnixMillis(0);
+
+    pub fn is_unstamped(&self) -> bool {
+        *self == UnixMillis::UNSTAMPED
+    }
+
+    /// The wall time `now` falls on, for a driver whose epoch was at wall time `self`.
+    pub fn at(self, now: Instant) -> UnixMillis {
+        UnixMillis(self.0.saturating_add(now.as_millis()))
+    }
+
+    /// `self - age`, or `None` if that is before the Unix epoch (nothing is that old).
+    pub fn checked_sub(self, age: Duration) -> Option<UnixMillis> {
+        self.0.checked_sub(as_millis_u64(age)).map(UnixMillis)
+    }
+}
+
 /// Milliseconds as carried on the wire and in configuration.
 pub fn millis(ms: u64) -> Duration {
     Duration::from_millis(ms)

@@ -242,7 +242,7 @@ impl Facts {
                 Command::Cancel { job_id } => {
                     self.cancels.insert(*job_id);
                 }
-                Command::Requeue { .. } | Command::NewLeader { .. } => {}
+                Command::Requeue { .. } | Command::NewLeader { .. } | Command::Purge { .. } => {}
             }
         }
     }

@@ -78,7 +78,11 @@ impl Table {
 
     fn apply(&mut self, command: Command) -> Outcome {
         self.next += 1;
-        let outcome = self.t.apply(LogIndex(self.next), &command);
+        let outcome = self.t.apply(
+            LogIndex(self.next),
+            herder_core::time::UnixMillis::UNSTAMPED,
+            &command,
+        );
         if let Err(violation) = self.t.check_invariants() {
             panic!("invariant broken after {command:?}: {violation}");
         }
@@ -1058,6 +1062,7 @@ fn partition_ids_must_be_distinct_from_each_other_and_from_the_parent() {
             let mut table = JobTable::new();
             let outcome = table.apply(
                 LogIndex(1),
+                herder_core::time::UnixMillis::UNSTAMPED,
                 &Command::Submit {
                     job_id: parent,
                     task: prime_sum(1, 100),
@@ -1249,7 +1254,7 @@ impl Harness {
         let request_id = self.request_id();
         self.client_says(ClientRequest::Status { request_id, job_id });
         match self.reply_to(request_id) {
-            ClientReply::Job { job, .. } => job,
+            ClientReply::Job { job, .. } => *job,
             other => panic!("expected JOB, got {other:?}"),
         }
     }

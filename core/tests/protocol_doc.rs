@@ -191,6 +191,7 @@ fn tag_of_client_request(message: &ClientRequest) -> &'static str {
         ClientRequest::Workers { .. } => "WORKERS",
         ClientRequest::Cluster { .. } => "CLUSTER",
         ClientRequest::TransferLeader { .. } => "TRANSFER_LEADER",
+        ClientRequest::Purge { .. } => "PURGE",
     }
 }
 
@@ -206,6 +207,7 @@ fn tag_of_client_reply(message: &ClientReply) -> &'static str {
         ClientReply::NotLeader { .. } => "NOT_LEADER",
         ClientReply::Cluster { .. } => "CLUSTER",
         ClientReply::TransferStarted { .. } => "TRANSFER_STARTED",
+        ClientReply::Purged { .. } => "PURGED",
         ClientReply::Error { .. } => "ERROR",
     }
 }
@@ -235,6 +237,7 @@ fn kind_of_command(command: &Command) -> &'static str {
         Command::Cancel { .. } => "cancel",
         Command::Abandon { .. } => "abandon",
         Command::NewLeader { .. } => "new_leader",
+        Command::Purge { .. } => "purge",
     }
 }
 

@@ -247,6 +247,8 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     idempotency_key,
                     partition_of,
                     partitions,
+                    created_at_unix_ms: None,
+                    finished_at_unix_ms: None,
                 }
             },
         )
@@ -391,13 +393,15 @@ fn command() -> impl Strategy<Value = Command> {
         job_id().prop_map(|job_id| Command::Cancel { job_id }),
         (job_id(), lease_id()).prop_map(|(job_id, lease_id)| Command::Abandon { job_id, lease_id }),
         node_id().prop_map(|leader| Command::NewLeader { leader }),
+        proptest::collection::vec(job_id(), 0..4).prop_map(|job_ids| Command::Purge { job_ids }),
     ]
 }
 
 fn log_entry() -> impl Strategy<Value = LogEntry> {
-    (log_index(), term(), command()).prop_map(|(index, term, command)| LogEntry {
+    (log_index(), term(), any::<u64>(), command()).prop_map(|(index, term, at, command)| LogEntry {
         index,
         term,
+        at: herder_core::time::UnixMillis(at),
         command,
     })
 }
@@ -621,12 +625,14 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
                     }
                 }
             ),
-        (request_id(), job_view())
-            .prop_map(|(request_id, job)| ClientReply::Job { request_id, job }),
+        (request_id(), job_view()).prop_map(|(request_id, job)| ClientReply::Job {
+            request_id,
+            job: Box::new(job),
+        }),
         (request_id(), job_view(), any::<bool>()).prop_map(|(request_id, job, timed_out)| {
             ClientReply::WaitResult {
                 request_id,
-                job,
+                job: Box::new(job),
                 timed_out,
             }
         }),
@@ -634,7 +640,7 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
             |(request_id, term, job, cancelled)| ClientReply::CancelResult {
                 request_id,
                 term,
-                job,
+                job: Box::new(job),
                 cancelled,
             }
         ),
@@ -1545,7 +1551,7 @@ fn client_reply_wire_forms() {
     assert_wire_form(
         ClientReply::Job {
             request_id: RequestId(7),
-            job: JobView {
+            job: Box::new(JobView {
                 id: job(),
                 state: JobState::Completed,
                 attempt: 1,
@@ -1558,7 +1564,9 @@ fn client_reply_wire_forms() {
                 idempotency_key: None,
                 partition_of: None,
                 partitions: None,
-            },
+                created_at_unix_ms: None,
+                finished_at_unix_ms: None,
+            }),
         },
         json!({
             "type": "JOB",
@@ -1642,7 +1650,7 @@ fn client_reply_wire_forms() {
         ClientReply::CancelResult {
             request_id: RequestId(11),
             term: Term(2),
-            job: JobView {
+            job: Box::new(JobView {
                 id: job(),
                 state: JobState::Cancelled,
                 attempt: 0,
@@ -1655,7 +1663,9 @@ fn client_reply_wire_forms() {
                 idempotency_key: None,
                 partition_of: None,
                 partitions: None,
-            },
+                created_at_unix_ms: None,
+                finished_at_unix_ms: None,
+            }),
             cancelled: true,
         },
         json!({
@@ -1825,6 +1835,7 @@ fn peer_consensus_wire_forms() {
                 LogEntry {
                     index: LogIndex(21),
                     term: Term(5),
+                    at: herder_core::time::UnixMillis::UNSTAMPED,
                     command: Command::NewLeader {
                         leader: NodeId("c1".into()),
                     },
@@ -1832,6 +1843,7 @@ fn peer_consensus_wire_forms() {
                 LogEntry {
                     index: LogIndex(22),
                     term: Term(5),
+                    at: herder_core::time::UnixMillis::UNSTAMPED,
                     command: Command::Cancel { job_id: job() },
                 },
             ],

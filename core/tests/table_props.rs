@@ -603,7 +603,8 @@ fn check_step(
         Command::Complete { .. }
         | Command::AttemptFailed { .. }
         | Command::Abandon { .. }
-        | Command::NewLeader { .. } => {}
+        | Command::NewLeader { .. }
+        | Command::Purge { .. } => {}
     }
 
     // Terminal transitions free exactly one admission slot each; nothing else changes the count
@@ -632,7 +633,11 @@ fn replay(start: JobTable, log: &[Command]) -> (JobTable, Vec<Applied>) {
     let mut outcomes = Vec::with_capacity(log.len());
     for command in log {
         let index = table.applied_index().next();
-        outcomes.push(table.apply(index, command).applied);
+        outcomes.push(
+            table
+                .apply(index, herder_core::time::UnixMillis::UNSTAMPED, command)
+                .applied,
+        );
     }
     (table, outcomes)
 }
@@ -652,7 +657,9 @@ fn run(ops: &[Op]) -> Result<Run, TestCaseError> {
         let command = concretizer.command(&table, op);
         let before = snapshot(&table);
         let index = table.applied_index().next();
-        let applied = table.apply(index, &command).applied;
+        let applied = table
+            .apply(index, herder_core::time::UnixMillis::UNSTAMPED, &command)
+            .applied;
         prop_assert_eq!(table.applied_index(), index);
         check_state(&table)?;
         check_step(&before, &command, &applied, &table)?;
@@ -696,7 +703,7 @@ proptest! {
         let mut table = JobTable::new();
         for (i, command) in log.iter().enumerate() {
             let index = table.applied_index().next();
-            table.apply(index, command);
+            table.apply(index, herder_core::time::UnixMillis::UNSTAMPED, command);
             prop_assert_eq!(&snapshot(&table), &snapshots[i + 1]);
         }
     }
@@ -748,7 +755,9 @@ fn apply_all(table: &mut JobTable, log: &[Command]) -> Vec<Applied> {
     log.iter()
         .map(|command| {
             let index = table.applied_index().next();
-            let applied = table.apply(index, command).applied;
+            let applied = table
+                .apply(index, herder_core::time::UnixMillis::UNSTAMPED, command)
+                .applied;
             table.check_invariants().expect("invariants hold");
             applied
         })

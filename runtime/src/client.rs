@@ -62,6 +62,7 @@ fn waiting_for(op: &Operation) -> &'static str {
         Operation::Workers => "the worker list",
         Operation::Cluster => "the member's view of the group",
         Operation::TransferLeader { .. } => "the hand-over to start",
+        Operation::Purge { .. } => "the purge to be written",
     }
 }
 
@@ -190,7 +191,7 @@ impl HerderClient {
 
     pub async fn status(&self, job_id: JobId) -> Result<JobView, CallError> {
         match self.call(Operation::Status { job_id }).await? {
-            ClientReply::Job { job, .. } => Ok(job),
+            ClientReply::Job { job, .. } => Ok(*job),
             other => Err(unexpected(&other)),
         }
     }
@@ -209,7 +210,7 @@ impl HerderClient {
             })
             .await?
         {
-            ClientReply::WaitResult { job, timed_out, .. } => Ok((job, timed_out)),
+            ClientReply::WaitResult { job, timed_out, .. } => Ok((*job, timed_out)),
             other => Err(unexpected(&other)),
         }
     }
@@ -217,7 +218,7 @@ impl HerderClient {
     /// Cancels the job; returns it and whether this call cancelled it (false: already terminal).
     pub async fn cancel(&self, job_id: JobId) -> Result<(JobView, bool), CallError> {
         match self.call(Operation::Cancel { job_id }).await? {
-            ClientReply::CancelResult { job, cancelled, .. } => Ok((job, cancelled)),
+            ClientReply::CancelResult { job, cancelled, .. } => Ok((*job, cancelled)),
             other => Err(unexpected(&other)),
         }
     }
@@ -245,6 +246,26 @@ impl HerderClient {
     pub async fn cluster(&self) -> Result<ClusterView, CallError> {
         match self.call(Operation::Cluster).await? {
             ClientReply::Cluster { cluster, .. } => Ok(cluster),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Purges one batch of terminal jobs (of `state`, or of every terminal state) that finished
+    /// at least `older_than` ago: returns how many went and how many more match.
+    pub async fn purge(
+        &self,
+        state: Option<JobState>,
+        older_than: std::time::Duration,
+    ) -> Result<(u64, u64), CallError> {
+        let older_than_millis = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
+        let op = Operation::Purge {
+            state,
+            older_than_millis,
+        };
+        match self.call(op).await? {
+            ClientReply::Purged {
+                purged, remaining, ..
+            } => Ok((purged, remaining)),
             other => Err(unexpected(&other)),
         }
     }

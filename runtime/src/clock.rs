@@ -2,19 +2,33 @@
 
 use std::time::Duration;
 
-use herder_core::time::Instant;
+use herder_core::time::{Instant, UnixMillis};
 
 /// A monotonic clock anchored when the process (or test) created it.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     epoch: tokio::time::Instant,
+    /// The wall time at `epoch`, in milliseconds since the Unix epoch.
+    wall_at_epoch: u64,
 }
 
 impl Clock {
     pub fn new() -> Clock {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            });
         Clock {
             epoch: tokio::time::Instant::now(),
+            wall_at_epoch: wall,
         }
+    }
+
+    /// The wall time at this clock's epoch: a coordinator stamps entries with it plus the
+    /// monotonic time since, so a wall-clock step while it runs moves no stamp.
+    pub fn wall_at_epoch(&self) -> UnixMillis {
+        UnixMillis(self.wall_at_epoch)
     }
 
     pub fn now(&self) -> Instant {

@@ -255,6 +255,7 @@ pub async fn start_on(
         tracing::info_span!("coordinator", node = %greeting.node_id)
     };
     let clock = Clock::new();
+    config.wall_clock_at_epoch = clock.wall_at_epoch();
     let store = Store::open(&data_dir)?;
     let durable = store.load()?;
     let seed = seed.unwrap_or_else(os_seed);

@@ -314,6 +314,7 @@ impl Store {
             let mut put_job = tx.prepare_cached(
                 "INSERT OR REPLACE INTO jobs (id, state, row) VALUES (?1, ?2, ?3)",
             )?;
+            let mut delete_job = tx.prepare_cached("DELETE FROM jobs WHERE id = ?1")?;
             let mut set_applied =
                 tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'applied_index'")?;
             let mut set_applied_term =
@@ -360,6 +361,9 @@ impl Store {
                     Record::Job(job) => {
                         let text = serde_json::to_string(job)?;
                         put_job.execute(params![job.id.to_string(), job.state.as_str(), text])?;
+                    }
+                    Record::DeleteJob(job_id) => {
+                        delete_job.execute(params![job_id.to_string()])?;
                     }
                     Record::Applied { index, term } => {
                         set_applied.execute(params![to_sql(index.0)])?;
@@ -436,6 +440,8 @@ mod tests {
             partition_of: None,
             partitions: Vec::new(),
             partitions_asked: None,
+            created_at: herder_core::time::UnixMillis(1_700_000_000_000),
+            finished_at: None,
         }
     }
 
@@ -451,6 +457,7 @@ mod tests {
         LogEntry {
             index: LogIndex(i),
             term: Term(1),
+            at: herder_core::time::UnixMillis::UNSTAMPED,
             command: Command::Requeue {
                 job_id: job_id(i as u128),
             },

@@ -88,7 +88,10 @@ impl Mirror {
                         self.votes.insert(hard_state.term, candidate.clone());
                     }
                 }
-                Record::Job(_) | Record::Applied { .. } | Record::DiscardLogThrough(_) => {}
+                Record::Job(_)
+                | Record::DeleteJob(_)
+                | Record::Applied { .. }
+                | Record::DiscardLogThrough(_) => {}
             }
         }
         while self.log.contains_key(&self.contiguous.next()) {
@@ -105,6 +108,7 @@ impl Mirror {
 /// What the committed log said of a job when a read about it reached a coordinator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadFloor {
+    pub job: JobId,
     pub state: JobState,
     pub attempt: u32,
 }
@@ -339,9 +343,10 @@ impl Checker {
 
     /// What the committed log says of `job` now (none: not created yet, as far as is known).
     pub fn read_floor(&self, job: &JobId) -> Option<ReadFloor> {
-        self.model.jobs.get(job).map(|job| ReadFloor {
-            state: job.state,
-            attempt: job.attempt,
+        self.model.jobs.get(job).map(|row| ReadFloor {
+            job: *job,
+            state: row.state,
+            attempt: row.attempt,
         })
     }
 
@@ -359,10 +364,14 @@ impl Checker {
                 code: ErrorCode::JobNotFound,
                 ..
             } => {
-                return Err(format!(
-                    "stale read: JOB_NOT_FOUND, but the job was committed ({}, attempt {}) before the request arrived",
-                    floor.state, floor.attempt
-                ))
+                // Fine only if a committed purge has removed it since the request arrived.
+                ensure!(
+                    self.model.purged.contains_key(&floor.job),
+                    "stale read: JOB_NOT_FOUND, but the job was committed ({}, attempt {}) before the request arrived and was never purged",
+                    floor.state,
+                    floor.attempt
+                );
+                return Ok(());
             }
             _ => return Ok(()),
         };
@@ -639,9 +648,10 @@ impl Checker {
                     );
                 }
                 if let Some(key) = key {
+                    // (Or the job was purged since, in the same step, taking its key along.)
                     let bound = self.model.keys.get(key);
                     ensure!(
-                        bound == Some(job_id),
+                        bound == Some(job_id) || self.model.purged.contains_key(job_id),
                         "a submission with idempotency key {key:?} was answered with job {job_id}, but the key is bound to {bound:?}"
                     );
                 }
@@ -726,7 +736,8 @@ impl Checker {
 
     /// A terminal job shown to a client must be terminal in the committed log, the same way.
     fn check_view(&self, view: &JobView) -> Check {
-        let Some(job) = self.model.jobs.get(&view.id) else {
+        // A view may be answered just before the same step applies a purge of the job.
+        let Some(job) = self.model.job_ever(&view.id) else {
             return Err(format!(
                 "job {} shown to a client as {}, but the rules never created it",
                 view.id, view.state
@@ -771,12 +782,17 @@ impl Checker {
         Ok(())
     }
 
+    /// Whether a committed purge removed `job`.
+    pub fn purged(&self, job: &JobId) -> bool {
+        self.model.purged.contains_key(job)
+    }
+
     /// Whether every acknowledged job is terminal by the committed log.
     pub fn acked_terminal(&self) -> bool {
+        // A purged job was terminal when it went.
         self.acked.iter().all(|id| {
             self.model
-                .jobs
-                .get(id)
+                .job_ever(id)
                 .is_some_and(|job| job.state.is_terminal())
         })
     }

@@ -22,7 +22,9 @@
 //!   cancels the others.
 //! - **Requeue** moves `RETRY_WAIT` to `QUEUED`. **Cancel** cancels a non-terminal job (a
 //!   partition's cancel is its parent's) and every non-terminal partition of it.
-//! - Terminal states never change.
+//! - **Purge** removes each named job that is terminal and not a partition, with its
+//!   partitions and its idempotency key; it skips any other id.
+//! - Terminal states never change (a purged job is gone, not changed).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -92,6 +94,8 @@ pub struct Model {
     pub assigned_at: HashMap<LeaseId, (LogIndex, JobId, WorkerId)>,
     pub settled_at: HashMap<LeaseId, LogIndex>,
     pub cancelled_at: HashMap<JobId, LogIndex>,
+    /// Jobs removed by a purge (each terminal when it went): where, and what it was then.
+    pub purged: HashMap<JobId, (LogIndex, ModelJob)>,
     /// The highest admission limit any submission carried (the limit is fixed per run).
     pub limit: u64,
 }
@@ -102,6 +106,13 @@ impl Model {
             active_at: vec![0],
             ..Model::default()
         }
+    }
+
+    /// A job as the rules last had it: live, or as it was when purged.
+    pub fn job_ever(&self, job_id: &JobId) -> Option<&ModelJob> {
+        self.jobs
+            .get(job_id)
+            .or_else(|| self.purged.get(job_id).map(|(_, job)| job))
     }
 
     pub fn active(&self) -> u64 {
@@ -242,8 +253,37 @@ impl Model {
                 }
             }
             Command::NewLeader { .. } => {}
+            Command::Purge { job_ids } => {
+                for job_id in job_ids {
+                    let purgeable = self
+                        .jobs
+                        .get(job_id)
+                        .is_some_and(|j| j.state.is_terminal() && j.parent.is_none());
+                    if !purgeable {
+                        continue;
+                    }
+                    let job = self
+                        .jobs
+                        .remove(job_id)
+                        .ok_or("model: purged job vanished")?;
+                    if let Some(key) = &job.key {
+                        self.keys.remove(key);
+                    }
+                    for part in &job.partitions {
+                        let row = self
+                            .jobs
+                            .remove(part)
+                            .ok_or("model: a partition vanished")?;
+                        self.purged.insert(*part, (at, row));
+                    }
+                    self.purged.insert(*job_id, (at, job));
+                }
+            }
         }
         for (id, state) in before {
+            if self.purged.get(&id).is_some_and(|(index, _)| *index == at) {
+                continue;
+            }
             let now = self.jobs.get(&id).map(|j| j.state);
             ensure!(
                 now == Some(state),

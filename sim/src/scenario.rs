@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use herder_core::coordinator::CoordinatorConfig;
+use herder_core::coordinator::{CoordinatorConfig, Retention};
 use herder_core::ids::NodeId;
 
 use crate::rng::SimRng;
@@ -110,6 +110,8 @@ pub struct Scenario {
     /// Pass every message through the real frame codec (encode, then decode) on the wire.
     pub codec: bool,
     pub faults: Faults,
+    /// Clients sometimes send `PURGE` (with a retention policy drawn for the coordinators).
+    pub purge_ops: bool,
 }
 
 impl Scenario {
@@ -259,6 +261,7 @@ impl Scenario {
             max_drift_ppm: rng.range(0, 500) as i64,
             codec: rng.chance(0.3),
             faults,
+            purge_ops: false,
         };
         // Network faults are drawn last so adding them did not reshuffle the draws above.
         if scenario.faults != Faults::none() {
@@ -293,6 +296,21 @@ impl Scenario {
             scenario.faults.worker_leave = scenario.workers > 1 && rng.chance(0.3);
             // Drawn last of all, so every earlier draw stays what it was.
             scenario.faults.malformed = rng.chance(0.3);
+        }
+        // Retention, drawn after everything else: a tight policy purges jobs while clients
+        // still ask about them, wait for them and resend their keys.
+        if rng.chance(0.4) {
+            let max_age = rng
+                .chance(0.5)
+                .then(|| Duration::from_millis(rng.range(50, 3_000)));
+            let max_count = rng.chance(0.7).then(|| rng.range(1, 8));
+            let min_age = Duration::from_millis(rng.range(0, 2_000));
+            scenario.coordinator.retention = Retention {
+                max_age,
+                max_count,
+                min_age,
+            };
+            scenario.purge_ops = rng.chance(0.5);
         }
         scenario
     }

@@ -166,6 +166,7 @@ fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
         .map(|(i, command)| LogEntry {
             index: LogIndex(i as u64 + 1),
             term: Term(1),
+            at: herder_core::time::UnixMillis::UNSTAMPED,
             command,
         })
         .collect()
@@ -264,7 +265,7 @@ fn the_model_refuses_a_wrong_result_and_a_table_that_disagrees() {
     let mut table = JobTable::new();
     for entry in completed_log(spec, right) {
         model.apply(&entry).expect("a correct completion");
-        table.apply(entry.index, &entry.command);
+        table.apply(entry.index, entry.at, &entry.command);
     }
     let mut row = table.get(&job_id(1)).expect("the job").clone();
     model.matches(&row).expect("the product agrees");

@@ -5,8 +5,10 @@ use std::time::Duration;
 use crate::ids::NodeId;
 use crate::limits::{
     ACTIVE_JOBS_CEILING, ATTEMPTS_MAX, CONFIG_MILLIS_MAX, FRAME_BYTES_MAX_CEILING,
-    FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, GROUP_MEMBERS_MAX,
+    FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, GROUP_MEMBERS_MAX, RETAIN_TERMINAL_AGE_DEFAULT,
+    RETAIN_TERMINAL_COUNT_DEFAULT, RETAIN_TERMINAL_MIN_AGE_DEFAULT,
 };
+use crate::time::UnixMillis;
 
 /// How a coordinator behaves. Defaults are those of the documented CLI (README.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +48,46 @@ pub struct CoordinatorConfig {
     /// Hand leadership to the next member after this many submissions in one term (term
     /// rotation, done by leadership transfer). `None`: never.
     pub rotate_leader_after_jobs: Option<u64>,
+    /// How long terminal jobs are kept before the leader purges them.
+    pub retention: Retention,
+    /// The wall time at the driver's epoch (`Instant::ZERO`). Core reads no clock; this is how
+    /// a leader knows what wall time to stamp on the entries it proposes.
+    pub wall_clock_at_epoch: UnixMillis,
+}
+
+/// How long terminal jobs (`COMPLETED`, `FAILED`, `CANCELLED`) stay in the table, with their
+/// payloads, results and idempotency keys. The leader purges a job once either bound says so;
+/// `None` is no bound of that kind. A data-parallel job counts once and goes with its
+/// partitions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Purge a job this long after it finished.
+    pub max_age: Option<Duration>,
+    /// Keep at most this many terminal jobs, purging the longest finished first...
+    pub max_count: Option<u64>,
+    /// ...but never, for the count, one that finished less than this long ago: a client that
+    /// lost its connection resends a keyed submission within its call timeout, and finds
+    /// the job its key names rather than a new one.
+    pub min_age: Duration,
+}
+
+impl Retention {
+    /// Keep everything (the table grows without bound).
+    pub const FOREVER: Retention = Retention {
+        max_age: None,
+        max_count: None,
+        min_age: RETAIN_TERMINAL_MIN_AGE_DEFAULT,
+    };
+}
+
+impl Default for Retention {
+    fn default() -> Retention {
+        Retention {
+            max_age: Some(RETAIN_TERMINAL_AGE_DEFAULT),
+            max_count: Some(RETAIN_TERMINAL_COUNT_DEFAULT),
+            min_age: RETAIN_TERMINAL_MIN_AGE_DEFAULT,
+        }
+    }
 }
 
 impl Default for CoordinatorConfig {
@@ -68,6 +110,8 @@ impl Default for CoordinatorConfig {
             client_address: String::new(),
             worker_address: String::new(),
             rotate_leader_after_jobs: None,
+            retention: Retention::default(),
+            wall_clock_at_epoch: UnixMillis::UNSTAMPED,
         }
     }
 }
@@ -99,6 +143,8 @@ pub enum ConfigError {
     ReplicationHeartbeatTooSlow { heartbeat: u128, min: u128 },
     #[error("--rotate-leader-after-jobs must be at least 1")]
     RotateAfterZero,
+    #[error("a retention count must be at least 1 (use no count to keep any number)")]
+    RetainNone,
 }
 
 impl CoordinatorConfig {
@@ -166,6 +212,9 @@ impl CoordinatorConfig {
         }
         if self.rotate_leader_after_jobs == Some(0) {
             return Err(ConfigError::RotateAfterZero);
+        }
+        if self.retention.max_count == Some(0) {
+            return Err(ConfigError::RetainNone);
         }
         Ok(())
     }

@@ -33,6 +33,9 @@ impl DiskImage {
                 Record::Job(job) => {
                     self.jobs.insert(job.id, job.clone());
                 }
+                Record::DeleteJob(job_id) => {
+                    self.jobs.remove(job_id);
+                }
                 Record::Applied { index, term } => {
                     self.applied = *index;
                     self.applied_term = *term;
@@ -79,7 +82,7 @@ impl DiskImage {
                     found: *index,
                 });
             }
-            table.apply(*index, &entry.command);
+            table.apply(*index, entry.at, &entry.command);
         }
         Ok(table)
     }

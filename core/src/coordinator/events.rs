@@ -183,6 +183,11 @@ pub enum Event {
         acknowledged: LogIndex,
         holds: LogIndex,
     },
+    /// Retention removed `purged` terminal jobs; `kept` terminal jobs remain.
+    JobsPurged {
+        purged: u64,
+        kept: u64,
+    },
     /// A peer message from a node that is not a member of the group.
     PeerIgnored {
         from: NodeId,
@@ -210,6 +215,9 @@ impl fmt::Display for Event {
                 kind,
                 max_attempts,
             } => write!(f, "Job submitted: jobId={job_id} task={kind} maxAttempts={max_attempts}"),
+            Event::JobsPurged { purged, kept } => {
+                write!(f, "Jobs purged: purged={purged} keptTerminal={kept}")
+            }
             Event::SubmitRejected {
                 active_jobs,
                 admitting_jobs,

@@ -13,7 +13,7 @@ use crate::ids::{ConnectionId, NodeId, RequestId};
 use crate::protocol::{ClientReply, CoordinatorToWorker, ErrorCode, LeaderHint};
 use crate::replica::{NotLeader, Proposal, Replica};
 use crate::storage::Record;
-use crate::time::Instant;
+use crate::time::{Instant, UnixMillis};
 
 pub(super) struct Member {
     pub(super) config: CoordinatorConfig,
@@ -70,7 +70,7 @@ impl Member {
 
     /// Appends a command to the log; it applies (and its effects leave) once committed.
     pub(super) fn propose(&mut self, command: Command) -> Result<Proposal, NotLeader> {
-        let proposal = self.replica.propose(command)?;
+        let proposal = self.replica.propose(command, self.wall_now())?;
         self.take_replica_records();
         Ok(proposal)
     }
@@ -144,6 +144,11 @@ impl Member {
             })
             .filter(|a| !a.is_empty())
             .collect()
+    }
+
+    /// The wall time now, as the driver's epoch and the monotonic time since give it.
+    pub(super) fn wall_now(&self) -> UnixMillis {
+        self.config.wall_clock_at_epoch.at(self.now)
     }
 
     pub(super) fn advance_clock(&mut self, now: Instant) {

@@ -71,7 +71,7 @@ use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 pub use crate::storage::{BatchId, DurableState, HardState, PersistBatch, Record};
-pub use config::{ConfigError, CoordinatorConfig};
+pub use config::{ConfigError, CoordinatorConfig, Retention};
 pub use disk_image::DiskImage;
 pub use events::{Event, LossReason};
 pub use registry::WorkerEntry;
@@ -256,7 +256,7 @@ impl Coordinator {
             let leader = if recovering {
                 LeaderState::take_over(&mut coordinator.member, leader::Takeover::Restart)
             } else {
-                LeaderState::new(coordinator.member.replica.term())
+                LeaderState::fresh(&coordinator.member)
             };
             coordinator.leader = Some(leader);
         }
@@ -450,7 +450,10 @@ impl Coordinator {
     /// outcome visible.
     fn apply_committed(&mut self) {
         while let Some(entry) = self.member.replica.pop_committed() {
-            let outcome = self.member.table.apply(entry.index, &entry.command);
+            let outcome = self
+                .member
+                .table
+                .apply(entry.index, entry.at, &entry.command);
             self.member.persistence.mark_dirty(outcome.changed_jobs());
             if let Some(leader) = self.leader.as_mut() {
                 leader.on_entry_applied(&mut self.member, &entry, outcome);

@@ -94,9 +94,11 @@ impl Persistence {
             || unmaterialized >= MATERIALIZE_LOG_ENTRIES_MAX;
         if !self.dirty.is_empty() && (idle || due) {
             for job_id in std::mem::take(&mut self.dirty) {
-                if let Some(job) = table.get(&job_id) {
-                    self.open_batch.push(Record::Job(job.clone()));
-                }
+                // A dirty job the table no longer holds was purged.
+                self.open_batch.push(match table.get(&job_id) {
+                    Some(job) => Record::Job(job.clone()),
+                    None => Record::DeleteJob(job_id),
+                });
             }
             let applied = table.applied_index();
             // The applied entry is always within the log (compaction stops at it).

@@ -21,6 +21,8 @@ pub enum Timer {
     ReadoptionEnd,
     /// A parked `WAIT` ran out of time.
     WaitTimeout(ConnectionId, RequestId, JobId),
+    /// Time to check whether retention has terminal jobs to purge.
+    RetentionSweep,
 }
 
 /// Names one armed timer so it can be disarmed.

@@ -258,6 +258,15 @@ pub enum ClientRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         to: Option<NodeId>,
     },
+    /// Remove terminal jobs (all terminal states, or only `state`, which must be terminal)
+    /// that finished at least `older_than_millis` ago. One request purges at most one batch;
+    /// the reply says how many matching jobs remain, to be purged by asking again.
+    Purge {
+        request_id: RequestId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<JobState>,
+        older_than_millis: u64,
+    },
 }
 
 wire_message!(ClientRequest {
@@ -269,6 +278,7 @@ wire_message!(ClientRequest {
     Workers => "WORKERS",
     Cluster => "CLUSTER",
     TransferLeader => "TRANSFER_LEADER",
+    Purge => "PURGE",
 });
 
 impl ClientRequest {
@@ -281,6 +291,7 @@ impl ClientRequest {
             | ClientRequest::Wait { request_id, .. }
             | ClientRequest::Cancel { request_id, .. }
             | ClientRequest::List { request_id, .. }
+            | ClientRequest::Purge { request_id, .. }
             | ClientRequest::Workers { request_id } => *request_id,
         }
     }
@@ -310,12 +321,15 @@ pub enum ClientReply {
         max_active_jobs: u64,
         message: String,
     },
-    /// Reply to `STATUS`.
-    Job { request_id: RequestId, job: JobView },
+    /// Reply to `STATUS`. (Job views are boxed: they are by far the largest reply.)
+    Job {
+        request_id: RequestId,
+        job: Box<JobView>,
+    },
     /// Reply to `WAIT`.
     WaitResult {
         request_id: RequestId,
-        job: JobView,
+        job: Box<JobView>,
         timed_out: bool,
     },
     /// Reply to `CANCEL`. `cancelled` is false when the job was already terminal.
@@ -323,7 +337,7 @@ pub enum ClientReply {
         request_id: RequestId,
         /// The term of the leader that answered.
         term: Term,
-        job: JobView,
+        job: Box<JobView>,
         cancelled: bool,
     },
     JobList {
@@ -355,6 +369,12 @@ pub enum ClientReply {
     },
     /// Reply to `TRANSFER_LEADER`: the hand-over to `to` has started.
     TransferStarted { request_id: RequestId, to: NodeId },
+    /// Reply to `PURGE`: `purged` jobs are gone for good; `remaining` more match.
+    Purged {
+        request_id: RequestId,
+        purged: u64,
+        remaining: u64,
+    },
     Error {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request_id: Option<RequestId>,
@@ -374,6 +394,7 @@ wire_message!(ClientReply {
     NotLeader => "NOT_LEADER",
     Cluster => "CLUSTER",
     TransferStarted => "TRANSFER_STARTED",
+    Purged => "PURGED",
     Error => "ERROR",
 });
 
@@ -390,7 +411,8 @@ impl ClientReply {
             | ClientReply::WorkerList { request_id, .. }
             | ClientReply::NotLeader { request_id, .. }
             | ClientReply::Cluster { request_id, .. }
-            | ClientReply::TransferStarted { request_id, .. } => Some(*request_id),
+            | ClientReply::TransferStarted { request_id, .. }
+            | ClientReply::Purged { request_id, .. } => Some(*request_id),
             ClientReply::Error { request_id, .. } => *request_id,
         }
     }
@@ -418,6 +440,12 @@ pub struct JobView {
     /// On a data-parallel parent: how its partitions are doing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<PartitionsView>,
+    /// When the job was submitted, in milliseconds since the Unix epoch by the leader's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_unix_ms: Option<u64>,
+    /// When it became terminal (absent while it is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_unix_ms: Option<u64>,
 }
 
 /// How many partitions a data-parallel job asks for: a number, or `"auto"` (one per live

@@ -14,6 +14,7 @@ use super::{Replica, ReplicaEvent, Role};
 use crate::command::Command;
 use crate::ids::{LogIndex, NodeId, Term};
 use crate::protocol::PeerMessage;
+use crate::time::UnixMillis;
 
 impl Replica {
     /// The election timeout passed: ask the others whether they would vote, without raising
@@ -176,7 +177,8 @@ impl Replica {
         // The first entry of the term: committing it commits everything before it (paper 5.4.2)
         // and tells the leader its commit index is current (dissertation 6.4).
         let leader = self.config.id.clone();
-        self.append_own(Command::NewLeader { leader });
+        // It changes no job, so it needs no wall time.
+        self.append_own(Command::NewLeader { leader }, UnixMillis::UNSTAMPED);
     }
 
     pub(super) fn on_timeout_now(&mut self, from: &NodeId, term: Term) {

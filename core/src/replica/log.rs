@@ -224,6 +224,7 @@ mod tests {
         LogEntry {
             index: LogIndex(index),
             term: Term(term),
+            at: crate::time::UnixMillis::UNSTAMPED,
             command: Command::Requeue {
                 job_id: JobId(uuid::Uuid::nil()),
             },

@@ -52,7 +52,7 @@ use crate::ids::{LogIndex, NodeId, Term};
 use crate::job::Job;
 use crate::protocol::PeerMessage;
 use crate::storage::{HardState, Record};
-use crate::time::Instant;
+use crate::time::{Instant, UnixMillis};
 use leader::Leading;
 use log::RaftLog;
 use rejoin::Abstaining;
@@ -477,18 +477,20 @@ impl Replica {
 
     /// Appends `command` to the log if this member leads. It commits (and so applies) once it is
     /// durable on a majority; the `APPEND`s carrying it go out at the next `flush`.
-    pub fn propose(&mut self, command: Command) -> Result<Proposal, NotLeader> {
+    /// `at` is the wall time the entry is stamped with.
+    pub fn propose(&mut self, command: Command, at: UnixMillis) -> Result<Proposal, NotLeader> {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
-        Ok(self.append_own(command))
+        Ok(self.append_own(command, at))
     }
 
-    fn append_own(&mut self, command: Command) -> Proposal {
+    fn append_own(&mut self, command: Command, at: UnixMillis) -> Proposal {
         self.save_hard_state_if_unsaved();
         let entry = LogEntry {
             index: self.log.last_index().next(),
             term: self.term,
+            at,
             command,
         };
         let proposal = Proposal {

@@ -286,7 +286,6 @@ impl World {
         if self.coords[c].machine.is_some() {
             return Ok(());
         }
-        let config = coordinator_config(&self.scenario, c);
         let process = self.coords[c].gen;
         let clock = clock_for(
             self.seed,
@@ -295,6 +294,7 @@ impl World {
             self.now,
             &self.scenario,
         );
+        let config = coordinator_config(&self.scenario, c, &clock);
         let node = &mut self.coords[c];
         node.clock = clock;
         let seed = node.seeds.next_u64();

@@ -159,13 +159,14 @@ impl World {
         let mut coords = Vec::new();
         for c in 0..scenario.coordinators {
             let mut seeds = SimRng::new(seed, "coordinator-process", c as u64);
-            let config = coordinator_config(&scenario, c);
+            let clock = clock_for(seed, NodeRef::Coordinator(c), 0, 0, &scenario);
+            let config = coordinator_config(&scenario, c, &clock);
             let machine = Coordinator::new(config, seeds.next_u64())
                 .map_err(|e| format!("bad coordinator config: {e}"))?;
             coords.push(CoordNode {
                 machine: Some(machine),
                 gen: 0,
-                clock: clock_for(seed, NodeRef::Coordinator(c), 0, 0, &scenario),
+                clock,
                 disk: Disk::default(),
                 pending: VecDeque::new(),
                 last_durable_at: 0,
@@ -511,11 +512,10 @@ impl World {
             return false;
         };
         self.checker.acked_terminal()
-            && self
-                .checker
-                .acked()
-                .iter()
-                .all(|id| machine.job(id).is_some_and(|job| job.state.is_terminal()))
+            && self.checker.acked().iter().all(|id| match machine.job(id) {
+                Some(job) => job.state.is_terminal(),
+                None => self.checker.purged(id),
+            })
     }
 
     fn liveness_failure(&mut self, why: &str) -> Check {
@@ -552,6 +552,7 @@ impl World {
                             job.lease.as_ref().map(|l| (l.id, l.worker.clone()))
                         )),
                         Some(_) => {}
+                        None if self.checker.purged(id) => {}
                         None => problems.push(format!("acknowledged job {id} is missing")),
                     }
                 }

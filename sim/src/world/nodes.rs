@@ -11,7 +11,7 @@ use herder_core::coordinator::{Coordinator, CoordinatorConfig, Event, Output, Pe
 use herder_core::ids::{ConnectionId, JobId, LeaseId, NodeId};
 use herder_core::protocol::{AttemptOutcome, ClientReply};
 use herder_core::tasks::{self, TaskSpec};
-use herder_core::time::Instant;
+use herder_core::time::{Instant, UnixMillis};
 use herder_core::worker::{Worker, WorkerConfig, WorkerEvent, WorkerOutput};
 
 use super::events::Ev;
@@ -50,6 +50,10 @@ pub struct Clock {
     pub start_us: u64,
     pub offset_us: u64,
     pub drift_ppm: i64,
+    /// What the process's wall clock read when its monotonic clock read zero: the world's wall
+    /// time then, off by up to the scenario's clock offset either way (wall clocks of
+    /// different machines disagree, and a restarted process may find its wall clock stepped).
+    pub wall_at_epoch: UnixMillis,
 }
 
 impl Clock {
@@ -140,12 +144,24 @@ pub(super) fn clock_for(
 ) -> Clock {
     let mut rng = SimRng::new(seed, "clock", node_index(node) * 1_000_000 + process);
     let drift = scenario.max_drift_ppm;
+    let offset_us = rng.range(0, scenario.max_offset_us);
+    let drift_ppm = rng.range(0, 2 * drift as u64) as i64 - drift;
+    // Drawn last, so the draws above stay what they were.
+    let wall_error_ms = rng.range(0, 2 * scenario.max_offset_us / 1_000 + 1) as i64
+        - (scenario.max_offset_us / 1_000) as i64;
+    let wall_ms = WORLD_WALL_EPOCH.0 as i64 + (start_us / 1_000) as i64
+        - (offset_us / 1_000) as i64
+        + wall_error_ms;
     Clock {
         start_us,
-        offset_us: rng.range(0, scenario.max_offset_us),
-        drift_ppm: rng.range(0, 2 * drift as u64) as i64 - drift,
+        offset_us,
+        drift_ppm,
+        wall_at_epoch: UnixMillis(u64::try_from(wall_ms).unwrap_or(0)),
     }
 }
+
+/// The world's wall time at virtual time zero (any fixed time will do).
+pub const WORLD_WALL_EPOCH: UnixMillis = UnixMillis(1_800_000_000_000);
 
 fn node_index(node: NodeRef) -> u64 {
     match node {
@@ -162,8 +178,14 @@ pub(super) fn coordinator_address(coord: usize) -> String {
 
 /// Coordinator `c`'s configuration: the scenario's, with its own id and every other member as
 /// a peer. One address per member serves both its worker and its client link here.
-pub(super) fn coordinator_config(scenario: &Scenario, c: usize) -> CoordinatorConfig {
+/// `clock` is the process's clock (its wall time goes into the configuration).
+pub(super) fn coordinator_config(
+    scenario: &Scenario,
+    c: usize,
+    clock: &Clock,
+) -> CoordinatorConfig {
     let mut config = scenario.coordinator.clone();
+    config.wall_clock_at_epoch = clock.wall_at_epoch;
     config.node_id = NodeId(coordinator_address(c));
     config.peers = (0..scenario.coordinators)
         .filter(|&d| d != c)
@@ -185,6 +207,7 @@ fn event_name(event: &Event) -> &'static str {
     match event {
         Event::Recovered { .. } => "coordinator: recovered",
         Event::JobSubmitted { .. } => "coordinator: job submitted",
+        Event::JobsPurged { .. } => "coordinator: jobs purged",
         Event::SubmitRejected { .. } => "coordinator: submit rejected (admission)",
         Event::WorkerRegistered {
             reconnect: true, ..
@@ -489,7 +512,9 @@ impl World {
     }
 
     /// One client submission creates at most one job, however often it is resent: an unkeyed
-    /// submission must never be resent blindly, and a keyed one maps to the same job.
+    /// submission must never be resent blindly, and a keyed one maps to the same job as long
+    /// as that job is retained (a key is forgotten with its job: a resend after a committed
+    /// purge of the first job creates another, as documented).
     fn check_one_job_per_submission(&mut self, conn: ConnectionId, reply: &ClientReply) -> Check {
         let ClientReply::SubmitAccepted {
             request_id,
@@ -506,6 +531,9 @@ impl World {
         let first = *self.created_by.entry((c, *request_id)).or_insert(*job_id);
         if first == *job_id {
             Ok(())
+        } else if self.checker.purged(&first) {
+            self.created_by.insert((c, *request_id), *job_id);
+            Ok(())
         } else {
             Err(format!(
                 "client-{c}'s submission {request_id} created two jobs, {first} and {job_id}"
@@ -519,7 +547,8 @@ impl World {
         let fits = match (asked, reply) {
             (Operation::Submit { task, .. }, ClientReply::SubmitAccepted { job_id, .. }) => {
                 let submitted = TaskSpec::from_json(task).ok();
-                let committed = self.checker.model.jobs.get(job_id);
+                // (It may have been purged since, in the same step.)
+                let committed = self.checker.model.job_ever(job_id);
                 committed.is_some_and(|job| Some(&job.task) == submitted.as_ref())
             }
             (Operation::Status { job_id }, ClientReply::Job { job, .. })
@@ -528,7 +557,8 @@ impl World {
                 job.id == *job_id
             }
             (Operation::List { .. }, ClientReply::JobList { .. })
-            | (Operation::Workers, ClientReply::WorkerList { .. }) => true,
+            | (Operation::Workers, ClientReply::WorkerList { .. })
+            | (Operation::Purge { .. }, ClientReply::Purged { .. }) => true,
             _ => false,
         };
         if fits {

@@ -3,6 +3,7 @@
 //! a wait for, or the cancellation of a job it knows, or a list of jobs.
 
 use herder_core::client::Operation;
+use herder_core::job::JobState;
 use herder_core::protocol::Partitions;
 use herder_core::tasks::TaskSpec;
 
@@ -97,6 +98,7 @@ impl World {
     }
 
     fn next_op(&mut self, c: usize) -> Operation {
+        let purge_ops = self.scenario.purge_ops;
         let client = &mut self.clients[c];
         let rng = &mut client.rng;
         let pick = rng.below(100);
@@ -107,6 +109,13 @@ impl World {
             (80..=97, Some(job_id)) => Operation::Wait {
                 job_id,
                 timeout_millis: Some(rng.range(0, WAIT_MILLIS_MAX)),
+            },
+            (98..=99, _) if purge_ops && rng.chance(0.5) => Operation::Purge {
+                state: rng
+                    .pick(&[JobState::Completed, JobState::Failed, JobState::Cancelled])
+                    .copied()
+                    .filter(|_| rng.chance(0.5)),
+                older_than_millis: rng.range(0, 2_000),
             },
             (98..=99, _) => Operation::List {
                 state: None,

@@ -350,7 +350,7 @@ impl LeaderState {
                 conn,
                 ClientReply::WaitResult {
                     request_id,
-                    job,
+                    job: Box::new(job),
                     timed_out: false,
                 },
             );
@@ -444,7 +444,7 @@ impl LeaderState {
                 conn,
                 ClientReply::WaitResult {
                     request_id,
-                    job,
+                    job: Box::new(job),
                     timed_out,
                 },
             );
@@ -465,7 +465,7 @@ impl LeaderState {
                 waiter.conn,
                 ClientReply::WaitResult {
                     request_id: waiter.request_id,
-                    job: job.clone(),
+                    job: Box::new(job.clone()),
                     timed_out: false,
                 },
             );
@@ -560,7 +560,7 @@ impl LeaderState {
                 ClientReply::CancelResult {
                     term: self.term,
                     request_id,
-                    job,
+                    job: Box::new(job),
                     cancelled: false,
                 },
             );

@@ -24,9 +24,16 @@ impl LeaderState {
     ) {
         let at = (entry.term, entry.index);
         let pending = self.pending.remove(&at);
-        self.on_applied(m, &entry.command, outcome.applied, pending);
-        for follow_on in outcome.follow_on {
-            self.on_outcome(m, follow_on, None);
+        if let (Command::Purge { job_ids }, Applied::Purged { purged, .. }) =
+            (&entry.command, &outcome.applied)
+        {
+            self.purge_applied(m, job_ids, *purged, pending);
+        } else {
+            self.on_applied(m, &entry.command, outcome.applied, pending);
+            for follow_on in outcome.follow_on {
+                self.on_outcome(m, follow_on, None);
+            }
+            self.job_finished(m);
         }
         // Resends of a key this entry bound are answered from the table now that it holds it.
         for resend in self.admitting.applied(at) {
@@ -98,6 +105,8 @@ impl LeaderState {
                 self.count_submission_for_rotation(m);
             }
             Applied::NewLeader { .. } => {}
+            // Answered by `purge_applied`; a purged job was terminal, so nobody waits for it.
+            Applied::Purged { .. } | Applied::Removed { .. } => {}
             Applied::PartitionCreated { .. } => {}
             Applied::ParentCompleted { job_id } => {
                 let partitions = m.table.get(&job_id).map_or(0, |j| j.partitions.len());
@@ -456,7 +465,7 @@ impl LeaderState {
                     ClientReply::CancelResult {
                         term: self.term,
                         request_id,
-                        job,
+                        job: Box::new(job),
                         cancelled,
                     },
                 );

@@ -17,6 +17,7 @@
 mod admission;
 mod clients;
 mod effects;
+mod retention;
 mod scheduling;
 mod workers;
 
@@ -53,6 +54,14 @@ enum Pending {
     Result { worker: WorkerId },
     /// The leader revoked the lease (deadline): tell the worker once settled.
     Revoke { reason: CancelReason },
+    /// A purge the retention policy asked for.
+    PolicyPurge,
+    /// A client's `PURGE`: answer with how many it removed and how many more match.
+    Purge {
+        conn: ConnectionId,
+        request_id: RequestId,
+        remaining: u64,
+    },
 }
 
 /// A `SUBMIT` request's fields, as the leader receives them.
@@ -153,11 +162,13 @@ pub(super) struct LeaderState {
     rotation_due: bool,
     /// Submissions proposed and not yet applied, for admission and idempotency.
     admitting: admission::Admitting,
+    /// Purges proposed and not yet applied.
+    purging: retention::Purging,
 }
 
 impl LeaderState {
-    /// A leader of `term` with nothing to take over (an empty table).
-    pub(super) fn new(term: Term) -> LeaderState {
+    /// A leader of `term` with nothing to take over (an empty table) and no timer armed.
+    fn new(term: Term) -> LeaderState {
         LeaderState {
             term,
             registry: Registry::default(),
@@ -178,7 +189,15 @@ impl LeaderState {
             submitted_this_term: 0,
             rotation_due: false,
             admitting: admission::Admitting::default(),
+            purging: retention::Purging::default(),
         }
+    }
+
+    /// The leader of a new group of one: nothing to take over, retention to start.
+    pub(super) fn fresh(m: &Member) -> LeaderState {
+        let mut leader = LeaderState::new(m.replica.term());
+        leader.start_retention(m);
+        leader
     }
 
     pub(super) fn term(&self) -> Term {
@@ -212,6 +231,7 @@ impl LeaderState {
         if !leader.awaiting_readoption.is_empty() {
             leader.timers.arm(window_end, Timer::ReadoptionEnd);
         }
+        leader.start_retention(m);
         let (jobs, active, awaiting_readoption) = (
             m.table.len(),
             m.table.active_jobs(),
@@ -246,8 +266,11 @@ impl LeaderState {
             members: client_members.clone(),
         };
         for pending in self.pending.into_values() {
-            if let Pending::Submit { conn, request_id } | Pending::Cancel { conn, request_id } =
-                pending
+            if let Pending::Submit { conn, request_id }
+            | Pending::Cancel { conn, request_id }
+            | Pending::Purge {
+                conn, request_id, ..
+            } = pending
             {
                 m.send_client(conn, not_leader(request_id, true));
             }
@@ -390,6 +413,7 @@ impl LeaderState {
                 Timer::WaitTimeout(conn, request_id, job_id) => {
                     self.time_out_waiter(m, conn, request_id, job_id)
                 }
+                Timer::RetentionSweep => self.retention_sweep(m),
             }
         }
         self.schedule(m);
@@ -464,6 +488,8 @@ impl LeaderState {
                 | ClientRequest::Wait { .. }
                 | ClientRequest::List { .. }
                 | ClientRequest::Workers { .. }
+                // It picks its jobs from the table: confirm the table is current first.
+                | ClientRequest::Purge { .. }
         );
         if is_read && !confirmed && m.reads_need_confirmation() {
             return self.confirm_then(
@@ -491,7 +517,13 @@ impl LeaderState {
                 self.submit(m, conn, request_id, submission, confirmed)
             }
             ClientRequest::Status { request_id, job_id } => match m.table.view(&job_id) {
-                Some(job) => m.send_client(conn, ClientReply::Job { request_id, job }),
+                Some(job) => m.send_client(
+                    conn,
+                    ClientReply::Job {
+                        request_id,
+                        job: Box::new(job),
+                    },
+                ),
                 None => self.job_not_found(m, conn, request_id, job_id),
             },
             ClientRequest::Wait {
@@ -507,6 +539,17 @@ impl LeaderState {
                 state,
                 limit,
             } => self.list(m, conn, request_id, state, limit),
+            ClientRequest::Purge {
+                request_id,
+                state,
+                older_than_millis,
+            } => self.purge(
+                m,
+                conn,
+                request_id,
+                state,
+                Duration::from_millis(older_than_millis),
+            ),
             ClientRequest::Workers { request_id } => {
                 let now = m.now;
                 let workers = self.registry.iter().map(|w| w.view(now)).collect();

@@ -42,6 +42,7 @@ fn entry(index: u64, term: u64) -> LogEntry {
     LogEntry {
         index: LogIndex(index),
         term: Term(term),
+        at: crate::time::UnixMillis::UNSTAMPED,
         command: requeue(u128::from(index) * 1000 + u128::from(term)),
     }
 }
@@ -66,7 +67,10 @@ impl Disk {
                 self.base = (*index, *term);
                 self.log.retain(|i, _| i > index);
             }
-            Record::Job(_) | Record::Applied { .. } | Record::DiscardLogThrough(_) => {}
+            Record::Job(_)
+            | Record::DeleteJob(_)
+            | Record::Applied { .. }
+            | Record::DiscardLogThrough(_) => {}
         }
     }
 }
@@ -336,7 +340,10 @@ impl Net {
     }
 
     fn propose(&mut self, i: usize, n: u128) -> Proposal {
-        let proposal = self.rm(i).propose(requeue(n)).expect("leads");
+        let proposal = self
+            .rm(i)
+            .propose(requeue(n), crate::time::UnixMillis::UNSTAMPED)
+            .expect("leads");
         self.settle(i);
         proposal
     }

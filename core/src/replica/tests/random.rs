@@ -91,7 +91,9 @@ fn run_random_schedules(seeds: impl Iterator<Item = u64>) {
                 0..=39 => {
                     if let Some(&leader) = net.leaders().first() {
                         next_command += 1;
-                        let _ = net.rm(leader).propose(requeue(next_command));
+                        let _ = net
+                            .rm(leader)
+                            .propose(requeue(next_command), crate::time::UnixMillis::UNSTAMPED);
                         net.settle(leader);
                     }
                 }
@@ -182,7 +184,9 @@ fn run_random_schedules(seeds: impl Iterator<Item = u64>) {
             }
         }
         let leader = net.elect();
-        net.rm(leader).propose(requeue(u128::MAX)).expect("leads");
+        net.rm(leader)
+            .propose(requeue(u128::MAX), crate::time::UnixMillis::UNSTAMPED)
+            .expect("leads");
         net.run(1_000);
         check_safety(seed, &net, &mut leaders_by_term, &mut committed);
         let target = net.r(leader).committed_index();

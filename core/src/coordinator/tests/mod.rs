@@ -967,7 +967,11 @@ fn the_lease_check_lives_in_apply() {
         },
     ];
     for (i, command) in commands.iter().enumerate() {
-        table.apply(LogIndex(i as u64 + 1), command);
+        table.apply(
+            LogIndex(i as u64 + 1),
+            crate::time::UnixMillis::UNSTAMPED,
+            command,
+        );
     }
     let stale = Command::Complete {
         job_id,
@@ -977,7 +981,9 @@ fn the_lease_check_lives_in_apply() {
         },
     };
     assert_eq!(
-        table.apply(LogIndex(6), &stale).applied,
+        table
+            .apply(LogIndex(6), crate::time::UnixMillis::UNSTAMPED, &stale)
+            .applied,
         Applied::Stale {
             job_id,
             lease_id: lease(10).id,
@@ -1744,6 +1750,7 @@ fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
         LogEntry {
             index: LogIndex(1),
             term: Term(1),
+            at: crate::time::UnixMillis::UNSTAMPED,
             command: Command::Submit {
                 partitions: Vec::new(),
                 job_id: job,
@@ -1765,6 +1772,7 @@ fn recovery_refuses_a_log_with_a_gap() {
     let entry = |i| LogEntry {
         index: LogIndex(i),
         term: Term(1),
+        at: crate::time::UnixMillis::UNSTAMPED,
         command: Command::Cancel {
             job_id: JobId(uuid::Uuid::nil()),
         },
@@ -2109,3 +2117,5 @@ fn the_coordinator_log_tells_the_failure_recovery_story() {
         at += offset + 1;
     }
 }
+
+mod retention;
