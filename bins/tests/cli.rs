@@ -621,3 +621,98 @@ fn a_coordinator_that_accepts_but_never_answers_is_given_up_on_with_what_was_awa
     );
     drop(silent);
 }
+
+#[test]
+fn purge_removes_terminal_jobs_for_good_and_a_restart_does_not_bring_them_back() {
+    let (server, dir) = dev_cluster("purge");
+    let at = ["--coordinator", server.client_addr.as_str()];
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&at);
+        herder(&all)
+    };
+    let submitted = run(&[
+        "submit",
+        "sha256",
+        "--text",
+        "purge me",
+        "--idempotency-key",
+        "purge-key",
+        "--wait",
+        "--json",
+    ]);
+    assert_eq!(code(&submitted), 0);
+    let answer = stdout_json(&submitted);
+    let job = &answer["job"];
+    let job_id = answer["job_id"].as_str().expect("an id").to_owned();
+    assert!(
+        job["finished_at_unix_ms"].as_u64() >= job["created_at_unix_ms"].as_u64(),
+        "a finished job says when: {job}"
+    );
+    // A live state is refused before anything is sent.
+    let refused = run(&["purge", "--state", "queued", "--older-than", "0"]);
+    assert_eq!(code(&refused), 2);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("not terminal"));
+    // Not old enough: kept.
+    let kept = run(&["purge", "--older-than", "1h", "--json"]);
+    assert_eq!(stdout_json(&kept)["purged"], 0);
+    assert_eq!(code(&run(&["status", &job_id])), 0);
+    let purged = run(&[
+        "purge",
+        "--state",
+        "completed",
+        "--older-than",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(
+        code(&purged),
+        0,
+        "{}",
+        String::from_utf8_lossy(&purged.stderr)
+    );
+    assert_eq!(stdout_json(&purged)["purged"], 1);
+    let status = run(&["status", &job_id, "--json"]);
+    assert_ne!(code(&status), 0);
+    assert_eq!(stdout_json(&status)["error"]["code"], "JOB_NOT_FOUND");
+    // The key went with the job: the same submission now makes a new one.
+    let again = run(&[
+        "submit",
+        "sha256",
+        "--text",
+        "purge me",
+        "--idempotency-key",
+        "purge-key",
+        "--json",
+    ]);
+    assert_eq!(code(&again), 0);
+    assert_eq!(stdout_json(&again)["existing"], false);
+    assert_ne!(
+        stdout_json(&again)["job_id"].as_str(),
+        Some(job_id.as_str())
+    );
+    drop(server);
+    // Durable: a coordinator restarted on the same directory does not know the job.
+    let restarted = start_server(
+        &[
+            "coordinator",
+            "--data-dir",
+            dir.to_str().expect("utf-8"),
+            "--worker-port",
+            "127.0.0.1:0",
+            "--client-port",
+            "127.0.0.1:0",
+        ],
+        "client_addr=",
+    );
+    let status = herder(&[
+        "status",
+        &job_id,
+        "--json",
+        "--coordinator",
+        restarted.client_addr.as_str(),
+    ]);
+    assert_eq!(stdout_json(&status)["error"]["code"], "JOB_NOT_FOUND");
+    drop(restarted);
+    let _ = std::fs::remove_dir_all(&dir);
+}

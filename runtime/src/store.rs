@@ -493,6 +493,28 @@ mod tests {
     }
 
     #[test]
+    fn a_purged_row_is_deleted_and_stays_gone_after_a_reopen() {
+        let dir = temp_dir("purge");
+        let mut store = Store::open(&dir).expect("open");
+        store
+            .write(&[Record::Job(job(1)), Record::Job(job(2))])
+            .expect("write rows");
+        store
+            .write(&[Record::DeleteJob(job(1).id), Record::DeleteJob(job(9).id)])
+            .expect("deleting a row, or one that is not there, is fine");
+        drop(store);
+        let state = Store::open(&dir).expect("reopen").load().expect("load");
+        let ids: Vec<_> = state.jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, vec![job(2).id]);
+        assert_eq!(
+            state.jobs[0].created_at,
+            job(2).created_at,
+            "times round-trip"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_second_store_on_the_same_directory_is_refused_while_the_first_is_open() {
         let dir = temp_dir("inuse");
         let first = Store::open(&dir).expect("open");
