@@ -125,6 +125,11 @@ pub struct CoordinatorTuning {
     /// result and idempotency key are gone.
     #[arg(long, default_value = "7d,100000", value_parser = crate::retention::parse_retention)]
     pub retain_terminal: herder_core::coordinator::Retention,
+    /// Open connections the worker port and the client port each accept; beyond it a new
+    /// connection is told TOO_MANY_CONNECTIONS and closed.
+    #[arg(long, default_value_t = herder_runtime::coordinator::CONNECTIONS_PER_PORT_DEFAULT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    pub max_connections_per_port: usize,
 }
 
 #[derive(Args, Debug)]

@@ -204,6 +204,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         peer_addr,
         peers: others.iter().map(|e| (e.id.clone(), e.address())).collect(),
         seed: None,
+        connections_per_port: args.tuning.max_connections_per_port,
     };
     let listeners = match coordinator::Listeners::bind(&options).await {
         Ok(listeners) => listeners,

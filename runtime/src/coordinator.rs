@@ -29,11 +29,11 @@ use herder_core::coordinator::{
     BatchId, Coordinator, CoordinatorConfig, Event, Link, Output, PersistBatch, RecoveryError,
 };
 use herder_core::ids::{ConnectionId, NodeId};
-use herder_core::protocol::codec::FrameError;
+use herder_core::protocol::codec::{encode_frame, FrameError};
 use herder_core::protocol::{
     ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, PeerMessage, WorkerToCoordinator,
 };
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -57,9 +57,15 @@ const CLIENT_INPUT_BYTES_MAX: u32 = 64 * 1024 * 1024;
 /// requests (workers' results and heartbeats, and other members' messages, keep flowing)
 /// until the store catches up.
 const UNWRITTEN_BYTES_MAX: u64 = 32 * 1024 * 1024;
-/// Open connections each port accepts; beyond them a new connection is closed at once.
-const WORKER_CONNECTIONS_MAX: usize = 4096;
-const CLIENT_CONNECTIONS_MAX: usize = 4096;
+/// Open connections each port (workers, clients) accepts by default; beyond them a new
+/// connection is sent a `TOO_MANY_CONNECTIONS` error and closed at once.
+pub const CONNECTIONS_PER_PORT_DEFAULT: usize = 4096;
+/// Connections the kernel may hold for a port before the coordinator accepts them (the kernel
+/// caps it at `net.core.somaxconn`): a burst of connects waits here instead of being dropped.
+const LISTEN_BACKLOG: u32 = 4096;
+/// At most one warning per port this often about refused connections (with their count), so a
+/// flood of connects cannot flood the log.
+const REFUSAL_WARNING_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long a new connection may take to send its first whole message before it is closed.
 const FIRST_MESSAGE_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 /// Inputs the driver takes in one go before draining outputs and running due timers.
@@ -82,6 +88,9 @@ pub struct CoordinatorOptions {
     pub peers: BTreeMap<NodeId, String>,
     /// Seed for the coordinator's RNG; `None` draws one from the OS (the normal case).
     pub seed: Option<u64>,
+    /// Open connections the worker port and the client port each accept
+    /// ([`CONNECTIONS_PER_PORT_DEFAULT`] unless configured).
+    pub connections_per_port: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,9 +132,7 @@ impl Listeners {
     /// Binds the worker, client and (if given) peer addresses of `options`.
     pub async fn bind(options: &CoordinatorOptions) -> Result<Listeners, CoordinatorError> {
         let bind = |addr: SocketAddr, what: &'static str| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| CoordinatorError::Bind { addr, what, source })
+            listen(addr).map_err(|source| CoordinatorError::Bind { addr, what, source })
         };
         let worker = bind(options.worker_addr, "workers").await?;
         let client = bind(options.client_addr, "clients").await?;
@@ -212,6 +219,7 @@ pub async fn start_on(
         data_dir,
         peers,
         seed,
+        connections_per_port,
         ..
     } = options;
     let Listeners {
@@ -291,7 +299,7 @@ pub async fn start_on(
             input_tx.clone(),
             PortLimits {
                 budget: InputBudget::new(WORKER_INPUT_BYTES_MAX),
-                slots: ConnectionSlots::new(WORKER_CONNECTIONS_MAX),
+                slots: ConnectionSlots::new(connections_per_port),
             },
             next_conn.clone(),
             shutdown_rx.clone(),
@@ -306,7 +314,7 @@ pub async fn start_on(
             client_tx,
             PortLimits {
                 budget: InputBudget::new(CLIENT_INPUT_BYTES_MAX),
-                slots: ConnectionSlots::new(CLIENT_CONNECTIONS_MAX),
+                slots: ConnectionSlots::new(connections_per_port),
             },
             next_conn,
             shutdown_rx.clone(),
@@ -399,6 +407,75 @@ fn check_group(
     Ok(())
 }
 
+/// Binds `addr` with room for [`LISTEN_BACKLOG`] connections waiting to be accepted.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// Tells a connection beyond the port's bound why it is closed: one small frame, written
+/// without waiting (a new socket's send buffer is empty, so it fits; if not, the close alone
+/// still says it).
+fn refuse(stream: &TcpStream, link: Link, open: usize, max_frame_bytes: usize) {
+    let message = format!(
+        "this port already has its maximum of {open} open connections; retry later, or raise --max-connections-per-port"
+    );
+    let code = ErrorCode::TooManyConnections;
+    let mut frame = Vec::new();
+    let encoded = match link {
+        Link::Worker => encode_frame(
+            &CoordinatorToWorker::Error { code, message },
+            max_frame_bytes,
+            &mut frame,
+        ),
+        Link::Client => encode_frame(
+            &ClientReply::Error {
+                request_id: None,
+                code,
+                message,
+            },
+            max_frame_bytes,
+            &mut frame,
+        ),
+    };
+    if encoded.is_ok() {
+        let _ = stream.try_write(&frame);
+    }
+}
+
+/// Refused connections since the last warning about them.
+#[derive(Default)]
+struct Refusals {
+    since_warning: u64,
+    warned_at: Option<tokio::time::Instant>,
+}
+
+impl Refusals {
+    fn count(&mut self, link: Link, open: usize) {
+        self.since_warning += 1;
+        let now = tokio::time::Instant::now();
+        if self
+            .warned_at
+            .is_none_or(|at| now.duration_since(at) >= REFUSAL_WARNING_EVERY)
+        {
+            tracing::warn!(
+                link = ?link,
+                open,
+                refused = self.since_warning,
+                "Connections refused: this port already has its maximum of open connections"
+            );
+            self.since_warning = 0;
+            self.warned_at = Some(now);
+        }
+    }
+}
+
 /// What bounds the connections of one port: how many may be open, and the bytes their readers
 /// may have queued for the driver.
 struct PortLimits {
@@ -416,6 +493,7 @@ async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let PortLimits { budget, slots } = limits;
+    let mut refusals = Refusals::default();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -431,11 +509,8 @@ async fn accept_loop(
             }
         };
         let Some(slot) = slots.take() else {
-            tracing::warn!(
-                link = ?link,
-                open = slots.open(),
-                "Connection refused: this port already has its maximum of open connections"
-            );
+            refuse(&stream, link, slots.open(), max_frame_bytes);
+            refusals.count(link, slots.open());
             drop(stream);
             continue;
         };

@@ -301,7 +301,16 @@ async fn write_loop(
                 Ok(Ok(())) => {}
                 // Failed, or the peer read nothing for too long: the connection is closed,
                 // and the reader (told through `closed`) reports it to the owner.
-                Ok(Err(_)) | Err(_) => break 'outer,
+                Ok(Err(_)) => break 'outer,
+                Err(_) => {
+                    tracing::warn!(
+                        peer = ?socket.peer_addr().ok(),
+                        stalled_secs = WRITE_STALL_MAX.as_secs(),
+                        unwritten = buffer.len() + queued.load(Ordering::Relaxed),
+                        "Closing a connection whose peer has read nothing for too long"
+                    );
+                    break 'outer;
+                }
             }
             buffer.clear();
         }

@@ -71,6 +71,7 @@ impl Group {
                 peer_addr: Some(localhost_any()),
                 peers: BTreeMap::new(),
                 seed: None,
+                connections_per_port: coordinator::CONNECTIONS_PER_PORT_DEFAULT,
             };
             let listeners = Listeners::bind(&options)
                 .await
@@ -100,6 +101,7 @@ impl Group {
                 peer_addr: listeners.peer_addr(),
                 peers: others,
                 seed: None,
+                connections_per_port: coordinator::CONNECTIONS_PER_PORT_DEFAULT,
             };
             let handle = coordinator::start_on(listeners, options)
                 .await
@@ -518,6 +520,7 @@ async fn lone_member_with_a_peer_port(dir: &TestDir) -> CoordinatorHandle {
         peer_addr: Some(localhost_any()),
         peers: BTreeMap::new(),
         seed: None,
+        connections_per_port: coordinator::CONNECTIONS_PER_PORT_DEFAULT,
     })
     .await
     .unwrap_or_else(|e| panic!("coordinator failed to start: {e}"))

@@ -16,7 +16,7 @@ use herder_core::protocol::{
 };
 use herder_core::tasks::{TaskOutput, TaskSpec};
 use herder_runtime::client::{CallError, HerderClient};
-use herder_runtime::coordinator::CoordinatorError;
+use herder_runtime::coordinator::{CoordinatorError, CoordinatorOptions};
 use herder_runtime::store::{StoreError, DATABASE_FILE};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -670,5 +670,85 @@ async fn a_request_over_the_coordinators_frame_limit_fails_instead_of_being_rese
         .expect("list");
     assert!(jobs.is_empty(), "nothing was created: {jobs:?}");
 
+    coordinator.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_beyond_the_ports_bound_is_told_why_and_a_closed_one_frees_its_place() {
+    let dir = TestDir::new("connection-bound");
+    let coordinator = herder_runtime::coordinator::start(CoordinatorOptions {
+        config: fast_config(),
+        data_dir: dir.path().to_owned(),
+        worker_addr: "127.0.0.1:0".parse().expect("an address"),
+        client_addr: "127.0.0.1:0".parse().expect("an address"),
+        peer_addr: None,
+        peers: Default::default(),
+        seed: None,
+        connections_per_port: 2,
+    })
+    .await
+    .expect("coordinator starts");
+    let (client_addr, worker_addr) = (coordinator.client_addr(), coordinator.worker_addr());
+    // Two idle connections fill each port.
+    let first = TcpStream::connect(client_addr).await.expect("connect");
+    let _second = TcpStream::connect(client_addr).await.expect("connect");
+    let _workers = [
+        TcpStream::connect(worker_addr).await.expect("connect"),
+        TcpStream::connect(worker_addr).await.expect("connect"),
+    ];
+    // A third gets a typed error, then the close, on either port.
+    let mut refused = TcpStream::connect(client_addr).await.expect("connect");
+    match read_one::<ClientReply>(&mut refused, SHORT).await {
+        Some(ClientReply::Error {
+            code, request_id, ..
+        }) => {
+            assert_eq!(code, ErrorCode::TooManyConnections);
+            assert_eq!(request_id, None);
+        }
+        other => panic!("expected TOO_MANY_CONNECTIONS, got {other:?}"),
+    }
+    expect_eof(&mut refused, SHORT, "a refused client connection").await;
+    let mut refused = TcpStream::connect(worker_addr).await.expect("connect");
+    match read_one::<CoordinatorToWorker>(&mut refused, SHORT).await {
+        Some(CoordinatorToWorker::Error { code, .. }) => {
+            assert_eq!(code, ErrorCode::TooManyConnections)
+        }
+        other => panic!("expected TOO_MANY_CONNECTIONS, got {other:?}"),
+    }
+    expect_eof(&mut refused, SHORT, "a refused worker connection").await;
+    // The client library reports it as the coordinator's refusal, not as silence.
+    let unknown: JobId = "00000000-0000-4000-8000-000000000001"
+        .parse()
+        .expect("uuid");
+    let refused_call = client(client_addr).status(unknown).await;
+    assert!(
+        format!("{refused_call:?}").contains("TooManyConnections"),
+        "{refused_call:?}"
+    );
+    // Closing one frees its place for the next client (the coordinator learns of the close
+    // asynchronously, so this asks again, a bounded number of times).
+    drop(first);
+    let mut answered = None;
+    for _ in 0..100 {
+        answered = Some(client(client_addr).status(unknown).await);
+        if let Some(Err(CallError::Client(ClientError::Server {
+            code: ErrorCode::JobNotFound,
+            ..
+        }))) = &answered
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        matches!(
+            answered,
+            Some(Err(CallError::Client(ClientError::Server {
+                code: ErrorCode::JobNotFound,
+                ..
+            })))
+        ),
+        "a freed place serves the next client: {answered:?}"
+    );
     coordinator.shutdown().await.expect("clean shutdown");
 }

@@ -589,6 +589,8 @@ pub enum ErrorCode {
     TooManyWaiters,
     /// The answer would not fit in one frame; ask for less (e.g. a smaller list limit).
     ReplyTooLarge,
+    /// The port already holds its maximum of open connections; this one is closed at once.
+    TooManyConnections,
 }
 
 impl ErrorCode {
@@ -604,6 +606,7 @@ impl ErrorCode {
                 | ErrorCode::UnknownType
                 | ErrorCode::InvalidMessage
                 | ErrorCode::NotRegistered
+                | ErrorCode::TooManyConnections
         )
     }
 }
