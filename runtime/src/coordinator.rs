@@ -40,7 +40,8 @@ use tracing::Instrument;
 
 use crate::clock::{os_seed, sleep_until, Clock};
 use crate::net::{
-    open_connection, ConnectionSlots, Inbound, InputBudget, InputBytes, Outbound, SendError,
+    open_connection_within, ConnectionSlots, Inbound, InputBudget, InputBytes, Outbound,
+    OutboundTotal, SendError,
 };
 use crate::peer::{self, Greeting, PeerLinks};
 use crate::store::{Store, StoreError};
@@ -60,6 +61,9 @@ const UNWRITTEN_BYTES_MAX: u64 = 32 * 1024 * 1024;
 /// Open connections each port (workers, clients) accepts by default; beyond them a new
 /// connection is sent a `TOO_MANY_CONNECTIONS` error and closed at once.
 pub const CONNECTIONS_PER_PORT_DEFAULT: usize = 4096;
+/// Bytes queued for writing across every worker and client connection; a send that would go
+/// beyond it closes the connection it was for (each connection also has its own bound).
+const OUTBOUND_BYTES_TOTAL_MAX: usize = 256 * 1024 * 1024;
 /// Connections the kernel may hold for a port before the coordinator accepts them (the kernel
 /// caps it at `net.core.somaxconn`): a burst of connects waits here instead of being dropped.
 const LISTEN_BACKLOG: u32 = 4096;
@@ -291,6 +295,7 @@ pub async fn start_on(
     let (client_tx, client_rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let next_conn = Arc::new(AtomicU64::new(1));
+    let outbound_total = OutboundTotal::new(OUTBOUND_BYTES_TOTAL_MAX);
     let worker_accept = tokio::spawn(
         accept_loop(
             worker_listener,
@@ -300,6 +305,7 @@ pub async fn start_on(
             PortLimits {
                 budget: InputBudget::new(WORKER_INPUT_BYTES_MAX),
                 slots: ConnectionSlots::new(connections_per_port),
+                outbound: outbound_total.clone(),
             },
             next_conn.clone(),
             shutdown_rx.clone(),
@@ -315,6 +321,7 @@ pub async fn start_on(
             PortLimits {
                 budget: InputBudget::new(CLIENT_INPUT_BYTES_MAX),
                 slots: ConnectionSlots::new(connections_per_port),
+                outbound: outbound_total,
             },
             next_conn,
             shutdown_rx.clone(),
@@ -481,6 +488,8 @@ impl Refusals {
 struct PortLimits {
     budget: InputBudget,
     slots: ConnectionSlots,
+    /// Bytes queued for writing, shared by every worker and client connection.
+    outbound: OutboundTotal,
 }
 
 async fn accept_loop(
@@ -492,7 +501,11 @@ async fn accept_loop(
     next_conn: Arc<AtomicU64>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let PortLimits { budget, slots } = limits;
+    let PortLimits {
+        budget,
+        slots,
+        outbound: outbound_total,
+    } = limits;
     let mut refusals = Refusals::default();
     loop {
         let accepted = tokio::select! {
@@ -516,7 +529,8 @@ async fn accept_loop(
         };
         let conn = ConnectionId(next_conn.fetch_add(1, Ordering::Relaxed));
         // The driver learns of the connection before the first message it carries can arrive.
-        let (outbound, reader) = open_connection(stream, max_frame_bytes);
+        let (outbound, reader) =
+            open_connection_within(stream, max_frame_bytes, Some(outbound_total.clone()));
         if inputs.send(Input::Opened(conn, outbound)).await.is_err() {
             return;
         }

@@ -33,11 +33,40 @@ enum WriteCommand {
     Close,
 }
 
+/// Bytes queued for writing across every connection that shares it: a process with many
+/// connections bounds what all of them may hold together, not only each one.
+#[derive(Clone, Debug)]
+pub struct OutboundTotal {
+    queued: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl OutboundTotal {
+    pub fn new(max: usize) -> OutboundTotal {
+        OutboundTotal {
+            queued: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    /// Bytes queued now, over every connection sharing this total.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    fn release(&self, bytes: usize) {
+        self.queued.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
 /// The sending side of a connection. Cheap to clone; sends never block.
 #[derive(Clone)]
 pub struct Outbound {
     tx: mpsc::UnboundedSender<WriteCommand>,
     queued: Arc<AtomicUsize>,
+    total: Option<OutboundTotal>,
+    /// Ends the connection at once, a blocked write included (a graceful close waits for it).
+    abort: Arc<tokio::sync::Notify>,
     max_frame_bytes: usize,
 }
 
@@ -48,6 +77,8 @@ pub enum SendError {
     Closed,
     #[error("peer is not reading: {queued} bytes already queued")]
     Stalled { queued: usize },
+    #[error("{queued} bytes are queued across every connection, over the bound of {max}")]
+    OverTotal { queued: usize, max: usize },
     #[error(transparent)]
     Encode(#[from] EncodeError),
 }
@@ -57,14 +88,34 @@ impl Outbound {
     pub fn send<M: Serialize>(&self, message: &M) -> Result<(), SendError> {
         let mut frame = Vec::new();
         encode_frame(message, self.max_frame_bytes, &mut frame)?;
-        let queued = self.queued.fetch_add(frame.len(), Ordering::Relaxed) + frame.len();
+        let bytes = frame.len();
+        let queued = self.queued.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if queued > OUTBOUND_BYTES_MAX {
-            self.close();
+            self.queued.fetch_sub(bytes, Ordering::Relaxed);
+            self.abort.notify_one();
             return Err(SendError::Stalled { queued });
         }
-        self.tx
-            .send(WriteCommand::Frame(frame))
-            .map_err(|_| SendError::Closed)
+        if let Some(total) = &self.total {
+            let all = total.queued.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            if all > total.max {
+                // The connection being written to goes: the bound is far above what healthy
+                // peers hold, so whoever reaches it is most likely one that stopped reading.
+                total.release(bytes);
+                self.queued.fetch_sub(bytes, Ordering::Relaxed);
+                self.abort.notify_one();
+                return Err(SendError::OverTotal {
+                    queued: all,
+                    max: total.max,
+                });
+            }
+        }
+        self.tx.send(WriteCommand::Frame(frame)).map_err(|_| {
+            self.queued.fetch_sub(bytes, Ordering::Relaxed);
+            if let Some(total) = &self.total {
+                total.release(bytes);
+            }
+            SendError::Closed
+        })
     }
 
     /// Flushes what is queued, then closes the connection.
@@ -232,15 +283,37 @@ impl PendingReader {
 /// started. An owner that must learn of the connection before its first message (the
 /// coordinator registers every connection before reading from it) starts the reader afterwards.
 pub fn open_connection(stream: TcpStream, max_frame_bytes: usize) -> (Outbound, PendingReader) {
+    open_connection_within(stream, max_frame_bytes, None)
+}
+
+/// Like [`open_connection`], with the bytes queued for writing also counted against `total`.
+pub fn open_connection_within(
+    stream: TcpStream,
+    max_frame_bytes: usize,
+    total: Option<OutboundTotal>,
+) -> (Outbound, PendingReader) {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let (closed_tx, closed_rx) = watch::channel(false);
-    tokio::spawn(write_loop(write_half, rx, queued.clone(), closed_tx));
+    let counters = Counters {
+        own: queued.clone(),
+        total: total.clone(),
+    };
+    let abort = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(write_loop(
+        write_half,
+        rx,
+        counters,
+        abort.clone(),
+        closed_tx,
+    ));
     let outbound = Outbound {
         tx,
         queued,
+        total,
+        abort,
         max_frame_bytes,
     };
     let reader = PendingReader {
@@ -269,21 +342,45 @@ where
     outbound
 }
 
+/// What a connection's queued bytes count against: its own bound, and the shared total.
+struct Counters {
+    own: Arc<AtomicUsize>,
+    total: Option<OutboundTotal>,
+}
+
+impl Counters {
+    fn release(&self, bytes: usize) {
+        self.own.fetch_sub(bytes, Ordering::Relaxed);
+        if let Some(total) = &self.total {
+            total.release(bytes);
+        }
+    }
+}
+
 async fn write_loop(
     mut socket: OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<WriteCommand>,
-    queued: Arc<AtomicUsize>,
+    queued: Counters,
+    abort: Arc<tokio::sync::Notify>,
     closed: watch::Sender<bool>,
 ) {
+    // Bytes stay counted as queued until the socket has taken them, so a write blocked on a
+    // peer that does not read holds them against both bounds.
     let mut buffer = Vec::new();
-    'outer: while let Some(command) = rx.recv().await {
+    'outer: loop {
+        let command = tokio::select! {
+            command = rx.recv() => match command {
+                Some(command) => command,
+                None => break,
+            },
+            () = abort.notified() => break,
+        };
         let mut close = false;
         let mut pending = Some(command);
         let mut frames = 0;
         while let Some(command) = pending.take() {
             match command {
                 WriteCommand::Frame(frame) => {
-                    queued.fetch_sub(frame.len(), Ordering::Relaxed);
                     buffer.extend_from_slice(&frame);
                     frames += 1;
                 }
@@ -297,7 +394,12 @@ async fn write_loop(
             }
         }
         if !buffer.is_empty() {
-            match tokio::time::timeout(WRITE_STALL_MAX, socket.write_all(&buffer)).await {
+            let write = tokio::time::timeout(WRITE_STALL_MAX, socket.write_all(&buffer));
+            let written = tokio::select! {
+                written = write => written,
+                () = abort.notified() => break 'outer,
+            };
+            match written {
                 Ok(Ok(())) => {}
                 // Failed, or the peer read nothing for too long: the connection is closed,
                 // and the reader (told through `closed`) reports it to the owner.
@@ -306,16 +408,26 @@ async fn write_loop(
                     tracing::warn!(
                         peer = ?socket.peer_addr().ok(),
                         stalled_secs = WRITE_STALL_MAX.as_secs(),
-                        unwritten = buffer.len() + queued.load(Ordering::Relaxed),
+                        unwritten = queued.own.load(Ordering::Relaxed),
                         "Closing a connection whose peer has read nothing for too long"
                     );
                     break 'outer;
                 }
             }
+            queued.release(buffer.len());
             buffer.clear();
         }
         if close {
             break;
+        }
+    }
+    // What was never written gives its bytes back: the unfinished write, and frames still
+    // queued.
+    queued.release(buffer.len());
+    rx.close();
+    while let Ok(command) = rx.try_recv() {
+        if let WriteCommand::Frame(frame) = command {
+            queued.release(frame.len());
         }
     }
     let _ = socket.shutdown().await;
@@ -609,6 +721,50 @@ mod tests {
             Inbound::Closed(reason) => assert_eq!(reason, "closed locally"),
             other => panic!("expected the connection closed, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn connections_that_stop_reading_cannot_queue_more_than_their_shared_total() {
+        const MAX: usize = 4 * 1024 * 1024;
+        let total = OutboundTotal::new(MAX);
+        let (_silent_a, a) = connected_pair().await;
+        let (_silent_b, b) = connected_pair().await;
+        let (report, mut received) = mpsc::channel(4);
+        let (to_a, reader_a) = open_connection_within(a, 1 << 20, Some(total.clone()));
+        let (to_b, _reader_b) = open_connection_within(b, 1 << 20, Some(total.clone()));
+        reader_a.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
+        let message = WorkerToCoordinator::Register {
+            worker_id: herder_core::ids::WorkerId("x".repeat(256 * 1024)),
+            incarnation: herder_core::ids::Incarnation(1),
+            capacity: 1,
+            running: Vec::new(),
+            finished: Vec::new(),
+        };
+        // Neither peer reads: once the kernel buffers are full, every frame stays queued.
+        let mut refused = None;
+        for _ in 0..400 {
+            if let Err(error) = to_b.send(&message) {
+                panic!("the other connection is not refused first: {error}");
+            }
+            match to_a.send(&message) {
+                Ok(()) => {}
+                Err(error) => {
+                    refused = Some(error);
+                    break;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            matches!(refused, Some(SendError::OverTotal { max: MAX, .. })),
+            "{refused:?}"
+        );
+        assert!(total.queued() <= MAX, "{} bytes queued", total.queued());
+        match received.recv().await.expect("a report") {
+            Inbound::Closed(reason) => assert_eq!(reason, "closed locally"),
+            other => panic!("the refused connection is closed, got {other:?}"),
+        }
+        drop(to_b);
     }
 
     #[test]
