@@ -41,7 +41,7 @@ use tracing::Instrument;
 use crate::clock::{os_seed, sleep_until, Clock};
 use crate::net::{
     open_connection_within, ConnectionSlots, Inbound, InputBudget, InputBytes, Outbound,
-    OutboundTotal, SendError,
+    OutboundTotal, ReaderLimits, SendError, Unanswered,
 };
 use crate::peer::{self, Greeting, PeerLinks};
 use crate::store::{Store, StoreError};
@@ -61,6 +61,9 @@ const UNWRITTEN_BYTES_MAX: u64 = 32 * 1024 * 1024;
 /// Open connections each port (workers, clients) accepts by default; beyond them a new
 /// connection is sent a `TOO_MANY_CONNECTIONS` error and closed at once.
 pub const CONNECTIONS_PER_PORT_DEFAULT: usize = 4096;
+/// Requests one client connection may have read and not yet answered (above the 1,024 waits it
+/// may park); beyond them its reader stops reading until an answer goes out.
+const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 4096;
 /// Bytes queued for writing across every worker and client connection; a send that would go
 /// beyond it closes the connection it was for (each connection also has its own bound).
 const OUTBOUND_BYTES_TOTAL_MAX: usize = 256 * 1024 * 1024;
@@ -116,7 +119,8 @@ pub enum CoordinatorError {
 }
 
 enum Input {
-    Opened(ConnectionId, Outbound),
+    /// A connection opened; a client's comes with the count of its requests not yet answered.
+    Opened(ConnectionId, Outbound, Option<Unanswered>),
     /// A message and the input budget its frame holds until it has been handled.
     Worker(ConnectionId, Inbound<WorkerToCoordinator>, InputBytes),
     Client(ConnectionId, Inbound<ClientRequest>, InputBytes),
@@ -356,6 +360,7 @@ pub async fn start_on(
                 coordinator,
                 clock,
                 conns: HashMap::new(),
+                unanswered: HashMap::new(),
                 batches: batch_tx,
                 peers: peer_links,
             };
@@ -531,10 +536,22 @@ async fn accept_loop(
         // The driver learns of the connection before the first message it carries can arrive.
         let (outbound, reader) =
             open_connection_within(stream, max_frame_bytes, Some(outbound_total.clone()));
-        if inputs.send(Input::Opened(conn, outbound)).await.is_err() {
+        // Every client request is answered exactly once, so a client's requests in flight
+        // are bounded by counting them in and out (workers send no requests).
+        let unanswered =
+            (link == Link::Client).then(|| Unanswered::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
+        if inputs
+            .send(Input::Opened(conn, outbound, unanswered.clone()))
+            .await
+            .is_err()
+        {
             return;
         }
-        let budget = budget.clone();
+        let limits = ReaderLimits {
+            budget: budget.clone(),
+            first_message_within: FIRST_MESSAGE_WITHIN,
+            unanswered,
+        };
         // The reader owns the slot (inside `wrap`): it is given back when the reader ends.
         match link {
             Link::Worker => reader.start_budgeted(
@@ -543,8 +560,7 @@ async fn accept_loop(
                     let _slot = &slot;
                     Input::Worker(conn, inbound, bytes)
                 },
-                budget,
-                FIRST_MESSAGE_WITHIN,
+                limits,
             ),
             Link::Client => reader.start_budgeted(
                 inputs.clone(),
@@ -552,8 +568,7 @@ async fn accept_loop(
                     let _slot = &slot;
                     Input::Client(conn, inbound, bytes)
                 },
-                budget,
-                FIRST_MESSAGE_WITHIN,
+                limits,
             ),
         }
     }
@@ -586,6 +601,8 @@ struct Driver {
     coordinator: Coordinator,
     clock: Clock,
     conns: HashMap<ConnectionId, Outbound>,
+    /// Requests read from each client connection and not yet answered.
+    unanswered: HashMap<ConnectionId, Unanswered>,
     batches: std::sync::mpsc::Sender<PersistBatch>,
     peers: PeerLinks,
 }
@@ -661,8 +678,11 @@ impl Driver {
     fn handle(&mut self, input: Input) {
         let now = self.clock.now();
         match input {
-            Input::Opened(conn, outbound) => {
+            Input::Opened(conn, outbound, unanswered) => {
                 self.conns.insert(conn, outbound);
+                if let Some(unanswered) = unanswered {
+                    self.unanswered.insert(conn, unanswered);
+                }
             }
             // The frame's budget is given back once its message is handled (`_bytes` drops).
             Input::Worker(conn, Inbound::Message(message), _bytes) => {
@@ -680,6 +700,7 @@ impl Driver {
             Input::Worker(conn, Inbound::Closed(_), _)
             | Input::Client(conn, Inbound::Closed(_), _) => {
                 self.conns.remove(&conn);
+                self.unanswered.remove(&conn);
                 self.coordinator.handle_closed(now, conn);
             }
             Input::Peer(from, message) => self.coordinator.handle_peer_message(now, &from, message),
@@ -727,6 +748,11 @@ impl Driver {
         let Some(outbound) = self.conns.get(&conn) else {
             return;
         };
+        if message.request_id().is_some() {
+            if let Some(unanswered) = self.unanswered.get(&conn) {
+                unanswered.answered();
+            }
+        }
         match outbound.send(message) {
             Ok(()) => {}
             Err(SendError::Encode(error)) => {

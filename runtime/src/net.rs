@@ -124,6 +124,48 @@ impl Outbound {
     }
 }
 
+/// Requests read from one connection and not yet answered. A reader that has `max` of them
+/// outstanding reads nothing more until an answer goes out, so a client that pipelines without
+/// reading its answers waits in TCP instead of piling requests up in the coordinator.
+#[derive(Clone, Debug)]
+pub struct Unanswered {
+    permits: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Unanswered {
+    pub fn new(max: usize) -> Unanswered {
+        Unanswered {
+            permits: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// Waits for room for one more request; false once the connection is being torn down.
+    async fn take(&self) -> bool {
+        match self.permits.acquire().await {
+            Ok(permit) => {
+                permit.forget();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// One request was answered.
+    pub fn answered(&self) {
+        // Never more room than the bound, whatever a peer manages to get answered twice.
+        if self.permits.available_permits() < self.max {
+            self.permits.add_permits(1);
+        }
+    }
+
+    /// Requests read and not yet answered.
+    pub fn outstanding(&self) -> usize {
+        self.max - self.permits.available_permits()
+    }
+}
+
 /// The bytes of one received frame, held against its reader's budget until dropped: an owner
 /// drops it once it has handled the message, so the messages queued for it never hold more
 /// than the budget.
@@ -257,13 +299,8 @@ impl PendingReader {
     /// the sender.
     /// A connection whose first whole message has not arrived by `first_message_within` is
     /// closed (reported as `Closed`): a socket that never speaks must not hold a place.
-    pub fn start_budgeted<M, T, F>(
-        self,
-        report: mpsc::Sender<T>,
-        wrap: F,
-        budget: InputBudget,
-        first_message_within: std::time::Duration,
-    ) where
+    pub fn start_budgeted<M, T, F>(self, report: mpsc::Sender<T>, wrap: F, limits: ReaderLimits)
+    where
         M: WireMessage + Send + 'static,
         T: Send + 'static,
         F: Fn(Inbound<M>, InputBytes) -> T + Send + 'static,
@@ -273,10 +310,20 @@ impl PendingReader {
             self.max_frame_bytes,
             report,
             wrap,
-            Some((budget, first_message_within)),
+            Some(limits),
             self.closed,
         ));
     }
+}
+
+/// What bounds one budgeted reader.
+pub struct ReaderLimits {
+    /// The bytes every reader of its port may have queued for the owner.
+    pub budget: InputBudget,
+    /// How long a new connection may take to send its first whole message.
+    pub first_message_within: std::time::Duration,
+    /// Requests read and not yet answered, if the owner answers requests.
+    pub unanswered: Option<Unanswered>,
 }
 
 /// Starts the writer task of `stream` and hands back its `Outbound`, with the reader still to be
@@ -439,16 +486,20 @@ async fn read_loop<M, T, F>(
     max_frame_bytes: usize,
     report: mpsc::Sender<T>,
     wrap: F,
-    limits: Option<(InputBudget, std::time::Duration)>,
+    limits: Option<ReaderLimits>,
     mut closed: watch::Receiver<bool>,
 ) where
     M: WireMessage,
     F: Fn(Inbound<M>, InputBytes) -> T,
 {
     let none = InputBytes::unbudgeted;
-    let (budget, first_message_within) = match limits {
-        Some((budget, within)) => (Some(budget), Some(within)),
-        None => (None, None),
+    let (budget, first_message_within, unanswered) = match limits {
+        Some(limits) => (
+            Some(limits.budget),
+            Some(limits.first_message_within),
+            limits.unanswered,
+        ),
+        None => (None, None, None),
     };
     // Until the first whole message, the socket has this long to send one.
     let mut first_message_by =
@@ -489,6 +540,15 @@ async fn read_loop<M, T, F>(
                                     }
                                 }
                             };
+                            if let Some(unanswered) = &unanswered {
+                                let room = tokio::select! {
+                                    room = unanswered.take() => room,
+                                    _ = closed.changed() => return,
+                                };
+                                if !room {
+                                    return;
+                                }
+                            }
                             if report
                                 .send(wrap(Inbound::Message(message), held))
                                 .await
@@ -638,8 +698,11 @@ mod tests {
         reader.start_budgeted(
             report,
             |inbound: Inbound<WorkerToCoordinator>, bytes| (inbound, bytes),
-            budget.clone(),
-            std::time::Duration::from_secs(60),
+            ReaderLimits {
+                budget: budget.clone(),
+                first_message_within: std::time::Duration::from_secs(60),
+                unanswered: None,
+            },
         );
         sender
             .write_all(&heartbeat.repeat(5))
@@ -670,6 +733,45 @@ mod tests {
         ));
     }
 
+    #[tokio::test]
+    async fn a_reader_with_its_requests_unanswered_reads_nothing_more_until_one_is_answered() {
+        let mut heartbeat = Vec::new();
+        encode_frame(&WorkerToCoordinator::Heartbeat {}, 1024, &mut heartbeat).expect("encode");
+        let (mut sender, accepted) = connected_pair().await;
+        let unanswered = Unanswered::new(2);
+        let (report, mut received) = mpsc::channel(16);
+        let (_outbound, reader) = open_connection(accepted, 1024);
+        reader.start_budgeted(
+            report,
+            |inbound: Inbound<WorkerToCoordinator>, _| inbound,
+            ReaderLimits {
+                budget: InputBudget::new(1 << 20),
+                first_message_within: std::time::Duration::from_secs(60),
+                unanswered: Some(unanswered.clone()),
+            },
+        );
+        sender
+            .write_all(&heartbeat.repeat(3))
+            .await
+            .expect("send three frames");
+        for _ in 0..2 {
+            let inbound = received.recv().await.expect("a message");
+            assert!(matches!(inbound, Inbound::Message(_)));
+        }
+        // Two read and unanswered: the reader waits for an answer before reporting a third.
+        assert_eq!(unanswered.outstanding(), 2);
+        assert!(received.try_recv().is_err(), "a third with no answer out");
+        unanswered.answered();
+        let inbound = received.recv().await.expect("the third message");
+        assert!(matches!(inbound, Inbound::Message(_)));
+        assert_eq!(unanswered.outstanding(), 2);
+        // Answers beyond what was asked never widen the bound.
+        for _ in 0..5 {
+            unanswered.answered();
+        }
+        assert_eq!(unanswered.outstanding(), 0);
+    }
+
     async fn connected_pair() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -686,8 +788,11 @@ mod tests {
         reader.start_budgeted(
             report,
             |inbound: Inbound<WorkerToCoordinator>, _| inbound,
-            InputBudget::new(1 << 20),
-            std::time::Duration::from_secs(10),
+            ReaderLimits {
+                budget: InputBudget::new(1 << 20),
+                first_message_within: std::time::Duration::from_secs(10),
+                unanswered: None,
+            },
         );
         // Half a frame header, then silence.
         sender.write_all(&[0, 0]).await.expect("write");
