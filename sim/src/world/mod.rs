@@ -26,12 +26,12 @@ mod nodes;
 mod timers;
 mod workload;
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::fmt::{self, Write as _};
 
 use herder_core::client::{Client, ClientConfig};
 use herder_core::coordinator::Coordinator;
-use herder_core::ids::{JobId, LogIndex, RequestId, WorkerId};
+use herder_core::ids::{JobId, LeaseId, LogIndex, RequestId, WorkerId};
 use herder_core::protocol::{CoordinatorToWorker, WorkerToCoordinator};
 use herder_core::tasks::TaskSpec;
 use herder_core::time::Instant;
@@ -123,6 +123,8 @@ pub struct World {
     all_terminal_from: Option<u64>,
     /// (client, request id) -> the job its submission created: one operation, one job.
     created_by: HashMap<(usize, RequestId), JobId>,
+    /// Results an acting leader found stale on arrival: (coordinator, process, lease).
+    stale_results: HashSet<(usize, u64, LeaseId)>,
     key_specs: BTreeMap<String, TaskSpec>,
     hash: Fnv,
     trace: Option<Vec<String>>,
@@ -256,6 +258,7 @@ impl World {
             quiet_from: None,
             all_terminal_from: None,
             created_by: HashMap::new(),
+            stale_results: HashSet::new(),
             key_specs: BTreeMap::new(),
             hash: Fnv::new(),
             trace: trace.then(Vec::new),

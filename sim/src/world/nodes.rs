@@ -9,7 +9,7 @@ use std::fmt;
 use herder_core::client::{Client, ClientOutput, ConnectAttempt, Operation};
 use herder_core::coordinator::{Coordinator, CoordinatorConfig, Event, Output, PersistBatch};
 use herder_core::ids::{ConnectionId, JobId, LeaseId, NodeId};
-use herder_core::protocol::{AttemptOutcome, ClientReply};
+use herder_core::protocol::{AttemptOutcome, ClientReply, CoordinatorToWorker};
 use herder_core::tasks::{self, TaskSpec};
 use herder_core::time::{Instant, UnixMillis};
 use herder_core::worker::{Worker, WorkerConfig, WorkerEvent, WorkerOutput};
@@ -293,6 +293,26 @@ impl World {
             if let Some(machine) = &self.coords[c].machine {
                 self.checker
                     .check_output(c, machine, &output, &owner, key.as_deref(), dp)?;
+            }
+            if let Output::ToWorker {
+                message:
+                    CoordinatorToWorker::ResultAck {
+                        job_id,
+                        lease_id,
+                        accepted: true,
+                        ..
+                    },
+                ..
+            } = &output
+            {
+                if self
+                    .stale_results
+                    .contains(&(c, self.coords[c].gen, *lease_id))
+                {
+                    return Err(format!(
+                        "RESULT_ACK(accepted) for job {job_id} lease {lease_id}, a result this process had found stale on arrival"
+                    ));
+                }
             }
             match output {
                 Output::ToWorker { conn, message } => {
