@@ -23,6 +23,10 @@ pub struct Faults {
     /// A connection carries bytes the coordinator cannot decode (a buggy or hostile peer):
     /// the coordinator must answer, close it, and go on serving everyone else.
     pub malformed: bool,
+    /// A worker or client stops reading its connection (it still sends): what the coordinator
+    /// writes to it piles up until the coordinator's driver gives up on the stalled write and
+    /// closes the connection, telling the core.
+    pub stalled_reader: bool,
     /// Probability that a task hangs past its lease (its result arrives long after expiry).
     pub task_hang: f64,
     /// Probability that a connect attempt fails although the coordinator is up.
@@ -59,6 +63,7 @@ impl Faults {
             worker_pause: false,
             connection_reset: false,
             malformed: false,
+            stalled_reader: false,
             task_hang: 0.0,
             connect_fail: 0.0,
             slow_message: 0.0,
@@ -145,6 +150,7 @@ impl Scenario {
             worker_leave: false,
             // Swarm seeds send undecodable bytes; this scenario stays as it was measured.
             malformed: false,
+            stalled_reader: false,
         };
         scenario
     }
@@ -311,6 +317,10 @@ impl Scenario {
                 min_age,
             };
             scenario.purge_ops = rng.chance(0.5);
+        }
+        // Drawn after everything else, so every earlier draw stays what it was.
+        if scenario.faults != Faults::none() {
+            scenario.faults.stalled_reader = rng.chance(0.3);
         }
         scenario
     }

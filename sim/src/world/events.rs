@@ -78,6 +78,10 @@ pub(super) enum Ev {
         dir: Dir,
     },
     FaultsEnd,
+    /// The coordinator's driver gives up on a write its stalled reader never took.
+    StalledOut {
+        conn: usize,
+    },
     /// A consensus message between coordinators, for process `gen` of `to`.
     Peer {
         from: usize,
@@ -240,6 +244,7 @@ impl World {
             Ev::Heal { id } => (NodeRef::World, self.heal(Some(id))),
             Ev::Flush { conn, dir } => self.flush(conn, dir),
             Ev::FaultsEnd => (NodeRef::World, self.faults_end()),
+            Ev::StalledOut { conn } => (NodeRef::World, self.stalled_out(conn)),
             Ev::Peer {
                 from,
                 to,

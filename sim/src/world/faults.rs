@@ -52,6 +52,9 @@ impl World {
         if faults.malformed {
             kinds.push(8);
         }
+        if faults.stalled_reader {
+            kinds.push(9);
+        }
         let kind = self.fault_rng.pick(&kinds).copied();
         let result = match kind {
             Some(0) => {
@@ -104,6 +107,23 @@ impl World {
             Some(6) => self.lose_disk(),
             Some(7) => self.worker_leaves(),
             Some(8) => self.send_garbage(),
+            Some(9) => {
+                let open: Vec<usize> = self.open_conns.iter().copied().collect();
+                if let Some(&conn) = self.fault_rng.pick(&open) {
+                    // Scaled to the simulated timings, as the runtime's 30 s is to its own.
+                    let stall = self.fault_rng.range(
+                        self.heartbeat_timeout_micros(),
+                        4 * self.heartbeat_timeout_micros(),
+                    );
+                    self.count("fault: a peer stops reading");
+                    self.note(
+                        NodeRef::World,
+                        format_args!("FAULT conn {conn}: its peer stops reading for {stall} us"),
+                    );
+                    self.stop_reading(conn, stall);
+                }
+                Ok(())
+            }
             _ => Ok(()),
         };
         let gap = self

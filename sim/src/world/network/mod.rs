@@ -278,6 +278,34 @@ impl World {
         Ok(())
     }
 
+    /// The peer of `conn` stops reading: nothing more reaches it, while it still sends. After
+    /// `stall_us` the coordinator's driver gives up on its blocked write (as the runtime's
+    /// write-stall bound does) and closes the connection.
+    pub(super) fn stop_reading(&mut self, conn: usize, stall_us: u64) {
+        let Some(c) = self.conns.get_mut(conn).filter(|c| c.open) else {
+            return;
+        };
+        c.down_live = false;
+        self.push(self.now + stall_us, Ev::StalledOut { conn });
+    }
+
+    /// The stall bound ran out: the coordinator closes the connection and is told at once (its
+    /// driver closed it); what it had written is lost; the peer learns of the close when it next
+    /// touches the socket.
+    pub(super) fn stalled_out(&mut self, conn: usize) -> Check {
+        if self.conns.get(conn).is_some_and(|c| c.open) {
+            self.count("net: a stalled reader's connection closed by the coordinator");
+            self.close_conn(
+                conn,
+                Close::Reset {
+                    tell_coord: true,
+                    tell_peer: true,
+                },
+            );
+        }
+        Ok(())
+    }
+
     /// Ends `conn` as `how` says; the ends told learn of it after whatever is still in
     /// flight towards them.
     pub(super) fn close_conn(&mut self, conn: usize, how: Close) {
