@@ -139,7 +139,7 @@ impl LeaderState {
     }
 
     /// A `Purge` entry applied (ours if `pending` says so): answer its client, and sweep again
-    /// if the policy still has more to drop.
+    /// if it was a full policy batch.
     pub(super) fn purge_applied(
         &mut self,
         m: &mut Member,
@@ -153,7 +153,12 @@ impl LeaderState {
         match pending {
             Some(Pending::PolicyPurge) => {
                 self.purging.policy_in_flight -= 1;
-                self.sweep(m);
+                // A full batch may have left more behind: keep going. Otherwise what ages into
+                // the policy meanwhile waits for the next sweep, so a steady load makes one
+                // purge a second rather than one per applied purge.
+                if job_ids.len() >= purge_batch_max(m) {
+                    self.sweep(m);
+                }
             }
             Some(Pending::Purge {
                 conn,
