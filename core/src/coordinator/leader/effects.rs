@@ -33,7 +33,6 @@ impl LeaderState {
             for follow_on in outcome.follow_on {
                 self.on_outcome(m, follow_on, None);
             }
-            self.job_finished(m);
         }
         // Resends of a key this entry bound are answered from the table now that it holds it.
         for resend in self.admitting.applied(at) {

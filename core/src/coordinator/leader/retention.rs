@@ -1,6 +1,11 @@
 //! Retention: the leader purges terminal jobs that its policy no longer keeps, and those a
 //! client's `PURGE` names, through `Purge` entries in the log.
 //!
+//! The policy is applied by a sweep once a second. A sweep proposes up to
+//! `PURGES_IN_FLIGHT_MAX` batches, and a full batch that applies sweeps again at once, so a
+//! backlog drains at whatever rate the log takes while a steady load costs one small purge a
+//! second.
+//!
 //! Which jobs go is decided here, on the leader, from the finish stamps the table holds; the
 //! entry then names them by id, so every member removes exactly the same rows. Apply skips an
 //! id that is no longer purgeable, so a purge proposed from a table that has since moved on is
@@ -179,18 +184,6 @@ impl LeaderState {
                 purged,
                 kept: m.table.finished_jobs(),
             });
-        }
-    }
-
-    /// A job just became terminal: purge at once if the count bound is a whole batch over, so
-    /// a high completion rate cannot outrun the once-a-second sweep.
-    pub(super) fn job_finished(&mut self, m: &mut Member) {
-        let Some(max) = m.config.retention.max_count else {
-            return;
-        };
-        let kept = m.table.finished_jobs() - self.purging.ids.len() as u64;
-        if kept.saturating_sub(max) >= purge_batch_max(m) as u64 {
-            self.sweep(m);
         }
     }
 }
