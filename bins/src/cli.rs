@@ -127,9 +127,45 @@ pub struct CoordinatorTuning {
     pub retain_terminal: herder_core::coordinator::Retention,
     /// Open connections the worker port and the client port each accept; beyond it a new
     /// connection is told TOO_MANY_CONNECTIONS and closed.
-    #[arg(long, default_value_t = herder_runtime::coordinator::CONNECTIONS_PER_PORT_DEFAULT,
+    #[arg(long, default_value_t = 4096,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub max_connections_per_port: usize,
+    /// A new connection that sends no whole message this long is closed.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub first_message_timeout_millis: u64,
+    /// A write that a peer leaves unread this long closes its connection (its worker is then
+    /// lost, its waits dropped).
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub write_stall_timeout_millis: u64,
+    /// Bytes queued for writing across every worker and client connection; a send beyond it
+    /// closes the connection it was for.
+    #[arg(long, default_value_t = 256 * 1024 * 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1_048_576..=68_719_476_736))]
+    pub max_outbound_bytes: usize,
+    /// Requests one client connection may have unanswered; beyond it the coordinator stops
+    /// reading that connection until it answers one.
+    #[arg(long, default_value_t = 4096,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    pub max_requests_per_connection: usize,
+    /// WAITs one client connection may have parked; beyond it a WAIT is refused with
+    /// TOO_MANY_WAITERS.
+    #[arg(long, default_value_t = 1024)]
+    pub max_waits_per_connection: usize,
+}
+
+impl CoordinatorTuning {
+    /// The connection bounds these flags give.
+    pub fn connection_limits(&self) -> herder_runtime::coordinator::ConnectionLimits {
+        herder_runtime::coordinator::ConnectionLimits {
+            per_port: self.max_connections_per_port,
+            first_message_within: std::time::Duration::from_millis(
+                self.first_message_timeout_millis,
+            ),
+            write_stall: std::time::Duration::from_millis(self.write_stall_timeout_millis),
+            outbound_bytes: self.max_outbound_bytes,
+            requests_in_flight: self.max_requests_per_connection,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

@@ -177,7 +177,7 @@ async fn start_group(args: &DevArgs, members: Vec<Planned>) -> Result<Vec<Coordi
             peer_addr: member.peer_addr,
             peers: BTreeMap::new(),
             seed: None,
-            connections_per_port: args.tuning.max_connections_per_port,
+            limits: args.tuning.connection_limits(),
         };
         if let Err(error) = options.config.validate() {
             return Err(usage_error(&error.to_string(), false));

@@ -99,6 +99,7 @@ pub fn coordinator_config(id: &str, tuning: &CoordinatorTuning) -> CoordinatorCo
         replication_heartbeat: replication_heartbeat(tuning.election_timeout_millis),
         rotate_leader_after_jobs: tuning.rotate_leader_after_jobs,
         retention: tuning.retain_terminal,
+        max_waiters_per_connection: tuning.max_waits_per_connection,
         ..CoordinatorConfig::default()
     }
 }
@@ -204,7 +205,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         peer_addr,
         peers: others.iter().map(|e| (e.id.clone(), e.address())).collect(),
         seed: None,
-        connections_per_port: args.tuning.max_connections_per_port,
+        limits: args.tuning.connection_limits(),
     };
     let listeners = match coordinator::Listeners::bind(&options).await {
         Ok(listeners) => listeners,

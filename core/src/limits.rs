@@ -29,8 +29,9 @@ pub const LIST_LIMIT_MAX: u32 = 1000;
 pub const LIST_LIMIT_DEFAULT: u32 = 100;
 /// Most outstanding `WAIT` requests the coordinator parks at once.
 pub const WAITERS_MAX: usize = 65_536;
-/// Most of them one connection may hold, so that one client cannot take every wait slot.
-pub const WAITERS_PER_CONNECTION_MAX: usize = 1024;
+/// Most of them one connection may hold by default (`--max-waits-per-connection`), so that one
+/// client cannot take every wait slot.
+pub const WAITERS_PER_CONNECTION_DEFAULT: usize = 1024;
 /// Longest a single `WAIT` may park (one day).
 pub const WAIT_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;
 /// Most active (non-terminal) jobs any configuration may allow.

@@ -58,23 +58,43 @@ const CLIENT_INPUT_BYTES_MAX: u32 = 64 * 1024 * 1024;
 /// requests (workers' results and heartbeats, and other members' messages, keep flowing)
 /// until the store catches up.
 const UNWRITTEN_BYTES_MAX: u64 = 32 * 1024 * 1024;
-/// Open connections each port (workers, clients) accepts by default; beyond them a new
-/// connection is sent a `TOO_MANY_CONNECTIONS` error and closed at once.
-pub const CONNECTIONS_PER_PORT_DEFAULT: usize = 4096;
-/// Requests one client connection may have read and not yet answered (above the 1,024 waits it
-/// may park); beyond them its reader stops reading until an answer goes out.
-const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 4096;
-/// Bytes queued for writing across every worker and client connection; a send that would go
-/// beyond it closes the connection it was for (each connection also has its own bound).
-const OUTBOUND_BYTES_TOTAL_MAX: usize = 256 * 1024 * 1024;
+/// The bounds on a coordinator's worker and client connections (docs/FAILURE_MODEL.md,
+/// "Overload"); the defaults are those of the CLI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Open connections each port (workers, clients) accepts; beyond them a new connection is
+    /// sent a `TOO_MANY_CONNECTIONS` error and closed at once.
+    pub per_port: usize,
+    /// How long a new connection may take to send its first whole message before it is closed.
+    pub first_message_within: std::time::Duration,
+    /// How long one write may wait for a peer that does not read before the connection is
+    /// closed and the core told.
+    pub write_stall: std::time::Duration,
+    /// Bytes queued for writing across every worker and client connection; a send that would
+    /// go beyond it closes the connection it was for (each connection also has its own bound).
+    pub outbound_bytes: usize,
+    /// Requests one client connection may have read and not yet answered (above the waits it
+    /// may park); beyond them its reader stops reading until an answer goes out.
+    pub requests_in_flight: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> ConnectionLimits {
+        ConnectionLimits {
+            per_port: 4096,
+            first_message_within: std::time::Duration::from_secs(10),
+            write_stall: crate::net::WRITE_STALL_MAX,
+            outbound_bytes: 256 * 1024 * 1024,
+            requests_in_flight: 4096,
+        }
+    }
+}
 /// Connections the kernel may hold for a port before the coordinator accepts them (the kernel
 /// caps it at `net.core.somaxconn`): a burst of connects waits here instead of being dropped.
 const LISTEN_BACKLOG: u32 = 4096;
 /// At most one warning per port this often about refused connections (with their count), so a
 /// flood of connects cannot flood the log.
 const REFUSAL_WARNING_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-/// How long a new connection may take to send its first whole message before it is closed.
-const FIRST_MESSAGE_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 /// Inputs the driver takes in one go before draining outputs and running due timers.
 const INPUT_BURST_MAX: usize = 512;
 
@@ -95,9 +115,8 @@ pub struct CoordinatorOptions {
     pub peers: BTreeMap<NodeId, String>,
     /// Seed for the coordinator's RNG; `None` draws one from the OS (the normal case).
     pub seed: Option<u64>,
-    /// Open connections the worker port and the client port each accept
-    /// ([`CONNECTIONS_PER_PORT_DEFAULT`] unless configured).
-    pub connections_per_port: usize,
+    /// The bounds on its worker and client connections.
+    pub limits: ConnectionLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -227,7 +246,7 @@ pub async fn start_on(
         data_dir,
         peers,
         seed,
-        connections_per_port,
+        limits,
         ..
     } = options;
     let Listeners {
@@ -299,7 +318,7 @@ pub async fn start_on(
     let (client_tx, client_rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let next_conn = Arc::new(AtomicU64::new(1));
-    let outbound_total = OutboundTotal::new(OUTBOUND_BYTES_TOTAL_MAX);
+    let outbound_total = OutboundTotal::new(limits.outbound_bytes);
     let worker_accept = tokio::spawn(
         accept_loop(
             worker_listener,
@@ -308,8 +327,9 @@ pub async fn start_on(
             input_tx.clone(),
             PortLimits {
                 budget: InputBudget::new(WORKER_INPUT_BYTES_MAX),
-                slots: ConnectionSlots::new(connections_per_port),
+                slots: ConnectionSlots::new(limits.per_port),
                 outbound: outbound_total.clone(),
+                limits,
             },
             next_conn.clone(),
             shutdown_rx.clone(),
@@ -324,8 +344,9 @@ pub async fn start_on(
             client_tx,
             PortLimits {
                 budget: InputBudget::new(CLIENT_INPUT_BYTES_MAX),
-                slots: ConnectionSlots::new(connections_per_port),
+                slots: ConnectionSlots::new(limits.per_port),
                 outbound: outbound_total,
+                limits,
             },
             next_conn,
             shutdown_rx.clone(),
@@ -495,6 +516,8 @@ struct PortLimits {
     slots: ConnectionSlots,
     /// Bytes queued for writing, shared by every worker and client connection.
     outbound: OutboundTotal,
+    /// The rest of the connection bounds.
+    limits: ConnectionLimits,
 }
 
 async fn accept_loop(
@@ -510,6 +533,7 @@ async fn accept_loop(
         budget,
         slots,
         outbound: outbound_total,
+        limits,
     } = limits;
     let mut refusals = Refusals::default();
     loop {
@@ -534,12 +558,15 @@ async fn accept_loop(
         };
         let conn = ConnectionId(next_conn.fetch_add(1, Ordering::Relaxed));
         // The driver learns of the connection before the first message it carries can arrive.
-        let (outbound, reader) =
-            open_connection_within(stream, max_frame_bytes, Some(outbound_total.clone()));
+        let (outbound, reader) = open_connection_within(
+            stream,
+            max_frame_bytes,
+            Some(outbound_total.clone()),
+            limits.write_stall,
+        );
         // Every client request is answered exactly once, so a client's requests in flight
         // are bounded by counting them in and out (workers send no requests).
-        let unanswered =
-            (link == Link::Client).then(|| Unanswered::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
+        let unanswered = (link == Link::Client).then(|| Unanswered::new(limits.requests_in_flight));
         if inputs
             .send(Input::Opened(conn, outbound, unanswered.clone()))
             .await
@@ -549,7 +576,7 @@ async fn accept_loop(
         }
         let limits = ReaderLimits {
             budget: budget.clone(),
-            first_message_within: FIRST_MESSAGE_WITHIN,
+            first_message_within: limits.first_message_within,
             unanswered,
         };
         // The reader owns the slot (inside `wrap`): it is given back when the reader ends.

@@ -330,14 +330,16 @@ pub struct ReaderLimits {
 /// started. An owner that must learn of the connection before its first message (the
 /// coordinator registers every connection before reading from it) starts the reader afterwards.
 pub fn open_connection(stream: TcpStream, max_frame_bytes: usize) -> (Outbound, PendingReader) {
-    open_connection_within(stream, max_frame_bytes, None)
+    open_connection_within(stream, max_frame_bytes, None, WRITE_STALL_MAX)
 }
 
-/// Like [`open_connection`], with the bytes queued for writing also counted against `total`.
+/// Like [`open_connection`], with the bytes queued for writing also counted against `total`,
+/// and `write_stall` as the longest one write may wait for the peer to read.
 pub fn open_connection_within(
     stream: TcpStream,
     max_frame_bytes: usize,
     total: Option<OutboundTotal>,
+    write_stall: std::time::Duration,
 ) -> (Outbound, PendingReader) {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
@@ -353,7 +355,7 @@ pub fn open_connection_within(
         write_half,
         rx,
         counters,
-        abort.clone(),
+        (abort.clone(), write_stall),
         closed_tx,
     ));
     let outbound = Outbound {
@@ -408,7 +410,7 @@ async fn write_loop(
     mut socket: OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<WriteCommand>,
     queued: Counters,
-    abort: Arc<tokio::sync::Notify>,
+    (abort, write_stall): (Arc<tokio::sync::Notify>, std::time::Duration),
     closed: watch::Sender<bool>,
 ) {
     // Bytes stay counted as queued until the socket has taken them, so a write blocked on a
@@ -441,7 +443,7 @@ async fn write_loop(
             }
         }
         if !buffer.is_empty() {
-            let write = tokio::time::timeout(WRITE_STALL_MAX, socket.write_all(&buffer));
+            let write = tokio::time::timeout(write_stall, socket.write_all(&buffer));
             let written = tokio::select! {
                 written = write => written,
                 () = abort.notified() => break 'outer,
@@ -454,7 +456,7 @@ async fn write_loop(
                 Err(_) => {
                     tracing::warn!(
                         peer = ?socket.peer_addr().ok(),
-                        stalled_secs = WRITE_STALL_MAX.as_secs(),
+                        stalled_millis = u64::try_from(write_stall.as_millis()).unwrap_or(u64::MAX),
                         unwritten = queued.own.load(Ordering::Relaxed),
                         "Closing a connection whose peer has read nothing for too long"
                     );
@@ -835,8 +837,9 @@ mod tests {
         let (_silent_a, a) = connected_pair().await;
         let (_silent_b, b) = connected_pair().await;
         let (report, mut received) = mpsc::channel(4);
-        let (to_a, reader_a) = open_connection_within(a, 1 << 20, Some(total.clone()));
-        let (to_b, _reader_b) = open_connection_within(b, 1 << 20, Some(total.clone()));
+        let stall = WRITE_STALL_MAX;
+        let (to_a, reader_a) = open_connection_within(a, 1 << 20, Some(total.clone()), stall);
+        let (to_b, _reader_b) = open_connection_within(b, 1 << 20, Some(total.clone()), stall);
         reader_a.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
         let message = WorkerToCoordinator::Register {
             worker_id: herder_core::ids::WorkerId("x".repeat(256 * 1024)),

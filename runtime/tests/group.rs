@@ -71,7 +71,7 @@ impl Group {
                 peer_addr: Some(localhost_any()),
                 peers: BTreeMap::new(),
                 seed: None,
-                connections_per_port: coordinator::CONNECTIONS_PER_PORT_DEFAULT,
+                limits: Default::default(),
             };
             let listeners = Listeners::bind(&options)
                 .await
@@ -101,7 +101,7 @@ impl Group {
                 peer_addr: listeners.peer_addr(),
                 peers: others,
                 seed: None,
-                connections_per_port: coordinator::CONNECTIONS_PER_PORT_DEFAULT,
+                limits: Default::default(),
             };
             let handle = coordinator::start_on(listeners, options)
                 .await
@@ -520,7 +520,7 @@ async fn lone_member_with_a_peer_port(dir: &TestDir) -> CoordinatorHandle {
         peer_addr: Some(localhost_any()),
         peers: BTreeMap::new(),
         seed: None,
-        connections_per_port: coordinator::CONNECTIONS_PER_PORT_DEFAULT,
+        limits: Default::default(),
     })
     .await
     .unwrap_or_else(|e| panic!("coordinator failed to start: {e}"))

@@ -16,7 +16,7 @@ use herder_core::protocol::{
 };
 use herder_core::tasks::{TaskOutput, TaskSpec};
 use herder_runtime::client::{CallError, HerderClient};
-use herder_runtime::coordinator::{CoordinatorError, CoordinatorOptions};
+use herder_runtime::coordinator::{ConnectionLimits, CoordinatorError, CoordinatorOptions};
 use herder_runtime::store::{StoreError, DATABASE_FILE};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -684,7 +684,10 @@ async fn a_connection_beyond_the_ports_bound_is_told_why_and_a_closed_one_frees_
         peer_addr: None,
         peers: Default::default(),
         seed: None,
-        connections_per_port: 2,
+        limits: ConnectionLimits {
+            per_port: 2,
+            ..ConnectionLimits::default()
+        },
     })
     .await
     .expect("coordinator starts");

@@ -6,7 +6,8 @@ use crate::ids::NodeId;
 use crate::limits::{
     ACTIVE_JOBS_CEILING, ATTEMPTS_MAX, CONFIG_MILLIS_MAX, FRAME_BYTES_MAX_CEILING,
     FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MIN, GROUP_MEMBERS_MAX, RETAIN_TERMINAL_AGE_DEFAULT,
-    RETAIN_TERMINAL_COUNT_DEFAULT, RETAIN_TERMINAL_MIN_AGE_DEFAULT,
+    RETAIN_TERMINAL_COUNT_DEFAULT, RETAIN_TERMINAL_MIN_AGE_DEFAULT, WAITERS_MAX,
+    WAITERS_PER_CONNECTION_DEFAULT,
 };
 use crate::time::UnixMillis;
 
@@ -50,6 +51,8 @@ pub struct CoordinatorConfig {
     pub rotate_leader_after_jobs: Option<u64>,
     /// How long terminal jobs are kept before the leader purges them.
     pub retention: Retention,
+    /// `WAIT`s one client connection may have parked (all connections together: `WAITERS_MAX`).
+    pub max_waiters_per_connection: usize,
     /// The wall time at the driver's epoch (`Instant::ZERO`). Core reads no clock; this is how
     /// a leader knows what wall time to stamp on the entries it proposes.
     pub wall_clock_at_epoch: UnixMillis,
@@ -111,6 +114,7 @@ impl Default for CoordinatorConfig {
             worker_address: String::new(),
             rotate_leader_after_jobs: None,
             retention: Retention::default(),
+            max_waiters_per_connection: WAITERS_PER_CONNECTION_DEFAULT,
             wall_clock_at_epoch: UnixMillis::UNSTAMPED,
         }
     }
@@ -145,6 +149,8 @@ pub enum ConfigError {
     RotateAfterZero,
     #[error("a retention count must be at least 1 (use no count to keep any number)")]
     RetainNone,
+    #[error("waits per connection must be between 1 and {WAITERS_MAX} (got {0})")]
+    WaitersPerConnection(usize),
 }
 
 impl CoordinatorConfig {
@@ -216,6 +222,11 @@ impl CoordinatorConfig {
         if self.retention.max_count == Some(0) {
             return Err(ConfigError::RetainNone);
         }
+        if !(1..=WAITERS_MAX).contains(&self.max_waiters_per_connection) {
+            return Err(ConfigError::WaitersPerConnection(
+                self.max_waiters_per_connection,
+            ));
+        }
         Ok(())
     }
 
@@ -228,5 +239,40 @@ impl CoordinatorConfig {
 
     pub fn readoption_window(&self) -> Duration {
         self.readoption_window.unwrap_or(self.heartbeat_timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid_and_each_bad_setting_is_refused_by_name() {
+        assert_eq!(CoordinatorConfig::default().validate(), Ok(()));
+        let refused = |change: fn(&mut CoordinatorConfig)| {
+            let mut config = CoordinatorConfig::default();
+            change(&mut config);
+            config.validate().expect_err("a bad setting")
+        };
+        assert_eq!(
+            refused(|c| c.retention.max_count = Some(0)),
+            ConfigError::RetainNone
+        );
+        assert_eq!(
+            refused(|c| c.max_waiters_per_connection = 0),
+            ConfigError::WaitersPerConnection(0)
+        );
+        assert_eq!(
+            refused(|c| c.max_waiters_per_connection = WAITERS_MAX + 1),
+            ConfigError::WaitersPerConnection(WAITERS_MAX + 1)
+        );
+        assert_eq!(
+            refused(|c| c.rotate_leader_after_jobs = Some(0)),
+            ConfigError::RotateAfterZero
+        );
+        assert!(matches!(
+            refused(|c| c.heartbeat_interval = c.heartbeat_timeout),
+            ConfigError::HeartbeatIntervalNotBelowTimeout { .. }
+        ));
     }
 }

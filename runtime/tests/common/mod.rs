@@ -119,7 +119,7 @@ pub async fn try_start_coordinator(
         peer_addr: None,
         peers: Default::default(),
         seed: None,
-        connections_per_port: coordinator::CONNECTIONS_PER_PORT_DEFAULT,
+        limits: Default::default(),
     })
     .await
 }

@@ -14,7 +14,7 @@ use crate::job::JobState;
 use crate::limits::{
     ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
     KEYED_RESENDS_PARKED_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PARTITIONS_MAX,
-    PARTITION_VIEW_BYTES_MAX, WAITERS_MAX, WAITERS_PER_CONNECTION_MAX, WAIT_MILLIS_MAX,
+    PARTITION_VIEW_BYTES_MAX, WAITERS_MAX, WAIT_MILLIS_MAX,
 };
 use crate::protocol::{ClientReply, ClientRequest, ErrorCode, Partitions};
 use crate::tasks::TaskSpec;
@@ -364,12 +364,13 @@ impl LeaderState {
             );
         }
         let on_this_connection = self.waiters_per_conn.get(&conn).copied().unwrap_or(0);
-        if on_this_connection >= WAITERS_PER_CONNECTION_MAX {
+        let per_connection = m.config.max_waiters_per_connection;
+        if on_this_connection >= per_connection {
             return m.client_error(
                 conn,
                 request_id,
                 ErrorCode::TooManyWaiters,
-                format!("this connection already has {WAITERS_PER_CONNECTION_MAX} waits parked; wait on fewer jobs at once, or poll with STATUS"),
+                format!("this connection already has {per_connection} waits parked; wait on fewer jobs at once, or poll with STATUS"),
             );
         }
         let at = m.now.saturating_add(Duration::from_millis(timeout_millis));

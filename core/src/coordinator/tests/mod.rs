@@ -1264,58 +1264,64 @@ fn unwritten_bytes_count_the_entries_waiting_for_the_disk() {
 
 #[test]
 fn one_connection_cannot_take_every_wait_slot() {
-    let mut h = Harness::new();
-    let job = h.submit(sha("never runs: no workers"), 3);
-    let (greedy, polite) = (ConnectionId(40), ConnectionId(41));
-    let wait = |h: &mut Harness, conn: ConnectionId| {
-        let request_id = h.request_id();
-        h.c.handle_client_message(
-            h.now,
-            conn,
-            ClientRequest::Wait {
-                request_id,
-                job_id: job,
-                timeout_millis: None,
-            },
+    // The default bound, and one set lower.
+    for per_connection in [crate::limits::WAITERS_PER_CONNECTION_DEFAULT, 3] {
+        let mut h = Harness::with(CoordinatorConfig {
+            max_waiters_per_connection: per_connection,
+            ..config()
+        });
+        let job = h.submit(sha("never runs: no workers"), 3);
+        let (greedy, polite) = (ConnectionId(40), ConnectionId(41));
+        let wait = |h: &mut Harness, conn: ConnectionId| {
+            let request_id = h.request_id();
+            h.c.handle_client_message(
+                h.now,
+                conn,
+                ClientRequest::Wait {
+                    request_id,
+                    job_id: job,
+                    timeout_millis: None,
+                },
+            );
+            h.pump();
+            request_id
+        };
+        for _ in 0..per_connection {
+            let parked = wait(&mut h, greedy);
+            assert!(h.try_reply_to(parked).is_none(), "parked");
+        }
+        let refused = wait(&mut h, greedy);
+        match h.reply_to(refused) {
+            ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::TooManyWaiters),
+            other => panic!("expected TOO_MANY_WAITERS, got {other:?}"),
+        }
+        let other = wait(&mut h, polite);
+        assert!(
+            h.try_reply_to(other).is_none(),
+            "another connection still parks a wait"
         );
+        // The greedy connection goes: its slots are free again.
+        h.c.handle_closed(h.now, greedy);
         h.pump();
-        request_id
-    };
-    for _ in 0..crate::limits::WAITERS_PER_CONNECTION_MAX {
-        let parked = wait(&mut h, greedy);
-        assert!(h.try_reply_to(parked).is_none(), "parked");
+        let again = wait(&mut h, ConnectionId(42));
+        assert!(h.try_reply_to(again).is_none());
+        // Cancelling the job answers the two waits still parked.
+        cancel(&mut h, job);
+        assert!(matches!(
+            h.reply_to(other),
+            ClientReply::WaitResult {
+                timed_out: false,
+                ..
+            }
+        ));
+        assert!(matches!(
+            h.reply_to(again),
+            ClientReply::WaitResult {
+                timed_out: false,
+                ..
+            }
+        ));
     }
-    let refused = wait(&mut h, greedy);
-    match h.reply_to(refused) {
-        ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::TooManyWaiters),
-        other => panic!("expected TOO_MANY_WAITERS, got {other:?}"),
-    }
-    let other = wait(&mut h, polite);
-    assert!(
-        h.try_reply_to(other).is_none(),
-        "another connection still parks a wait"
-    );
-    // The greedy connection goes: its slots are free again.
-    h.c.handle_closed(h.now, greedy);
-    h.pump();
-    let again = wait(&mut h, ConnectionId(42));
-    assert!(h.try_reply_to(again).is_none());
-    // Cancelling the job answers the two waits still parked.
-    cancel(&mut h, job);
-    assert!(matches!(
-        h.reply_to(other),
-        ClientReply::WaitResult {
-            timed_out: false,
-            ..
-        }
-    ));
-    assert!(matches!(
-        h.reply_to(again),
-        ClientReply::WaitResult {
-            timed_out: false,
-            ..
-        }
-    ));
 }
 
 /// `Submit` entries in the batches held back from the disk.
