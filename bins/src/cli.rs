@@ -137,8 +137,8 @@ pub struct CoordinatorTuning {
     /// lost, its waits dropped).
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub write_stall_timeout_millis: u64,
-    /// Bytes queued for writing across every worker and client connection; a send beyond it
-    /// closes the connection it was for.
+    /// Bytes queued for writing across every client connection; a send beyond it closes the
+    /// connection it was for.
     #[arg(long, default_value_t = 256 * 1024 * 1024,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1_048_576..=68_719_476_736))]
     pub max_outbound_bytes: usize,
@@ -154,6 +154,17 @@ pub struct CoordinatorTuning {
 }
 
 impl CoordinatorTuning {
+    /// What the flags together must satisfy beyond each one's own range.
+    pub fn check(&self) -> Result<(), String> {
+        if self.max_requests_per_connection <= self.max_waits_per_connection {
+            return Err(format!(
+                "--max-requests-per-connection ({}) must exceed --max-waits-per-connection ({}): parked waits count as requests in flight, and a connection must keep room to ask for anything else",
+                self.max_requests_per_connection, self.max_waits_per_connection
+            ));
+        }
+        Ok(())
+    }
+
     /// The connection bounds these flags give.
     pub fn connection_limits(&self) -> herder_runtime::coordinator::ConnectionLimits {
         herder_runtime::coordinator::ConnectionLimits {

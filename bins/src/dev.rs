@@ -179,8 +179,9 @@ async fn start_group(args: &DevArgs, members: Vec<Planned>) -> Result<Vec<Coordi
             seed: None,
             limits: args.tuning.connection_limits(),
         };
-        if let Err(error) = options.config.validate() {
-            return Err(usage_error(&error.to_string(), false));
+        let valid = options.config.validate().map_err(|e| e.to_string());
+        if let Err(error) = valid.and_then(|()| args.tuning.check()) {
+            return Err(usage_error(&error, false));
         }
         match Listeners::bind(&options).await {
             Ok(listeners) => bound.push((options, listeners)),

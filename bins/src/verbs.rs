@@ -148,8 +148,12 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
     let mut config = coordinator_config(&args.id, &args.tuning);
     let others = group.as_ref().map_or(&[][..], |g| g.others.as_slice());
     config.peers = others.iter().map(|e| e.id.clone()).collect();
-    if let Err(error) = config.validate() {
-        return usage_error(&error.to_string(), false);
+    if let Err(error) = config
+        .validate()
+        .map_err(|e| e.to_string())
+        .and_then(|()| args.tuning.check())
+    {
+        return usage_error(&error, false);
     }
     let (worker_addr, client_addr) = match (
         // Loopback unless told otherwise: nothing authenticates a worker or a client yet.

@@ -716,3 +716,25 @@ fn purge_removes_terminal_jobs_for_good_and_a_restart_does_not_bring_them_back()
     drop(restarted);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn connection_bounds_that_contradict_each_other_are_refused() {
+    let dir = temp_dir("contradicting-bounds");
+    let output = herder(&[
+        "coordinator",
+        "--data-dir",
+        dir.to_str().expect("utf-8"),
+        "--worker-port",
+        "127.0.0.1:0",
+        "--client-port",
+        "127.0.0.1:0",
+        "--max-requests-per-connection",
+        "10",
+        "--max-waits-per-connection",
+        "10",
+    ]);
+    assert_eq!(code(&output), 2);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("must exceed"));
+    assert!(!dir.join("herder.sqlite3").exists(), "nothing is created");
+    let _ = std::fs::remove_dir_all(&dir);
+}

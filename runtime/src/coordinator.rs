@@ -70,8 +70,9 @@ pub struct ConnectionLimits {
     /// How long one write may wait for a peer that does not read before the connection is
     /// closed and the core told.
     pub write_stall: std::time::Duration,
-    /// Bytes queued for writing across every worker and client connection; a send that would
-    /// go beyond it closes the connection it was for (each connection also has its own bound).
+    /// Bytes queued for writing across every client connection; a send that would go beyond it
+    /// closes the connection it was for (each connection, a worker's too, also has its own
+    /// bound).
     pub outbound_bytes: usize,
     /// Requests one client connection may have read and not yet answered (above the waits it
     /// may park); beyond them its reader stops reading until an answer goes out.
@@ -514,7 +515,7 @@ impl Refusals {
 struct PortLimits {
     budget: InputBudget,
     slots: ConnectionSlots,
-    /// Bytes queued for writing, shared by every worker and client connection.
+    /// Bytes queued for writing, shared by every client connection.
     outbound: OutboundTotal,
     /// The rest of the connection bounds.
     limits: ConnectionLimits,
@@ -558,12 +559,12 @@ async fn accept_loop(
         };
         let conn = ConnectionId(next_conn.fetch_add(1, Ordering::Relaxed));
         // The driver learns of the connection before the first message it carries can arrive.
-        let (outbound, reader) = open_connection_within(
-            stream,
-            max_frame_bytes,
-            Some(outbound_total.clone()),
-            limits.write_stall,
-        );
+        // Only client connections share the total: a send refused under it closes the
+        // connection it was for, and a worker must not be dropped (and its attempts charged)
+        // because clients stopped reading. Each worker connection keeps its own bound.
+        let shared = (link == Link::Client).then(|| outbound_total.clone());
+        let (outbound, reader) =
+            open_connection_within(stream, max_frame_bytes, shared, limits.write_stall);
         // Every client request is answered exactly once, so a client's requests in flight
         // are bounded by counting them in and out (workers send no requests).
         let unanswered = (link == Link::Client).then(|| Unanswered::new(limits.requests_in_flight));

@@ -29,8 +29,22 @@ const WRITE_COALESCE_MAX: usize = 256;
 pub const WRITE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 enum WriteCommand {
-    Frame(Vec<u8>),
+    Frame(QueuedFrame),
     Close,
+}
+
+/// An encoded frame and the counters it is queued against. Its bytes are given back when it is
+/// dropped: once written, or wherever else it ends (a closed channel, an abandoned write), so
+/// no path can leave them counted.
+struct QueuedFrame {
+    bytes: Vec<u8>,
+    counters: Counters,
+}
+
+impl Drop for QueuedFrame {
+    fn drop(&mut self) {
+        self.counters.release(self.bytes.len());
+    }
 }
 
 /// Bytes queued for writing across every connection that shares it: a process with many
@@ -109,13 +123,17 @@ impl Outbound {
                 });
             }
         }
-        self.tx.send(WriteCommand::Frame(frame)).map_err(|_| {
-            self.queued.fetch_sub(bytes, Ordering::Relaxed);
-            if let Some(total) = &self.total {
-                total.release(bytes);
-            }
-            SendError::Closed
-        })
+        let frame = QueuedFrame {
+            bytes: frame,
+            counters: Counters {
+                own: self.queued.clone(),
+                total: self.total.clone(),
+            },
+        };
+        // A refused frame comes back inside the error and gives its bytes back as it drops.
+        self.tx
+            .send(WriteCommand::Frame(frame))
+            .map_err(|_| SendError::Closed)
     }
 
     /// Flushes what is queued, then closes the connection.
@@ -392,6 +410,7 @@ where
 }
 
 /// What a connection's queued bytes count against: its own bound, and the shared total.
+#[derive(Clone)]
 struct Counters {
     own: Arc<AtomicUsize>,
     total: Option<OutboundTotal>,
@@ -414,8 +433,10 @@ async fn write_loop(
     closed: watch::Sender<bool>,
 ) {
     // Bytes stay counted as queued until the socket has taken them, so a write blocked on a
-    // peer that does not read holds them against both bounds.
+    // peer that does not read holds them against both bounds: the frames of a write are kept
+    // until it completes, and give their bytes back as they drop.
     let mut buffer = Vec::new();
+    let mut in_buffer: Vec<QueuedFrame> = Vec::new();
     'outer: loop {
         let command = tokio::select! {
             command = rx.recv() => match command {
@@ -430,7 +451,8 @@ async fn write_loop(
         while let Some(command) = pending.take() {
             match command {
                 WriteCommand::Frame(frame) => {
-                    buffer.extend_from_slice(&frame);
+                    buffer.extend_from_slice(&frame.bytes);
+                    in_buffer.push(frame);
                     frames += 1;
                 }
                 WriteCommand::Close => {
@@ -463,22 +485,18 @@ async fn write_loop(
                     break 'outer;
                 }
             }
-            queued.release(buffer.len());
+            in_buffer.clear();
             buffer.clear();
         }
         if close {
             break;
         }
     }
-    // What was never written gives its bytes back: the unfinished write, and frames still
-    // queued.
-    queued.release(buffer.len());
+    // What was never written gives its bytes back as it drops: the unfinished write's frames
+    // now, frames still in the channel (even one sent as it closes) with the channel.
+    drop(in_buffer);
     rx.close();
-    while let Ok(command) = rx.try_recv() {
-        if let WriteCommand::Frame(frame) = command {
-            queued.release(frame.len());
-        }
-    }
+    drop(rx);
     let _ = socket.shutdown().await;
     let _ = closed.send(true);
 }
@@ -508,7 +526,8 @@ async fn read_loop<M, T, F>(
         first_message_within.map(|within| tokio::time::Instant::now() + within);
     let mut decoder = FrameDecoder::new(max_frame_bytes);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    let reason = loop {
+    // Every way out but the owner going away reports the close, so the owner always learns of it.
+    let reason = 'reading: loop {
         let read = tokio::select! {
             read = socket.read(&mut chunk) => read,
             _ = closed.changed() => break "closed locally".to_owned(),
@@ -534,21 +553,21 @@ async fn read_loop<M, T, F>(
                                 Some(budget) => {
                                     let held = tokio::select! {
                                         held = budget.hold(frame) => held,
-                                        _ = closed.changed() => return,
+                                        _ = closed.changed() => break 'reading "closed locally".to_owned(),
                                     };
                                     match held {
                                         Some(held) => held,
-                                        None => return,
+                                        None => break 'reading "input budget closed".to_owned(),
                                     }
                                 }
                             };
                             if let Some(unanswered) = &unanswered {
                                 let room = tokio::select! {
                                     room = unanswered.take() => room,
-                                    _ = closed.changed() => return,
+                                    _ = closed.changed() => break 'reading "closed locally".to_owned(),
                                 };
                                 if !room {
-                                    return;
+                                    break 'reading "request bound closed".to_owned();
                                 }
                             }
                             if report
@@ -772,6 +791,35 @@ mod tests {
             unanswered.answered();
         }
         assert_eq!(unanswered.outstanding(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_reader_waiting_for_room_still_reports_the_close() {
+        let mut heartbeat = Vec::new();
+        encode_frame(&WorkerToCoordinator::Heartbeat {}, 1024, &mut heartbeat).expect("encode");
+        let (mut sender, accepted) = connected_pair().await;
+        let (report, mut received) = mpsc::channel(16);
+        let (outbound, reader) = open_connection(accepted, 1024);
+        reader.start_budgeted(
+            report,
+            |inbound: Inbound<WorkerToCoordinator>, _| inbound,
+            ReaderLimits {
+                budget: InputBudget::new(1 << 20),
+                first_message_within: std::time::Duration::from_secs(60),
+                unanswered: Some(Unanswered::new(1)),
+            },
+        );
+        sender
+            .write_all(&heartbeat.repeat(2))
+            .await
+            .expect("send two frames");
+        assert!(matches!(received.recv().await, Some(Inbound::Message(_))));
+        // The second waits for an answer that never comes; the connection is closed meanwhile.
+        outbound.close();
+        match received.recv().await.expect("a report") {
+            Inbound::Closed(reason) => assert_eq!(reason, "closed locally"),
+            other => panic!("expected the close, got {other:?}"),
+        }
     }
 
     async fn connected_pair() -> (TcpStream, TcpStream) {

@@ -111,6 +111,8 @@ pub struct ReadFloor {
     pub job: JobId,
     pub state: JobState,
     pub attempt: u32,
+    /// A committed purge had removed the job already: only `JOB_NOT_FOUND` is current.
+    pub purged: bool,
 }
 
 /// Where a log ends: its last index and that entry's term.
@@ -343,10 +345,12 @@ impl Checker {
 
     /// What the committed log says of `job` now (none: not created yet, as far as is known).
     pub fn read_floor(&self, job: &JobId) -> Option<ReadFloor> {
-        self.model.jobs.get(job).map(|row| ReadFloor {
+        let purged = !self.model.jobs.contains_key(job);
+        self.model.job_ever(job).map(|row| ReadFloor {
             job: *job,
             state: row.state,
             attempt: row.attempt,
+            purged,
         })
     }
 
@@ -359,7 +363,15 @@ impl Checker {
         let view = match reply {
             ClientReply::Job { job, .. }
             | ClientReply::WaitResult { job, .. }
-            | ClientReply::CancelResult { job, .. } => job,
+            | ClientReply::CancelResult { job, .. } => {
+                ensure!(
+                    !floor.purged,
+                    "stale read: job {} shown as {}, but a committed purge had removed it before the request arrived",
+                    job.id,
+                    job.state
+                );
+                job
+            }
             ClientReply::Error {
                 code: ErrorCode::JobNotFound,
                 ..
@@ -540,7 +552,7 @@ impl Checker {
         machine: &Coordinator,
         output: &Output,
         owner: &ConnOwner,
-        key: Option<&str>,
+        key: Option<(&str, LogIndex)>,
         slots: u64,
     ) -> Check {
         match output {
@@ -627,7 +639,7 @@ impl Checker {
         c: usize,
         machine: &Coordinator,
         reply: &ClientReply,
-        key: Option<&str>,
+        key: Option<(&str, LogIndex)>,
         slots: u64,
     ) -> Check {
         match reply {
@@ -647,11 +659,17 @@ impl Checker {
                         "job {job_id} acknowledged as new twice"
                     );
                 }
-                if let Some(key) = key {
-                    // (Or the job was purged since, in the same step, taking its key along.)
+                if let Some((key, committed_on_arrival)) = key {
+                    // (Or a purge committed after the request arrived took the job and its key
+                    // along; a purge committed before it must have been seen.)
                     let bound = self.model.keys.get(key);
+                    let purged_since = self
+                        .model
+                        .purged
+                        .get(job_id)
+                        .is_some_and(|(index, _)| *index > committed_on_arrival);
                     ensure!(
-                        bound == Some(job_id) || self.model.purged.contains_key(job_id),
+                        bound == Some(job_id) || purged_since,
                         "a submission with idempotency key {key:?} was answered with job {job_id}, but the key is bound to {bound:?}"
                     );
                 }

@@ -107,7 +107,9 @@ pub struct World {
     partitions: Vec<Partition>,
     next_partition: u64,
     next_token: u64,
-    submit_keys: HashMap<(usize, RequestId), String>,
+    /// Keyed submissions: the key, and how far the committed log went when the request reached
+    /// a coordinator.
+    submit_keys: HashMap<(usize, RequestId), (String, LogIndex)>,
     /// (connection, request id) -> the fewest admission slots that submission can take.
     submit_dp: HashMap<(usize, RequestId), u64>,
     /// (connection, request id) of a read about one job -> what the committed log said of that

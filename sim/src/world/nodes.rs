@@ -276,7 +276,7 @@ impl World {
             else {
                 return Ok(());
             };
-            let (owner, key, dp) = match &output {
+            let (owner, keyed, dp) = match &output {
                 Output::ToWorker { conn, .. } => (self.conn_owner(*conn), None, 1),
                 Output::ToClient { conn, message } => {
                     let request = message.request_id().map(|r| (conn.0 as usize, r));
@@ -291,8 +291,9 @@ impl World {
                 _ => (ConnOwner::Unknown, None, 1),
             };
             if let Some(machine) = &self.coords[c].machine {
+                let key = keyed.as_ref().map(|(key, floor)| (key.as_str(), *floor));
                 self.checker
-                    .check_output(c, machine, &output, &owner, key.as_deref(), dp)?;
+                    .check_output(c, machine, &output, &owner, key, dp)?;
             }
             if let Output::ToWorker {
                 message:

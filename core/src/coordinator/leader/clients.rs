@@ -88,11 +88,23 @@ impl LeaderState {
                     ),
                 );
             }
-            // A known key is answered from the applied (durable) table, with apply's own rule.
-            match m
+            // A known key is answered from the applied (durable) table, with apply's own rule,
+            // once this member is confirmed to lead: a deposed leader may still hold a key
+            // whose job the group has since purged (and the key since bound to another job).
+            let known = m
                 .table
-                .check_idempotency(key, &task, max_attempts, partitions_asked)
-            {
+                .check_idempotency(key, &task, max_attempts, partitions_asked);
+            if known.is_some() && !confirmed && m.reads_need_confirmation() {
+                let request = ClientRequest::Submit {
+                    request_id,
+                    task: raw_task,
+                    max_attempts: asked_attempts,
+                    idempotency_key,
+                    partitions,
+                };
+                return self.confirm_then(m, Read::Request { conn, request });
+            }
+            match known {
                 Some(Ok(job_id)) => {
                     return m.send_client(
                         conn,
@@ -344,7 +356,7 @@ impl LeaderState {
         };
         if job.state.is_terminal() {
             let Some(job) = m.table.view(&job_id) else {
-                return;
+                return self.job_not_found(m, conn, request_id, job_id);
             };
             return m.send_client(
                 conn,
@@ -439,17 +451,19 @@ impl LeaderState {
         request_id: RequestId,
         job_id: JobId,
     ) {
-        if let Some(job) = m.table.view(&job_id) {
-            let timed_out = !job.state.is_terminal();
-            m.send_client(
-                conn,
-                ClientReply::WaitResult {
-                    request_id,
-                    job: Box::new(job),
-                    timed_out,
-                },
-            );
-        }
+        // The job may have finished and been purged while the read was being confirmed.
+        let Some(job) = m.table.view(&job_id) else {
+            return self.job_not_found(m, conn, request_id, job_id);
+        };
+        let timed_out = !job.state.is_terminal();
+        m.send_client(
+            conn,
+            ClientReply::WaitResult {
+                request_id,
+                job: Box::new(job),
+                timed_out,
+            },
+        );
     }
 
     pub(super) fn wake_waiters(&mut self, m: &mut Member, job_id: JobId) {
@@ -457,6 +471,12 @@ impl LeaderState {
             return;
         };
         let Some(job) = m.table.view(&job_id) else {
+            // Every waiter is answered and its slot freed, whatever became of the job.
+            for waiter in list {
+                self.unpark(waiter.conn, 1);
+                self.timers.disarm(waiter.timer);
+                self.job_not_found(m, waiter.conn, waiter.request_id, job_id);
+            }
             return;
         };
         for waiter in list {
@@ -531,8 +551,13 @@ impl LeaderState {
         job_id: JobId,
         confirmed: bool,
     ) {
-        if m.table.get(&job_id).is_none() && !confirmed && m.reads_need_confirmation() {
-            // "No such job" reads the table: confirm this member still leads first.
+        let answered_from_table = m
+            .table
+            .get(&job_id)
+            .is_none_or(|job| job.state.is_terminal());
+        if answered_from_table && !confirmed && m.reads_need_confirmation() {
+            // "No such job" and "already terminal" read the table: confirm this member still
+            // leads first (a deposed leader may hold a job the group has since purged).
             let request = ClientRequest::Cancel { request_id, job_id };
             return self.confirm_then(m, Read::Request { conn, request });
         }

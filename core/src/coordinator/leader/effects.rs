@@ -458,8 +458,9 @@ impl LeaderState {
         cancelled: bool,
     ) {
         if let Some(Pending::Cancel { conn, request_id }) = pending {
-            if let Some(job) = m.table.view(&job_id) {
-                m.send_client(
+            // Every request gets its one answer, whatever became of the job.
+            match m.table.view(&job_id) {
+                Some(job) => m.send_client(
                     conn,
                     ClientReply::CancelResult {
                         term: self.term,
@@ -467,7 +468,8 @@ impl LeaderState {
                         job: Box::new(job),
                         cancelled,
                     },
-                );
+                ),
+                None => self.job_not_found(m, conn, request_id, job_id),
             }
         }
     }

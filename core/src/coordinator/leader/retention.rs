@@ -73,7 +73,10 @@ impl LeaderState {
                 if self.purging.contains(&job_id) {
                     continue;
                 }
-                let too_old = cutoff.is_some_and(|cutoff| finished_at <= cutoff);
+                // A job finished before jobs carried times has no age: only the count bound
+                // (which takes it first) may purge it, so an upgrade does not purge them all.
+                let too_old = !finished_at.is_unstamped()
+                    && cutoff.is_some_and(|cutoff| finished_at <= cutoff);
                 let countable = count_cutoff.is_some_and(|cutoff| finished_at <= cutoff);
                 if !too_old && (over_count == 0 || !countable) {
                     break; // oldest first: every later job is younger, and within the count

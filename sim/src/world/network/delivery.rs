@@ -158,7 +158,9 @@ impl World {
                 } = &message
                 {
                     if let Some(key) = idempotency_key {
-                        self.submit_keys.insert((conn, *request_id), key.clone());
+                        let committed = self.checker.model.applied;
+                        self.submit_keys
+                            .insert((conn, *request_id), (key.clone(), committed));
                     }
                     // The fewest admission slots it can take: one, plus one per partition of a
                     // data-parallel job (`auto` is at least one).
