@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{Attempt, JobId, LeaseId, LogIndex, NodeId, Term};
 use crate::job::{Job, JobState, Lease, PartitionOf};
+use crate::limits::QUEUE_POSITIONS_PER_ENTRY;
 use crate::protocol::Partitions;
 use crate::tasks::{aggregate, TaskOutput, TaskSpec};
 use crate::time::UnixMillis;
@@ -313,7 +314,11 @@ pub struct JobTable {
     jobs: BTreeMap<JobId, Job>,
     /// `QUEUED` jobs in FIFO order, keyed by `Job::queue_seq`.
     queue: BTreeMap<u64, JobId>,
-    next_queue_seq: u64,
+    /// Jobs enqueued so far by the entry being applied. A queue position is the entry's index
+    /// times `QUEUE_POSITIONS_PER_ENTRY` plus this: a function of the log alone, so a table
+    /// rebuilt from rows (whatever was purged) hands out exactly the positions a table that
+    /// applied every entry does.
+    enqueued_in_entry: u64,
     /// Idempotency key -> job, for the job's whole life.
     idempotency: BTreeMap<String, JobId>,
     /// Jobs in submission order (for listing).
@@ -359,7 +364,6 @@ impl JobTable {
             if !job.state.is_terminal() {
                 table.active += 1;
             }
-            table.next_queue_seq = table.next_queue_seq.max(job.queue_seq + 1);
             if job.partition_of.is_none() {
                 table.by_submission.insert(job.submitted_at, id);
                 if job.state.is_terminal() {
@@ -534,6 +538,7 @@ impl JobTable {
             "log entries must be applied in order, once"
         );
         self.applied = index;
+        self.enqueued_in_entry = 0;
         let mut follow_on = Vec::new();
         let applied = self.apply_command(index, at, command, &mut follow_on);
         let outcome = Outcome { applied, follow_on };
@@ -1090,8 +1095,12 @@ impl JobTable {
     }
 
     fn take_queue_seq(&mut self) -> u64 {
-        let seq = self.next_queue_seq;
-        self.next_queue_seq += 1;
+        assert!(
+            self.enqueued_in_entry < QUEUE_POSITIONS_PER_ENTRY,
+            "one entry enqueued more jobs than it has queue positions"
+        );
+        let seq = self.applied.0.saturating_mul(QUEUE_POSITIONS_PER_ENTRY) + self.enqueued_in_entry;
+        self.enqueued_in_entry += 1;
         seq
     }
 

@@ -67,6 +67,11 @@ pub const PRIME_SUM_SPAN_MAX_HIGH: u64 = 100_000_000;
 pub const PARTITION_VIEW_BYTES_MAX: usize = 400;
 /// Most partitions a data-parallel job may be split into.
 pub const PARTITIONS_MAX: u32 = 1024;
+/// Queue positions one log entry may hand out: a submission enqueues at most its partitions,
+/// anything else at most one job. Rows written when positions came from a counter (at most
+/// 1,025 per entry before it) all sort before the positions of later entries.
+pub const QUEUE_POSITIONS_PER_ENTRY: u64 = 2048;
+const _: () = assert!((PARTITIONS_MAX as u64) < QUEUE_POSITIONS_PER_ENTRY);
 /// Largest list a worker scans for primes in place rather than on a separate thread.
 pub const INLINE_NUMBERS_MAX: usize = 1_000;
 

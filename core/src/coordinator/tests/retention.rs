@@ -251,3 +251,42 @@ fn a_purge_names_ids_and_apply_skips_any_that_are_not_purgeable() {
         .check_invariants()
         .expect("a purged table keeps its invariants");
 }
+
+#[test]
+fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
+    let mut h = Harness::with(keeping(Retention::FOREVER));
+    let queued = h.submit(sha("stays queued"), 3);
+    let last = h.submit(json!({"kind": "sleep", "milliseconds": 1}), 3);
+    cancel(&mut h, last);
+    // The most recently enqueued job is purged: the highest queue position left the table.
+    match purge(&mut h, None, 0) {
+        ClientReply::Purged { purged, .. } => assert_eq!(purged, 1),
+        other => panic!("expected PURGED, got {other:?}"),
+    }
+    let mut live = h.c.table().clone();
+    let rows: Vec<Job> = live.jobs().cloned().collect();
+    let mut rebuilt = JobTable::from_rows(rows, live.applied_index()).expect("valid rows");
+    let next = live.applied_index().next();
+    let submit = Command::Submit {
+        job_id: JobId(uuid::Uuid::from_u128(99)),
+        task: TaskSpec::Sha256 { text: "new".into() },
+        max_attempts: 3,
+        idempotency_key: None,
+        max_active_jobs: 100,
+        partitions: Vec::new(),
+        partitions_asked: None,
+    };
+    live.apply(next, UnixMillis::UNSTAMPED, &submit);
+    rebuilt.apply(next, UnixMillis::UNSTAMPED, &submit);
+    let new = JobId(uuid::Uuid::from_u128(99));
+    assert_eq!(live.get(&new), rebuilt.get(&new), "the same row on both");
+    assert_eq!(
+        live.queued().collect::<Vec<_>>(),
+        vec![queued, new],
+        "first in, first out"
+    );
+    assert_eq!(
+        rebuilt.queued().collect::<Vec<_>>(),
+        live.queued().collect::<Vec<_>>()
+    );
+}
