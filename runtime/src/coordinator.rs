@@ -93,6 +93,8 @@ impl Default for ConnectionLimits {
 /// Connections the kernel may hold for a port before the coordinator accepts them (the kernel
 /// caps it at `net.core.somaxconn`): a burst of connects waits here instead of being dropped.
 const LISTEN_BACKLOG: u32 = 4096;
+/// Reads (of 4 KiB) a refused connection's pending bytes get before it is closed.
+const REFUSAL_DRAIN_READS_MAX: usize = 16;
 /// At most one warning per port this often about refused connections (with their count), so a
 /// flood of connects cannot flood the log.
 const REFUSAL_WARNING_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -480,6 +482,15 @@ fn refuse(stream: &TcpStream, link: Link, open: usize, max_frame_bytes: usize) {
     };
     if encoded.is_ok() {
         let _ = stream.try_write(&frame);
+    }
+    // Bytes the peer sent already and nobody read would make the close a reset, which can
+    // discard the frame before the peer reads it: read what has arrived (never waiting).
+    let mut unread = [0u8; 4096];
+    for _ in 0..REFUSAL_DRAIN_READS_MAX {
+        match stream.try_read(&mut unread) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
     }
 }
 
