@@ -19,6 +19,8 @@
 #       ./scripts/bench-heartbeat-under-flood.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+# The measuring Python imports its wire helpers from here.
+export HERDER_SCRIPTS="$HERDER_ROOT/scripts"
 ensure_built
 
 RUNS="${RUNS:-5}"
@@ -60,45 +62,10 @@ worker_pid, runs, flooders, pipeline = int(worker_pid), int(runs), int(flooders)
 interval_ms, timeout_ms, poll_ms, flood = int(interval_ms), int(timeout_ms), int(poll_ms), flood == "1"
 host, port = client_addr.rsplit(":", 1)
 port = int(port)
+sys.path.insert(0, os.environ["HERDER_SCRIPTS"])
+from herder_wire import Conn, frame  # noqa: E402
+
 LOSS = re.compile(r"^(\S+)\s+WARN\s+Worker connection lost: workerId=(\S+) reason=(.*)$")
-
-
-def frame(obj):
-    body = json.dumps(obj, separators=(",", ":")).encode()
-    return struct.pack(">I", len(body)) + body
-
-
-class Conn:
-    """One client-link connection: requests with fresh ids, one reply read per request."""
-
-    def __init__(self):
-        self.sock = socket.create_connection((host, port), timeout=10)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
-        self.next_id = 1
-
-    def recv_frame(self):
-        while True:
-            if len(self.buf) >= 4:
-                n = struct.unpack_from(">I", self.buf)[0]
-                if len(self.buf) >= 4 + n:
-                    body = bytes(self.buf[4:4 + n])
-                    del self.buf[:4 + n]
-                    return json.loads(body)
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("coordinator closed the connection")
-            self.buf += chunk
-
-    def call(self, request):
-        rid = self.next_id
-        self.next_id += 1
-        sent = time.time()
-        self.sock.sendall(frame(dict(request, request_id=rid)))
-        while True:
-            reply = self.recv_frame()
-            if reply.get("request_id") == rid:
-                return sent, time.time(), reply
 
 
 def flooder(index, counter, stop):
@@ -194,7 +161,7 @@ ctx = mp.get_context("fork")
 stop = ctx.Event()
 counters = [ctx.Value("q", 0, lock=False) for _ in range(flooders if flood else 0)]
 procs = [ctx.Process(target=flooder, args=(i, c, stop), daemon=True) for i, c in enumerate(counters)]
-poll = Conn()
+poll = Conn(client_addr)
 rows, failures, unexpected = [], 0, []
 losses_before = len(log_losses())
 

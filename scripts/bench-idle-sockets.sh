@@ -23,6 +23,8 @@
 #       ./scripts/bench-idle-sockets.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+# The measuring Python imports its wire helpers from here.
+export HERDER_SCRIPTS="$HERDER_ROOT/scripts"
 ensure_built
 
 IDLE_SOCKETS="${IDLE_SOCKETS:-5000}"
@@ -57,14 +59,8 @@ stall_requests = int(stall_requests)
 give_up_s, poll_ms = float(give_up_s), int(poll_ms)
 
 
-def split(addr):
-    host, port = addr.rsplit(":", 1)
-    return host, int(port)
-
-
-def frame(obj):
-    body = json.dumps(obj, separators=(",", ":")).encode()
-    return struct.pack(">I", len(body)) + body
+sys.path.insert(0, os.environ["HERDER_SCRIPTS"])
+from herder_wire import Conn, frame, split  # noqa: E402
 
 
 def log_time(line):
@@ -75,39 +71,6 @@ def log_time(line):
 def rss_kib():
     with open(f"/proc/{coord_pid}/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
-
-
-class Conn:
-    """One client-link connection: requests with fresh ids, one reply read per request."""
-
-    def __init__(self):
-        self.sock = socket.create_connection(split(client_addr), timeout=10)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
-        self.next_id = 1
-
-    def recv_frame(self):
-        while True:
-            if len(self.buf) >= 4:
-                n = struct.unpack_from(">I", self.buf)[0]
-                if len(self.buf) >= 4 + n:
-                    body = bytes(self.buf[4:4 + n])
-                    del self.buf[:4 + n]
-                    return json.loads(body)
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("coordinator closed the connection")
-            self.buf += chunk
-
-    def call(self, request):
-        rid = self.next_id
-        self.next_id += 1
-        sent = time.time()
-        self.sock.sendall(frame(dict(request, request_id=rid)))
-        while True:
-            reply = self.recv_frame()
-            if reply.get("request_id") == rid:
-                return sent, time.time(), reply
 
 
 def listen_overflows():
@@ -422,7 +385,7 @@ def stalled_client(poll, worker_id):
 
 with open(coord_log, errors="replace") as f:
     log_start = len(f.readlines())
-poll = Conn()
+poll = Conn(client_addr)
 poll.call({"type": "WORKERS"})  # the poll connection is established before any load
 worker_id = f"worker-{scenario}"
 if scenario == "a":
