@@ -117,6 +117,7 @@ async fn run_connection(
         jobs_set.spawn(async move {
             let t0 = Instant::now();
             let options = SubmitOptions {
+                timeout_millis: None,
                 partitions: None,
                 max_attempts,
                 idempotency_key: None,

@@ -205,6 +205,47 @@ pub struct WorkerArgs {
     /// Largest frame accepted or sent.
     #[arg(long, default_value_t = 1_048_576)]
     pub max_frame_bytes: usize,
+    /// On SIGTERM or Ctrl-C: how long running attempts get to finish before the rest are
+    /// handed back (their jobs run elsewhere with no attempt charged).
+    #[arg(long, default_value = "30s", value_parser = crate::retention::parse_duration)]
+    pub drain_timeout: std::time::Duration,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+/// Whether (and how) a worker runs `exec` tasks.
+#[derive(Args, Debug, Clone)]
+pub struct ExecArgs {
+    /// Serve `exec` tasks whose program (argv[0], as given) matches this pattern; `*` stands
+    /// for any run of characters other than `/`. Repeat for more. Without it, no command runs.
+    #[arg(long = "allow-exec", value_name = "PATTERN")]
+    pub allow_exec: Vec<String>,
+    /// Where commands run (a task's --cwd is taken inside it).
+    #[arg(long, default_value = ".")]
+    pub exec_dir: std::path::PathBuf,
+    /// How long a cancelled command gets between SIGTERM and SIGKILL (to its whole process
+    /// group).
+    #[arg(long, default_value = "5s", value_parser = crate::retention::parse_duration)]
+    pub exec_grace: std::time::Duration,
+}
+
+impl ExecArgs {
+    /// The handlers a worker started with these flags serves.
+    pub fn handlers(&self) -> herder_runtime::Handlers {
+        let mut handlers = herder_runtime::Handlers::builtin();
+        if !self.allow_exec.is_empty() {
+            let policy = herder_runtime::exec::ExecPolicy {
+                allow: self.allow_exec.clone(),
+                dir: self.exec_dir.clone(),
+                grace: self.exec_grace,
+            };
+            handlers.insert(
+                herder_core::tasks::EXEC_KIND,
+                herder_runtime::exec::Exec::new(policy),
+            );
+        }
+        handlers
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -245,12 +286,31 @@ pub enum ClusterAction {
 }
 
 #[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
 pub struct SubmitArgs {
     #[command(subcommand)]
-    pub task: TaskCommand,
+    pub task: Option<TaskCommand>,
+    /// Or any other task name: a task a worker serves with a handler of its own, given its
+    /// --payload (or --payload-file).
+    #[arg(value_name = "TASK")]
+    pub name: Option<String>,
+    /// The task's payload as JSON (what its handler receives).
+    #[arg(
+        long,
+        requires = "name",
+        conflicts_with = "payload_file",
+        allow_hyphen_values = true
+    )]
+    pub payload: Option<String>,
+    /// A file holding the payload as JSON; `-` reads standard input.
+    #[arg(long, requires = "name")]
+    pub payload_file: Option<std::path::PathBuf>,
     /// Attempts before the job fails for good.
     #[arg(long, global = true)]
     pub max_attempts: Option<u32>,
+    /// Each attempt's deadline (default: the coordinator's --task-timeout-millis).
+    #[arg(long, global = true)]
+    pub timeout_millis: Option<u64>,
     /// Makes resubmission (and resending after a connection failure) safe: the same key always
     /// names the same job.
     #[arg(long, global = true)]
@@ -271,6 +331,40 @@ pub struct SubmitArgs {
     pub partitions: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+impl SubmitArgs {
+    /// The task's wire form: a built-in subcommand's, or a named task with its payload.
+    pub fn task_json(&self) -> Result<serde_json::Value, String> {
+        if let Some(task) = &self.task {
+            return task.payload();
+        }
+        let Some(name) = &self.name else {
+            return Err(
+                "name a task: a built-in one (see `herder submit --help`) or one a worker serves, with --payload"
+                    .to_string(),
+            );
+        };
+        let (text, source) = match (&self.payload, &self.payload_file) {
+            (Some(text), _) => (text.clone(), "--payload".to_string()),
+            (None, Some(path)) if path.as_os_str() == "-" => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(
+                    |error| format!("cannot read the payload from standard input: {error}"),
+                )?;
+                (text, "the payload on standard input".to_string())
+            }
+            (None, Some(path)) => (
+                std::fs::read_to_string(path)
+                    .map_err(|error| format!("cannot read {}: {error}", path.display()))?,
+                path.display().to_string(),
+            ),
+            (None, None) => ("null".to_string(), String::new()),
+        };
+        let payload: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|error| format!("{source} is not valid JSON: {error}"))?;
+        Ok(serde_json::json!({ "kind": name, "payload": payload }))
+    }
 }
 
 /// Built-in task types. Numbers are taken as signed so a negative value gets a clear error.
@@ -315,6 +409,18 @@ pub enum TaskCommand {
     Fail {
         #[arg(long, allow_negative_numbers = true)]
         fail_until_attempt: i64,
+    },
+    /// Run a command (no shell) on a worker that allows it: `exec -- PROGRAM ARGS...`.
+    Exec {
+        /// Working directory, inside the worker's --exec-dir.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// An environment variable for the command; repeat for more.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// The program and its arguments.
+        #[arg(last = true, required = true, value_name = "PROGRAM")]
+        argv: Vec<String>,
     },
 }
 
@@ -425,6 +531,23 @@ impl TaskCommand {
             TaskCommand::Fail { fail_until_attempt } => {
                 json!({"kind": "fail", "fail_until_attempt": fail_until_attempt})
             }
+            TaskCommand::Exec { cwd, env, argv } => {
+                let mut vars = serde_json::Map::new();
+                for pair in env {
+                    let Some((name, value)) = pair.split_once('=') else {
+                        return Err(format!("--env {pair:?} must be NAME=VALUE"));
+                    };
+                    vars.insert(name.to_owned(), json!(value));
+                }
+                let mut task = json!({"kind": "exec", "argv": argv});
+                if let Some(cwd) = cwd {
+                    task["cwd"] = json!(cwd);
+                }
+                if !vars.is_empty() {
+                    task["env"] = serde_json::Value::Object(vars);
+                }
+                task
+            }
         })
     }
 }
@@ -512,6 +635,12 @@ pub struct DevArgs {
     /// Submit a demonstration set of jobs, print what happened, and exit.
     #[arg(long)]
     pub demo: bool,
+    /// On Ctrl-C: how long running attempts get to finish before the rest are handed back
+    /// (queued again, no attempt charged, run when workers next start).
+    #[arg(long, default_value = "30s", value_parser = crate::retention::parse_duration)]
+    pub drain_timeout: std::time::Duration,
+    #[command(flatten)]
+    pub exec: ExecArgs,
     #[command(flatten)]
     pub tuning: CoordinatorTuning,
 }

@@ -52,9 +52,10 @@ pub async fn run(args: DevArgs) -> u8 {
             Err(error) => return usage_error(&error.to_string(), false),
         };
         let options = worker::WorkerOptions {
-            config: WorkerConfig::new(id, args.capacity, worker_addrs.clone()),
             max_frame_bytes: args.tuning.max_frame_bytes,
-            seed: None,
+            drain_timeout: args.drain_timeout,
+            handlers: args.exec.handlers(),
+            ..worker::WorkerOptions::new(WorkerConfig::new(id, args.capacity, worker_addrs.clone()))
         };
         match worker::start(options) {
             Ok(handle) => workers.push(handle),
@@ -94,8 +95,14 @@ pub async fn run(args: DevArgs) -> u8 {
             exit::OK
         };
     }
-    for handle in workers {
-        handle.shutdown().await;
+    // Workers drain before the coordinators stop, so what they run finishes or is handed
+    // back, and no job is charged an attempt for the shutdown.
+    let drains: Vec<_> = workers
+        .into_iter()
+        .map(|handle| tokio::spawn(handle.drain()))
+        .collect();
+    for drain in drains {
+        let _ = drain.await;
     }
     for coordinator in coordinators {
         if let Err(error) = coordinator.shutdown().await {

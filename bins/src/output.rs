@@ -13,8 +13,19 @@ use crate::exit;
 /// The human-readable `status` layout.
 pub fn job_for_people(job: &JobView) -> String {
     let mut out = format!("Job {}\n", job.id);
-    out += &format!("  State:    {}\n", job.state);
+    if job.unserved {
+        out += &format!(
+            "  State:    {} (no live worker serves {:?}; it waits for one)\n",
+            job.state,
+            job.task.kind()
+        );
+    } else {
+        out += &format!("  State:    {}\n", job.state);
+    }
     out += &format!("  Task:     {}\n", describe_task(job));
+    if let Some(millis) = job.timeout_millis {
+        out += &format!("  Timeout:  {millis} ms per attempt\n");
+    }
     // A data-parallel parent has no attempts of its own; its partitions are listed below.
     if job.partitions.is_none() {
         out += &format!("  Attempt:  {}/{}\n", job.attempt, job.max_attempts);
@@ -85,20 +96,43 @@ pub fn workers_for_people(workers: &[WorkerView]) -> String {
         return "No workers registered.\n".into();
     }
     let mut out = format!(
-        "{:<20} {:<6} {:>8} {:>8} {:>16}\n",
-        "WORKER", "ALIVE", "RUNNING", "CAPACITY", "LAST SEEN (ms)"
+        "{:<20} {:<8} {:>8} {:>8} {:>16}  {}\n",
+        "WORKER", "ALIVE", "RUNNING", "CAPACITY", "LAST SEEN (ms)", "TASKS"
     );
     for w in workers {
+        let alive = match (w.alive, w.draining) {
+            (true, true) => "draining",
+            (true, false) => "yes",
+            (false, _) => "no",
+        };
         out += &format!(
-            "{:<20} {:<6} {:>8} {:>8} {:>16}\n",
+            "{:<20} {:<8} {:>8} {:>8} {:>16}  {}\n",
             w.id.as_str(),
-            if w.alive { "yes" } else { "no" },
+            alive,
             w.running,
             w.capacity,
-            w.last_heartbeat_millis_ago
+            w.last_heartbeat_millis_ago,
+            served_for_people(&w.tasks)
         );
     }
     out
+}
+
+/// The kinds a worker serves, with the eight built-in defaults folded into one word.
+fn served_for_people(tasks: &[String]) -> String {
+    let builtin = herder_core::tasks::TASK_KINDS;
+    let all_builtin = builtin.iter().all(|kind| tasks.iter().any(|t| t == kind));
+    let mut shown: Vec<&str> = Vec::new();
+    if all_builtin {
+        shown.push("built-in");
+    }
+    shown.extend(
+        tasks
+            .iter()
+            .map(String::as_str)
+            .filter(|t| !(all_builtin && builtin.contains(t))),
+    );
+    shown.join(",")
 }
 
 pub fn jobs_for_people(jobs: &[JobView]) -> String {
@@ -132,6 +166,7 @@ pub fn report_error(error: &CallError, as_json: bool) -> u8 {
             ..
         }) => ("invalid", exit::USAGE),
         CallError::Client(ClientError::Server { .. }) => ("server", exit::SERVER),
+        CallError::Invalid(_) => ("invalid", exit::USAGE),
         CallError::Client(ClientError::Ambiguous { .. }) => ("ambiguous", exit::SERVER),
         CallError::Client(ClientError::TooManyRedirects(_)) => ("redirects", exit::UNREACHABLE),
         CallError::Client(ClientError::Unsendable { .. }) => ("invalid", exit::USAGE),

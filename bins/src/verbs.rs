@@ -250,15 +250,17 @@ pub async fn worker(args: WorkerArgs) -> u8 {
     };
     let config = WorkerConfig::new(id, args.capacity, args.coordinator);
     let options = worker::WorkerOptions {
-        config,
         max_frame_bytes: args.max_frame_bytes,
-        seed: None,
+        drain_timeout: args.drain_timeout,
+        handlers: args.exec.handlers(),
+        ..worker::WorkerOptions::new(config)
     };
     let handle = match worker::start(options) {
         Ok(handle) => handle,
         Err(error) => return usage_error(&error.to_string(), false),
     };
-    stop_on_signal(handle.shutdown_sender());
+    // SIGTERM or Ctrl-C drains: running attempts finish or are handed back uncharged.
+    stop_on_signal(handle.drain_sender());
     handle.wait().await;
     exit::OK
 }
@@ -291,7 +293,7 @@ fn job_exit(job: &JobView) -> u8 {
 
 pub async fn submit(args: SubmitArgs) -> u8 {
     let as_json = args.client.json;
-    let payload = match args.task.payload() {
+    let payload = match args.task_json() {
         Ok(payload) => payload,
         Err(error) => return usage_error(&error, as_json),
     };
@@ -324,6 +326,7 @@ pub async fn submit(args: SubmitArgs) -> u8 {
         partitions,
         max_attempts: args.max_attempts,
         idempotency_key: args.idempotency_key.clone(),
+        timeout_millis: args.timeout_millis,
     };
     let submitted = match client.submit(&task, options).await {
         Ok(submitted) => submitted,
@@ -694,6 +697,8 @@ mod tests {
 
     fn view(state: JobState, attempt: u32) -> JobView {
         JobView {
+            timeout_millis: None,
+            unserved: false,
             id: JobId::from_str("2b9e8a4e-41a7-4a53-9d5d-6c8e0c6b6f7d").expect("an id"),
             state,
             attempt,

@@ -98,6 +98,8 @@ pub enum Operation {
         idempotency_key: Option<String>,
         /// For a data-parallel task; `None` means `auto`.
         partitions: Option<crate::protocol::Partitions>,
+        /// Each attempt's deadline; `None` means the coordinator's default.
+        timeout_millis: Option<u64>,
     },
     Status {
         job_id: JobId,
@@ -154,12 +156,14 @@ impl Operation {
                 max_attempts,
                 idempotency_key,
                 partitions,
+                timeout_millis,
             } => ClientRequest::Submit {
                 partitions,
                 request_id,
                 task,
                 max_attempts,
                 idempotency_key,
+                timeout_millis,
             },
             Operation::Status { job_id } => ClientRequest::Status { request_id, job_id },
             Operation::Wait {
@@ -733,6 +737,7 @@ mod tests {
 
     fn submit(key: Option<&str>) -> Operation {
         Operation::Submit {
+            timeout_millis: None,
             partitions: None,
             task: serde_json::json!({"kind": "sha256", "text": "abc"}),
             max_attempts: None,

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{Attempt, JobId, LeaseId, LogIndex, NodeId, Term};
 use crate::job::{Job, JobState, Lease, PartitionOf};
+use crate::job_queue::JobQueue;
 use crate::limits::QUEUE_POSITIONS_PER_ENTRY;
 use crate::protocol::Partitions;
 use crate::tasks::{aggregate, TaskOutput, TaskSpec};
@@ -63,6 +64,9 @@ pub enum Command {
         /// named none), which a keyed resend must repeat. `None` for any other task.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         partitions_asked: Option<Partitions>,
+        /// Each attempt's deadline, if the submission chose one (else the leader's default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_millis: Option<u64>,
     },
     /// Start an attempt: `QUEUED -> RUNNING` under a fresh lease.
     Assign { job_id: JobId, lease: Lease },
@@ -73,13 +77,19 @@ pub enum Command {
         output: TaskOutput,
     },
     /// The attempt holding `lease_id` ended badly (worker lost, task failed, deadline expired).
-    /// Retried after `retry_delay_millis` if attempts remain, otherwise `FAILED`.
+    /// Retried after `retry_delay_millis` if attempts remain and the failure is not
+    /// `permanent`, otherwise `FAILED`.
     AttemptFailed {
         job_id: JobId,
         lease_id: LeaseId,
         cause: String,
         retry_delay_millis: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        permanent: bool,
     },
+    /// A draining worker handed back the attempt holding `lease_id` unfinished: the job is
+    /// queued again at once and the attempt is not charged.
+    Release { job_id: JobId, lease_id: LeaseId },
     /// Backoff elapsed: `RETRY_WAIT -> QUEUED`.
     Requeue { job_id: JobId },
     /// A client cancelled the job.
@@ -107,6 +117,7 @@ impl Command {
             | Command::AttemptFailed { job_id, .. }
             | Command::Requeue { job_id }
             | Command::Cancel { job_id }
+            | Command::Release { job_id, .. }
             | Command::Abandon { job_id, .. } => Some(*job_id),
             Command::NewLeader { .. } | Command::Purge { .. } => None,
         }
@@ -175,7 +186,12 @@ pub enum Applied {
         delay_millis: u64,
         cause: String,
     },
-    /// Attempts exhausted: the job is `FAILED`.
+    /// A released attempt: the job is `QUEUED` again with its attempt count given back.
+    Released {
+        job_id: JobId,
+        lease: Lease,
+    },
+    /// Attempts exhausted (or a permanent failure): the job is `FAILED`.
     FailedPermanently {
         job_id: JobId,
         lease: Lease,
@@ -272,6 +288,7 @@ impl Applied {
             | Applied::Completed { job_id, .. }
             | Applied::RetryScheduled { job_id, .. }
             | Applied::FailedPermanently { job_id, .. }
+            | Applied::Released { job_id, .. }
             | Applied::Requeued { job_id }
             | Applied::Cancelled { job_id, .. }
             | Applied::PartitionCreated { job_id, .. }
@@ -312,8 +329,8 @@ pub enum TableError {
 #[derive(Clone, Debug, Default)]
 pub struct JobTable {
     jobs: BTreeMap<JobId, Job>,
-    /// `QUEUED` jobs in FIFO order, keyed by `Job::queue_seq`.
-    queue: BTreeMap<u64, JobId>,
+    /// `QUEUED` jobs in FIFO order, keyed by `Job::queue_seq`, and split by task kind.
+    queue: JobQueue,
     /// Jobs enqueued so far by the entry being applied. A queue position is the entry's index
     /// times `QUEUE_POSITIONS_PER_ENTRY` plus this: a function of the log alone, so a table
     /// rebuilt from rows (whatever was purged) hands out exactly the positions a table that
@@ -358,8 +375,13 @@ impl JobTable {
                 }
                 table.idempotency.insert(key.clone(), id);
             }
-            if job.state == JobState::Queued {
-                table.queue.insert(job.queue_seq, id);
+            if job.state == JobState::Queued
+                && !table.queue.insert(job.queue_seq, id, job.task.kind())
+            {
+                return Err(TableError::InconsistentJob {
+                    job_id: id,
+                    detail: format!("queue position {} is held by two jobs", job.queue_seq),
+                });
             }
             if !job.state.is_terminal() {
                 table.active += 1;
@@ -405,23 +427,6 @@ impl JobTable {
                 }
             }
         }
-        if table.queue.len()
-            != table
-                .jobs
-                .values()
-                .filter(|j| j.state == JobState::Queued)
-                .count()
-        {
-            return Err(TableError::InconsistentJob {
-                job_id: table
-                    .queue
-                    .values()
-                    .next()
-                    .copied()
-                    .unwrap_or(JobId(uuid::Uuid::nil())),
-                detail: "two queued jobs share one queue position".into(),
-            });
-        }
         Ok(table)
     }
 
@@ -463,7 +468,17 @@ impl JobTable {
 
     /// `QUEUED` jobs, oldest first.
     pub fn queued(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.queue.values().copied()
+        self.queue.iter()
+    }
+
+    /// `QUEUED` jobs of one task kind, oldest first, with their queue positions.
+    pub fn queued_of_kind<'a>(&'a self, kind: &str) -> impl Iterator<Item = (u64, JobId)> + 'a {
+        self.queue.of_kind(kind)
+    }
+
+    /// The task kinds with a queued job.
+    pub fn queued_kinds(&self) -> impl Iterator<Item = &str> + '_ {
+        self.queue.kinds()
     }
 
     /// Jobs in submission order, newest first.
@@ -509,20 +524,23 @@ impl JobTable {
     }
 
     /// The job an idempotency key names, and whether the submission matches it: the same
-    /// task, attempts and (for a data-parallel task) partition request. A row written before
-    /// the partition request was recorded matches any.
+    /// task, attempts, timeout and (for a data-parallel task) partition request. A row written
+    /// before the partition request was recorded matches any.
     /// `Some(Ok(id))`: replay; `Some(Err(id))`: conflict; `None`: the key is new.
     pub fn check_idempotency(
         &self,
         key: &str,
-        task: &TaskSpec,
-        max_attempts: u32,
-        partitions_asked: Option<Partitions>,
+        asked: &SubmitOptions<'_>,
     ) -> Option<Result<JobId, JobId>> {
         let &job_id = self.idempotency.get(key)?;
         let job = self.jobs.get(&job_id)?;
-        let same_split = job.partitions_asked.is_none() || job.partitions_asked == partitions_asked;
-        if job.task == *task && job.max_attempts == max_attempts && same_split {
+        let same_split =
+            job.partitions_asked.is_none() || job.partitions_asked == asked.partitions_asked;
+        if job.task == *asked.task
+            && job.max_attempts == asked.max_attempts
+            && job.timeout_millis == asked.timeout_millis
+            && same_split
+        {
             Some(Ok(job_id))
         } else {
             Some(Err(job_id))
@@ -571,17 +589,21 @@ impl JobTable {
                 max_active_jobs,
                 partitions,
                 partitions_asked,
+                timeout_millis,
             } => {
                 return self.apply_submit(
                     (index, at),
                     Submission {
                         job_id: *job_id,
-                        task,
-                        max_attempts: *max_attempts,
+                        options: SubmitOptions {
+                            task,
+                            max_attempts: *max_attempts,
+                            partitions_asked: *partitions_asked,
+                            timeout_millis: *timeout_millis,
+                        },
                         idempotency_key,
                         max_active_jobs: *max_active_jobs,
                         partitions,
-                        partitions_asked: *partitions_asked,
                     },
                     follow_on,
                 )
@@ -597,7 +619,14 @@ impl JobTable {
                 lease_id,
                 cause,
                 retry_delay_millis,
-            } => self.apply_attempt_failed(*job_id, *lease_id, cause, *retry_delay_millis),
+                permanent,
+            } => self.apply_attempt_failed(
+                *job_id,
+                *lease_id,
+                cause,
+                (!permanent).then_some(*retry_delay_millis),
+            ),
+            Command::Release { job_id, lease_id } => self.apply_release(*job_id, *lease_id),
             Command::Requeue { job_id } => self.apply_requeue(*job_id),
             Command::Cancel { job_id } => {
                 // A partition is cancelled by cancelling its whole job.
@@ -633,16 +662,20 @@ impl JobTable {
     ) -> Applied {
         let Submission {
             job_id,
-            task,
-            max_attempts,
+            options,
             idempotency_key,
             max_active_jobs,
             partitions,
-            partitions_asked,
         } = submission;
+        let SubmitOptions {
+            task,
+            max_attempts,
+            partitions_asked,
+            timeout_millis,
+        } = options;
         // Idempotency first: a known key never consumes an admission slot.
         if let Some(key) = idempotency_key {
-            match self.check_idempotency(key, task, max_attempts, partitions_asked) {
+            match self.check_idempotency(key, &options) {
                 Some(Ok(existing)) => return Applied::IdempotentReplay { job_id: existing },
                 Some(Err(existing)) => return Applied::IdempotencyConflict { existing },
                 None => {}
@@ -711,6 +744,7 @@ impl JobTable {
             partitions_asked: None,
             created_at: at,
             finished_at: None,
+            timeout_millis,
         };
         let queue_seq = self.take_queue_seq();
         let mut job = new_job(job_id, task.clone(), queue_seq);
@@ -734,7 +768,7 @@ impl JobTable {
                     parent: job_id,
                     index,
                 });
-                self.queue.insert(seq, child);
+                self.queue_insert(seq, child, partition.task.kind());
                 self.jobs.insert(child, partition);
                 self.active += 1;
                 follow_on.push(Applied::PartitionCreated {
@@ -748,7 +782,7 @@ impl JobTable {
                 self.finish_parent(job_id, follow_on);
             }
         } else {
-            self.queue.insert(queue_seq, job_id);
+            self.queue_insert(queue_seq, job_id, job.task.kind());
             self.jobs.insert(job_id, job);
         }
         Applied::Submitted { job_id }
@@ -913,7 +947,12 @@ impl JobTable {
                 lease: lease.clone(),
             };
         }
-        self.queue.remove(&job.queue_seq);
+        let removed = self.queue.remove(job.queue_seq, job.task.kind());
+        assert_eq!(
+            removed,
+            Some(job_id),
+            "queued job {job_id} was not at its queue position"
+        );
         transition(job, JobState::Running);
         job.attempt = Attempt(job.attempt.0 + 1);
         job.lease = Some(lease.clone());
@@ -965,12 +1004,14 @@ impl JobTable {
         Applied::Completed { job_id, lease }
     }
 
+    /// `retry_delay_millis` is `None` for a permanent failure, which ends the job whatever
+    /// attempts remain.
     fn apply_attempt_failed(
         &mut self,
         job_id: JobId,
         lease_id: LeaseId,
         cause: &str,
-        retry_delay_millis: u64,
+        retry_delay_millis: Option<u64>,
     ) -> Applied {
         let lease = match self.current_lease(job_id, lease_id) {
             Ok(lease) => lease,
@@ -985,7 +1026,7 @@ impl JobTable {
         let job = self.job_mut(job_id);
         job.lease = None;
         job.error = Some(cause.to_owned());
-        if job.attempts_remain() {
+        if let Some(retry_delay_millis) = retry_delay_millis.filter(|_| job.attempts_remain()) {
             transition(job, JobState::RetryWait);
             job.retry_delay_millis = retry_delay_millis;
             Applied::RetryScheduled {
@@ -1004,6 +1045,26 @@ impl JobTable {
                 error: cause.to_owned(),
             }
         }
+    }
+
+    fn apply_release(&mut self, job_id: JobId, lease_id: LeaseId) -> Applied {
+        let lease = match self.current_lease(job_id, lease_id) {
+            Ok(lease) => lease,
+            Err(reason) => {
+                return Applied::Stale {
+                    job_id,
+                    lease_id,
+                    reason,
+                }
+            }
+        };
+        let job = self.job_mut(job_id);
+        assert!(job.attempt.0 >= 1, "running job {job_id} with attempt 0");
+        job.lease = None;
+        // Not charged: the attempt it handed back never happened as far as the budget goes.
+        job.attempt = Attempt(job.attempt.0 - 1);
+        self.enqueue(job_id);
+        Applied::Released { job_id, lease }
     }
 
     fn apply_requeue(&mut self, job_id: JobId) -> Applied {
@@ -1040,7 +1101,12 @@ impl JobTable {
             return None;
         }
         if previous == JobState::Queued {
-            self.queue.remove(&job.queue_seq);
+            let removed = self.queue.remove(job.queue_seq, job.task.kind());
+            assert_eq!(
+                removed,
+                Some(job_id),
+                "queued job {job_id} was not at its queue position"
+            );
         }
         transition(job, JobState::Cancelled);
         let revoked = job.lease.take();
@@ -1091,7 +1157,15 @@ impl JobTable {
         let job = self.job_mut(job_id);
         transition(job, JobState::Queued);
         job.queue_seq = queue_seq;
-        self.queue.insert(queue_seq, job_id);
+        let kind = job.task.kind().to_owned();
+        self.queue_insert(queue_seq, job_id, &kind);
+    }
+
+    fn queue_insert(&mut self, seq: u64, job_id: JobId, kind: &str) {
+        assert!(
+            self.queue.insert(seq, job_id, kind),
+            "queue position {seq} handed out twice"
+        );
     }
 
     fn take_queue_seq(&mut self) -> u64 {
@@ -1125,7 +1199,7 @@ impl JobTable {
             }
             if job.state == JobState::Queued {
                 queued.insert(job.id);
-                if self.queue.get(&job.queue_seq) != Some(&job.id) {
+                if !self.queue.holds(job.queue_seq, job.id, job.task.kind()) {
                     return Err(format!("queued job {} is missing from the queue", job.id));
                 }
             }
@@ -1145,7 +1219,8 @@ impl JobTable {
                 self.active, active
             ));
         }
-        let in_queue: BTreeSet<JobId> = self.queue.values().copied().collect();
+        self.queue.check()?;
+        let in_queue: BTreeSet<JobId> = self.queue.iter().collect();
         if in_queue != queued || self.queue.len() != queued.len() {
             return Err(format!(
                 "queue holds {} entries but {} jobs are QUEUED",
@@ -1247,15 +1322,22 @@ fn transition(job: &mut Job, to: JobState) {
     }
 }
 
+/// What a submission asks for, which a keyed resend must repeat exactly.
+#[derive(Clone, Copy, Debug)]
+pub struct SubmitOptions<'a> {
+    pub task: &'a TaskSpec,
+    pub max_attempts: u32,
+    pub partitions_asked: Option<Partitions>,
+    pub timeout_millis: Option<u64>,
+}
+
 /// The fields of a `Submit`, borrowed.
 struct Submission<'a> {
     job_id: JobId,
-    task: &'a TaskSpec,
-    max_attempts: u32,
+    options: SubmitOptions<'a>,
     idempotency_key: &'a Option<String>,
     max_active_jobs: u64,
     partitions: &'a [JobId],
-    partitions_asked: Option<Partitions>,
 }
 
 /// The per-row invariants: lease exactly while running, attempt within budget, a result exactly

@@ -168,6 +168,9 @@ pub struct Job {
     /// written before jobs carried one, which retention treats as the oldest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<UnixMillis>,
+    /// Each attempt's deadline, as the submission asked (`None`: the leader's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_millis: Option<u64>,
 }
 
 impl Job {
@@ -209,6 +212,8 @@ impl Job {
             partitions: None,
             created_at_unix_ms: Some(self.created_at.0).filter(|&ms| ms != 0),
             finished_at_unix_ms: self.finished_at.map(|at| at.0).filter(|&ms| ms != 0),
+            timeout_millis: self.timeout_millis,
+            unserved: false,
         }
     }
 }
@@ -237,6 +242,7 @@ mod tests {
             partitions_asked: None,
             created_at: UnixMillis::UNSTAMPED,
             finished_at: None,
+            timeout_millis: None,
         }
     }
 

@@ -35,6 +35,7 @@ pub mod dataparallel;
 mod dial;
 pub mod ids;
 pub mod job;
+pub mod job_queue;
 pub mod limits;
 pub mod protocol;
 pub mod replica;

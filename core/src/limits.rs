@@ -41,6 +41,27 @@ pub const CONFIG_MILLIS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Longest text a `word-count` or `sha256` task takes.
 pub const TASK_TEXT_BYTES_MAX: usize = 256 * 1024;
+/// Longest user task name, in bytes.
+pub const TASK_NAME_BYTES_MAX: usize = 64;
+/// Largest user task payload, as compact JSON. Large inputs belong in shared storage, with a
+/// reference in the payload.
+pub const TASK_PAYLOAD_BYTES_MAX: usize = 256 * 1024;
+/// Largest successful result, as compact JSON; a bigger one fails its job for good (a handler
+/// should store large results elsewhere and return a reference).
+pub const TASK_RESULT_BYTES_MAX: usize = 256 * 1024;
+/// Most task names one worker may serve.
+pub const TASKS_PER_WORKER_MAX: usize = 256;
+/// Longest job timeout a submission may ask for (one day).
+pub const JOB_TIMEOUT_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Most arguments (the program included) an `exec` task may pass.
+pub const EXEC_ARGS_MAX: usize = 256;
+/// Longest single argument, working directory, or environment value of an `exec` task.
+pub const EXEC_STRING_BYTES_MAX: usize = 4096;
+/// Most environment variables an `exec` task may set.
+pub const EXEC_ENV_MAX: usize = 64;
+/// Most bytes of each of an `exec` task's stdout and stderr kept in its result; the rest is
+/// read and dropped, and the result says it was cut.
+pub const EXEC_OUTPUT_BYTES_MAX: usize = 64 * 1024;
 /// Longest a `sleep` task may ask to sleep (one day).
 pub const SLEEP_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;
 /// Largest text a worker hashes or counts in place rather than on a separate thread.

@@ -34,7 +34,7 @@ pub enum Record {
     /// Delete every log entry after this index (a conflicting suffix from an old leader).
     TruncateLogAfter(LogIndex),
     /// Upsert a job row of the materialized table.
-    Job(Job),
+    Job(Box<Job>),
     /// Delete a job row (retention purged the job).
     DeleteJob(JobId),
     /// The materialized job rows reflect every entry up to `index`, whose term was `term`.

@@ -34,11 +34,12 @@ use rand_chacha::ChaCha8Rng;
 pub use crate::dial::ConnectAttempt;
 use crate::dial::{Dialer, RedirectRule};
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, Term, WorkerId};
-use crate::limits::{ATTEMPT_ERROR_BYTES_MAX, WORKER_CAPACITY_MAX};
+use crate::limits::{ATTEMPT_ERROR_BYTES_MAX, TASKS_PER_WORKER_MAX, WORKER_CAPACITY_MAX};
 use crate::protocol::{
-    AttemptOutcome, CoordinatorToWorker, ErrorCode, RunningAttempt, WorkerToCoordinator,
+    builtin_task_names, AttemptOutcome, CoordinatorToWorker, ErrorCode, RunningAttempt,
+    WorkerToCoordinator,
 };
-use crate::tasks::TaskSpec;
+use crate::tasks::{check_served_name, TaskSpec};
 use crate::time::{as_millis_u64, Instant};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +53,9 @@ pub struct WorkerConfig {
     pub reconnect_max: Duration,
     /// How long to wait for a connection to open and registration to be answered.
     pub connect_timeout: Duration,
+    /// The task kinds this worker serves: built-in kinds and user task names. It is given
+    /// work of these kinds only.
+    pub tasks: Vec<String>,
 }
 
 impl WorkerConfig {
@@ -63,6 +67,7 @@ impl WorkerConfig {
             reconnect_base: Duration::from_millis(100),
             reconnect_max: Duration::from_millis(5_000),
             connect_timeout: Duration::from_millis(5_000),
+            tasks: builtin_task_names(),
         }
     }
 
@@ -79,6 +84,13 @@ impl WorkerConfig {
         if self.connect_timeout.is_zero() {
             return Err(WorkerConfigError::ConnectTimeout);
         }
+        if self.tasks.is_empty() || self.tasks.len() > TASKS_PER_WORKER_MAX {
+            return Err(WorkerConfigError::TaskCount(self.tasks.len()));
+        }
+        for name in &self.tasks {
+            check_served_name(name)
+                .map_err(|error| WorkerConfigError::TaskName(error.to_string()))?;
+        }
         Ok(())
     }
 }
@@ -93,6 +105,10 @@ pub enum WorkerConfigError {
     Backoff,
     #[error("connect timeout must be positive")]
     ConnectTimeout,
+    #[error("a worker serves 1 to {TASKS_PER_WORKER_MAX} task kinds (got {0})")]
+    TaskCount(usize),
+    #[error("{0}")]
+    TaskName(String),
 }
 
 /// What the worker asks its driver to do.
@@ -112,10 +128,12 @@ pub enum WorkerOutput {
         job_id: JobId,
         lease_id: LeaseId,
         attempt: Attempt,
+        max_attempts: u32,
         task: TaskSpec,
         timeout: Duration,
     },
     /// Stop this attempt as soon as possible, then report it finished (`Cancelled` if stopped).
+    /// After a drain handed the attempt back, its report is no longer needed (it is ignored).
     CancelTask {
         lease_id: LeaseId,
     },
@@ -169,6 +187,15 @@ pub enum WorkerEvent {
     DeposedCoordinator {
         term: Term,
         seen: Term,
+    },
+    /// The worker began draining: it takes no new work.
+    Draining {
+        running: usize,
+    },
+    /// A draining worker handed an unfinished attempt back to the coordinator.
+    TaskReleased {
+        job_id: JobId,
+        lease_id: LeaseId,
     },
 }
 
@@ -234,6 +261,14 @@ impl fmt::Display for WorkerEvent {
                 "Ignoring a deposed coordinator: it speaks for term {} but term {} has begun",
                 term.0, seen.0
             ),
+            WorkerEvent::Draining { running } => write!(
+                f,
+                "Draining: taking no new work; {running} attempts still running"
+            ),
+            WorkerEvent::TaskReleased { job_id, lease_id } => write!(
+                f,
+                "Task handed back unfinished: jobId={job_id} attemptId={lease_id}"
+            ),
         }
     }
 }
@@ -278,6 +313,8 @@ pub struct Worker {
     /// The highest coordinator term heard from. Anything from an older term comes from a
     /// deposed leader and is ignored (its view of leases may be stale).
     highest_term: Term,
+    /// Shutting down: no new work is accepted, and the coordinator is told so.
+    draining: bool,
     outputs: VecDeque<WorkerOutput>,
 }
 
@@ -298,6 +335,7 @@ impl Worker {
             running: BTreeMap::new(),
             unacked: BTreeMap::new(),
             highest_term: Term(0),
+            draining: false,
             outputs: VecDeque::new(),
         };
         worker.connect(now);
@@ -321,6 +359,60 @@ impl Worker {
         self.running
             .iter()
             .map(|(lease, task)| (*lease, task.job_id))
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Draining, with nothing left running and every result acknowledged: the process can
+    /// exit without costing any job an attempt.
+    pub fn is_drained(&self) -> bool {
+        self.draining && self.running.is_empty() && self.unacked.is_empty()
+    }
+
+    /// Begins a graceful shutdown: take no new work and tell the coordinator, so it assigns
+    /// this worker nothing more. Running attempts go on; [`Worker::release_running`] hands
+    /// back whatever is still running when the driver's drain timeout ends.
+    pub fn begin_drain(&mut self, _now: Instant) {
+        if self.draining {
+            return;
+        }
+        self.draining = true;
+        self.event(WorkerEvent::Draining {
+            running: self.running.len(),
+        });
+        if self.is_registered() {
+            self.send(WorkerToCoordinator::Draining {});
+        }
+    }
+
+    /// Ends a drain: every attempt still running is stopped (`CancelTask`) and reported
+    /// `released`, so the coordinator queues its job again without charging the attempt.
+    pub fn release_running(&mut self, _now: Instant) {
+        assert!(self.draining, "attempts are released only by a drain");
+        let leases: Vec<LeaseId> = self.running.keys().copied().collect();
+        for lease_id in leases {
+            if let Some(task) = self.running.remove(&lease_id) {
+                self.outputs
+                    .push_back(WorkerOutput::CancelTask { lease_id });
+                self.release(task.job_id, lease_id);
+            }
+        }
+    }
+
+    /// Records and sends a `released` result for an attempt this worker will not run.
+    fn release(&mut self, job_id: JobId, lease_id: LeaseId) {
+        self.event(WorkerEvent::TaskReleased { job_id, lease_id });
+        self.unacked
+            .insert(lease_id, (job_id, AttemptOutcome::Released {}));
+        if self.is_registered() {
+            self.send(WorkerToCoordinator::TaskResult {
+                job_id,
+                lease_id,
+                outcome: AttemptOutcome::Released {},
+            });
+        }
     }
 
     /// Results not yet acknowledged.
@@ -434,6 +526,8 @@ impl Worker {
             capacity: self.config.capacity,
             running,
             finished,
+            tasks: self.config.tasks.clone(),
+            draining: self.draining,
         });
     }
 
@@ -501,8 +595,14 @@ impl Worker {
                 attempt,
                 task,
                 timeout_millis,
+                max_attempts,
                 ..
-            } => self.on_assign(job_id, lease_id, attempt, task, timeout_millis),
+            } => self.on_assign(
+                job_id,
+                (lease_id, attempt, max_attempts),
+                task,
+                timeout_millis,
+            ),
             CoordinatorToWorker::TaskCancel {
                 job_id, lease_id, ..
             } => {
@@ -588,13 +688,16 @@ impl Worker {
     fn on_assign(
         &mut self,
         job_id: JobId,
-        lease_id: LeaseId,
-        attempt: Attempt,
+        (lease_id, attempt, max_attempts): (LeaseId, Attempt, u32),
         task: TaskSpec,
         timeout_millis: u64,
     ) {
         if self.running.contains_key(&lease_id) || self.unacked.contains_key(&lease_id) {
             return; // Already have it.
+        }
+        if self.draining {
+            // Sent before the coordinator heard of the drain: hand it straight back.
+            return self.release(job_id, lease_id);
         }
         let capacity = usize::try_from(self.config.capacity).unwrap_or(usize::MAX);
         if self.running.len() >= capacity {
@@ -610,19 +713,15 @@ impl Worker {
                 lease_id,
                 reason: reason.clone(),
             });
-            self.unacked.insert(
-                lease_id,
-                (
-                    job_id,
-                    AttemptOutcome::Failed {
-                        error: reason.clone(),
-                    },
-                ),
-            );
+            let outcome = AttemptOutcome::Failed {
+                error: reason,
+                permanent: false,
+            };
+            self.unacked.insert(lease_id, (job_id, outcome.clone()));
             self.send(WorkerToCoordinator::TaskResult {
                 job_id,
                 lease_id,
-                outcome: AttemptOutcome::Failed { error: reason },
+                outcome,
             });
             return;
         }
@@ -642,6 +741,7 @@ impl Worker {
             job_id,
             lease_id,
             attempt,
+            max_attempts,
             task,
             timeout: Duration::from_millis(timeout_millis),
         });
@@ -658,16 +758,33 @@ impl Worker {
             return;
         };
         let outcome = match outcome {
-            AttemptOutcome::Failed { error } => AttemptOutcome::Failed {
+            AttemptOutcome::Succeeded { output } if output.oversize().is_some() => {
+                // Sending it would only fail the job at the coordinator; fail it here, saying
+                // why, and keep the frame small.
+                let (bytes, max) = output.oversize().unwrap_or_default();
+                AttemptOutcome::Failed {
+                    error: format!(
+                        "the result is {bytes} bytes as JSON; at most {max} bytes are kept (store large results elsewhere and return a reference)"
+                    ),
+                    permanent: true,
+                }
+            }
+            AttemptOutcome::Failed { error, permanent } => AttemptOutcome::Failed {
                 error: truncate(error, ATTEMPT_ERROR_BYTES_MAX),
+                permanent,
             },
             other => other,
         };
         let job_id = task.job_id;
         let summary = match &outcome {
             AttemptOutcome::Succeeded { output } => output.to_string(),
-            AttemptOutcome::Failed { error } => format!("failed: {error}"),
+            AttemptOutcome::Failed {
+                error,
+                permanent: true,
+            } => format!("failed permanently: {error}"),
+            AttemptOutcome::Failed { error, .. } => format!("failed: {error}"),
             AttemptOutcome::Cancelled {} => "cancelled".to_owned(),
+            AttemptOutcome::Released {} => "released".to_owned(),
         };
         self.event(WorkerEvent::TaskFinished {
             job_id,
@@ -827,6 +944,8 @@ mod tests {
         w.handle_connected(Instant::ZERO, attempt);
         match drain(&mut w).as_slice() {
             [WorkerOutput::Send(WorkerToCoordinator::Register {
+                tasks: _,
+                draining: _,
                 worker_id,
                 incarnation,
                 capacity,
@@ -892,6 +1011,7 @@ mod tests {
                 job_id: job3,
                 lease_id: lease3,
                 outcome: AttemptOutcome::Failed {
+                    permanent: false,
                     error: "worker at capacity (2 of 2)".into()
                 },
             }))
@@ -970,10 +1090,21 @@ mod tests {
         drain(&mut w);
         let (_, lease_id) = ids(1);
         let error = "é".repeat(ATTEMPT_ERROR_BYTES_MAX);
-        w.handle_task_finished(Instant::ZERO, lease_id, AttemptOutcome::Failed { error });
+        w.handle_task_finished(
+            Instant::ZERO,
+            lease_id,
+            AttemptOutcome::Failed {
+                permanent: false,
+                error,
+            },
+        );
         let sent = drain(&mut w);
         let [WorkerOutput::Send(WorkerToCoordinator::TaskResult {
-            outcome: AttemptOutcome::Failed { error },
+            outcome:
+                AttemptOutcome::Failed {
+                    permanent: _,
+                    error,
+                },
             ..
         })] = sent.as_slice()
         else {
@@ -1010,6 +1141,103 @@ mod tests {
                 outcome: AttemptOutcome::Cancelled {},
             })]
         );
+    }
+
+    #[test]
+    fn a_drain_hands_back_what_is_still_running_and_refuses_new_work() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        w.handle_message(Instant::ZERO, attempt, assign(1));
+        w.handle_message(Instant::ZERO, attempt, assign(2));
+        drain(&mut w);
+        w.begin_drain(Instant::ZERO);
+        assert_eq!(
+            drain(&mut w),
+            vec![WorkerOutput::Send(WorkerToCoordinator::Draining {})]
+        );
+        assert!(!w.is_drained());
+        // Attempt 1 finishes within the drain; an assignment that crossed the drain on the wire
+        // is handed straight back without running.
+        let (job_1, lease_1) = ids(1);
+        let output = crate::tasks::TaskOutput::Sha256 { hex: "ok".into() };
+        w.handle_task_finished(Instant::ZERO, lease_1, AttemptOutcome::Succeeded { output });
+        drain(&mut w);
+        w.handle_message(Instant::ZERO, attempt, assign(3));
+        let (job_3, lease_3) = ids(3);
+        let released = |job_id, lease_id| {
+            WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+                job_id,
+                lease_id,
+                outcome: AttemptOutcome::Released {},
+            })
+        };
+        assert_eq!(drain(&mut w), vec![released(job_3, lease_3)]);
+        // The drain timeout ends: attempt 2 is stopped and handed back.
+        let (job_2, lease_2) = ids(2);
+        w.release_running(Instant::ZERO);
+        assert_eq!(
+            drain(&mut w),
+            vec![
+                WorkerOutput::CancelTask { lease_id: lease_2 },
+                released(job_2, lease_2)
+            ]
+        );
+        // Its late report changes nothing; the worker is drained once every result is acked.
+        w.handle_task_finished(Instant::ZERO, lease_2, AttemptOutcome::Cancelled {});
+        assert!(drain(&mut w).is_empty());
+        for (job_id, lease_id) in [(job_1, lease_1), (job_2, lease_2), (job_3, lease_3)] {
+            assert!(!w.is_drained());
+            let ack = CoordinatorToWorker::ResultAck {
+                term: Term(1),
+                job_id,
+                lease_id,
+                accepted: true,
+            };
+            w.handle_message(Instant::ZERO, attempt, ack);
+        }
+        assert!(w.is_drained());
+    }
+
+    #[test]
+    fn a_worker_that_reconnects_while_draining_says_so_in_its_registration() {
+        let mut w = worker();
+        w.begin_drain(Instant::ZERO);
+        let (attempt, _) = connect_attempt(&drain(&mut w));
+        w.handle_connected(Instant::ZERO, attempt);
+        match drain(&mut w).as_slice() {
+            [WorkerOutput::Send(WorkerToCoordinator::Register { draining, .. })] => {
+                assert!(*draining)
+            }
+            other => panic!("expected a registration, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_oversized_result_is_reported_as_a_permanent_failure() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        w.handle_message(Instant::ZERO, attempt, assign(1));
+        drain(&mut w);
+        let (job_id, lease_id) = ids(1);
+        let value = serde_json::json!("x".repeat(crate::limits::TASK_RESULT_BYTES_MAX));
+        let output = crate::tasks::TaskOutput::Value { value };
+        w.handle_task_finished(
+            Instant::ZERO,
+            lease_id,
+            AttemptOutcome::Succeeded { output },
+        );
+        match drain(&mut w).as_slice() {
+            [WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+                job_id: reported,
+                outcome: AttemptOutcome::Failed { error, permanent },
+                ..
+            })] => {
+                assert_eq!(*reported, job_id);
+                assert!(*permanent);
+                assert!(error.contains("reference"), "{error}");
+            }
+            other => panic!("expected a permanent failure, got {other:?}"),
+        }
     }
 
     #[test]

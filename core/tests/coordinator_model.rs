@@ -236,6 +236,7 @@ impl Facts {
                 | Command::AttemptFailed {
                     job_id, lease_id, ..
                 }
+                | Command::Release { job_id, lease_id }
                 | Command::Abandon { job_id, lease_id } => {
                     self.settles.insert((*job_id, *lease_id));
                 }
@@ -629,6 +630,8 @@ impl Model {
         self.send_worker(
             conn,
             WorkerToCoordinator::Register {
+                draining: false,
+                tasks: herder_core::protocol::builtin_task_names(),
                 worker_id: WorkerId(WORKERS[worker].to_owned()),
                 incarnation: Incarnation(incarnation),
                 capacity,
@@ -687,6 +690,7 @@ impl Model {
                 AttemptOutcome::Succeeded { output }
             }
             Outcome::Failed => AttemptOutcome::Failed {
+                permanent: false,
                 error: "it broke".into(),
             },
             Outcome::Cancelled => AttemptOutcome::Cancelled {},
@@ -795,6 +799,7 @@ impl Model {
                 let key = key.map(|k| KEYS[k].to_owned());
                 self.send_client(
                     ClientRequest::Submit {
+                        timeout_millis: None,
                         partitions: None,
                         request_id,
                         task: spec(*choice).to_json(),
@@ -1455,6 +1460,7 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
             Instant::ZERO,
             ConnectionId(1),
             ClientRequest::Submit {
+                timeout_millis: None,
                 partitions: None,
                 request_id: RequestId(request),
                 task: spec(1).to_json(),

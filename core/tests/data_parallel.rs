@@ -103,6 +103,7 @@ impl Table {
         max_active_jobs: u64,
     ) -> Outcome {
         self.apply(Command::Submit {
+            timeout_millis: None,
             job_id: job,
             task,
             max_attempts,
@@ -560,6 +561,7 @@ fn a_partition_failing_for_good_fails_the_parent_and_cancels_the_rest() {
     assert_eq!(t.t.active_jobs(), 4);
 
     let outcome = t.apply(Command::AttemptFailed {
+        permanent: false,
         job_id: parts[2],
         lease_id: lease(2, "w3").id,
         cause: "the worker ran out of memory".into(),
@@ -645,6 +647,7 @@ fn a_retry_left_does_not_fail_the_parent() {
     t.submit(parent, prime_sum(1, 100), &parts, 2, 100);
     t.assign(parts[0], &lease(0, "w1"));
     let outcome = t.apply(Command::AttemptFailed {
+        permanent: false,
         job_id: parts[0],
         lease_id: lease(0, "w1").id,
         cause: "lost".into(),
@@ -687,6 +690,7 @@ fn cancelling_the_parent_cancels_every_unfinished_partition() {
     t.assign(parts[1], &lease(1, "w2"));
     t.assign(parts[2], &lease(2, "w3"));
     t.apply(Command::AttemptFailed {
+        permanent: false,
         job_id: parts[2],
         lease_id: lease(2, "w3").id,
         cause: "lost".into(),
@@ -843,6 +847,7 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
     t.assign(a_parts[1], &lease(11, "w2"));
     t.assign(a_parts[2], &lease(12, "w3"));
     t.apply(Command::AttemptFailed {
+        permanent: false,
         job_id: a_parts[2],
         lease_id: lease(12, "w3").id,
         cause: "task failed".into(),
@@ -1064,6 +1069,7 @@ fn partition_ids_must_be_distinct_from_each_other_and_from_the_parent() {
                 LogIndex(1),
                 herder_core::time::UnixMillis::UNSTAMPED,
                 &Command::Submit {
+                    timeout_millis: None,
                     job_id: parent,
                     task: prime_sum(1, 100),
                     max_attempts: 3,
@@ -1189,6 +1195,10 @@ impl Harness {
         self.worker_says(
             name,
             WorkerToCoordinator::Register {
+                draining: false,
+                tasks: herder_core::protocol::builtin_task_names()
+                    .into_iter()
+                    .collect(),
                 worker_id: WorkerId(name.to_owned()),
                 incarnation: Incarnation(1),
                 capacity,
@@ -1223,6 +1233,7 @@ impl Harness {
     ) -> RequestId {
         let request_id = self.request_id();
         self.client_says(ClientRequest::Submit {
+            timeout_millis: None,
             request_id,
             task,
             max_attempts,
@@ -1785,6 +1796,7 @@ fn a_partition_failing_for_good_fails_the_parent_and_stops_the_other_workers() {
         failing,
         failing_lease,
         AttemptOutcome::Failed {
+            permanent: false,
             error: "disk full".into(),
         },
     );
@@ -1905,6 +1917,7 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
     let task = json!({"kind": "sha256", "text": "abc"});
     let first = h.request_id();
     h.client_says(ClientRequest::Submit {
+        timeout_millis: None,
         request_id: first,
         task: task.clone(),
         max_attempts: None,
@@ -1922,6 +1935,7 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
     for partitions in [Partitions::Count(3), Partitions::Count(5_000)] {
         let again = h.request_id();
         h.client_says(ClientRequest::Submit {
+            timeout_millis: None,
             request_id: again,
             task: task.clone(),
             max_attempts: None,
@@ -1945,6 +1959,7 @@ fn reusing_a_key_with_another_partition_request_is_a_conflict() {
     let submit = |h: &mut Harness, key: &str, partitions: Option<Partitions>| {
         let request_id = h.request_id();
         h.client_says(ClientRequest::Submit {
+            timeout_millis: None,
             request_id,
             task: task.clone(),
             max_attempts: None,
@@ -2043,6 +2058,7 @@ fn an_overlong_worker_error_is_cut() {
         job,
         lease,
         AttemptOutcome::Failed {
+            permanent: false,
             error: "x".repeat(100_000),
         },
     );

@@ -160,6 +160,8 @@ impl Group {
     /// A worker with one slot registers with member `i` on `WORKER`.
     fn register_worker(&mut self, i: usize) {
         let register = WorkerToCoordinator::Register {
+            draining: false,
+            tasks: herder_core::protocol::builtin_task_names(),
             worker_id: WorkerId::parse("w1").expect("valid id"),
             incarnation: Incarnation(1),
             capacity: 1,
@@ -195,6 +197,7 @@ impl Group {
 
 fn submit(key: Option<&str>) -> impl FnOnce(RequestId) -> ClientRequest + '_ {
     move |request_id| ClientRequest::Submit {
+        timeout_millis: None,
         request_id,
         task: json!({"kind": "sha256", "text": "x"}),
         max_attempts: None,

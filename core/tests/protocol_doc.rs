@@ -27,7 +27,7 @@ use herder_core::protocol::{
     WorkerToCoordinator, WorkerView,
 };
 use herder_core::replica::{decode_snapshot, RoleKind};
-use herder_core::tasks::{TaskOutput, TaskSpec, TASK_KINDS};
+use herder_core::tasks::{check_task_name, TaskOutput, TaskSpec, EXEC_KIND, TASK_KINDS};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -42,7 +42,7 @@ fn doc() -> String {
 // The wire tags, as listed in `core/src/protocol/messages.rs`. When you add a message, add its
 // tag here and an example to the document; the exhaustive `tag_of_*` functions below stop
 // compiling until the new variant is named there too.
-const WORKER_TO_COORDINATOR: &[&str] = &["REGISTER", "HEARTBEAT", "TASK_RESULT"];
+const WORKER_TO_COORDINATOR: &[&str] = &["REGISTER", "HEARTBEAT", "DRAINING", "TASK_RESULT"];
 const COORDINATOR_TO_WORKER: &[&str] = &[
     "REGISTERED",
     "REGISTER_REJECTED",
@@ -90,7 +90,9 @@ const PEER_MESSAGE: &[&str] = &[
 ];
 
 /// Task output kinds (`TaskOutput`'s wire names).
-const OUTPUT_KINDS: [&str; 8] = [
+const OUTPUT_KINDS: [&str; 10] = [
+    "value",
+    "exec",
     "slept",
     "word-count",
     "sha256",
@@ -110,7 +112,9 @@ const COMMAND_KINDS: &[&str] = &[
     "requeue",
     "cancel",
     "abandon",
+    "release",
     "new_leader",
+    "purge",
 ];
 
 /// Shapes of a message that are worth an example of their own, beyond one per tag.
@@ -164,6 +168,7 @@ fn tag_of_worker_to_coordinator(message: &WorkerToCoordinator) -> &'static str {
     match message {
         WorkerToCoordinator::Register { .. } => "REGISTER",
         WorkerToCoordinator::Heartbeat {} => "HEARTBEAT",
+        WorkerToCoordinator::Draining {} => "DRAINING",
         WorkerToCoordinator::TaskResult { .. } => "TASK_RESULT",
     }
 }
@@ -236,6 +241,7 @@ fn kind_of_command(command: &Command) -> &'static str {
         Command::Requeue { .. } => "requeue",
         Command::Cancel { .. } => "cancel",
         Command::Abandon { .. } => "abandon",
+        Command::Release { .. } => "release",
         Command::NewLeader { .. } => "new_leader",
         Command::Purge { .. } => "purge",
     }
@@ -333,6 +339,7 @@ fn status_of(outcome: &AttemptOutcome) -> &'static str {
         AttemptOutcome::Succeeded { .. } => "succeeded",
         AttemptOutcome::Failed { .. } => "failed",
         AttemptOutcome::Cancelled {} => "cancelled",
+        AttemptOutcome::Released {} => "released",
     }
 }
 
@@ -564,7 +571,7 @@ fn every_json_block_is_a_message_herder_sends_and_every_tag_has_one() {
             }
         }
     }
-    for status in ["succeeded", "failed", "cancelled"] {
+    for status in ["succeeded", "failed", "cancelled", "released"] {
         if !outcomes.contains(status) {
             problems.push(format!(
                 "{DOC_PATH}: no TASK_RESULT example with outcome status {status:?}"
@@ -628,7 +635,7 @@ fn every_jsonc_block_is_a_nested_type_and_every_kind_has_one() {
         // Tasks go through the coordinator's strict parser, bounds included.
         match TaskSpec::from_json(&value) {
             Ok(spec) if spec.to_json() == value => {
-                task_kinds.insert(spec.kind());
+                task_kinds.insert(spec.kind().to_owned());
                 matched = true;
             }
             Ok(spec) => errors.push(format!(
@@ -677,8 +684,11 @@ fn every_jsonc_block_is_a_nested_type_and_every_kind_has_one() {
             ));
         }
     }
-    for kind in TASK_KINDS {
-        if !task_kinds.contains(kind) {
+    if !task_kinds.iter().any(|kind| check_task_name(kind).is_ok()) {
+        problems.push(format!("{DOC_PATH}: no ```jsonc example of a user task"));
+    }
+    for kind in TASK_KINDS.iter().chain([&EXEC_KIND]) {
+        if !task_kinds.contains(*kind) {
             problems.push(format!(
                 "{DOC_PATH}: no ```jsonc example of a {kind:?} task"
             ));

@@ -167,7 +167,10 @@ fn task_output() -> impl Strategy<Value = TaskOutput> {
 fn attempt_outcome() -> impl Strategy<Value = AttemptOutcome> {
     prop_oneof![
         task_output().prop_map(|output| AttemptOutcome::Succeeded { output }),
-        text().prop_map(|error| AttemptOutcome::Failed { error }),
+        text().prop_map(|error| AttemptOutcome::Failed {
+            permanent: false,
+            error
+        }),
         Just(AttemptOutcome::Cancelled {}),
     ]
 }
@@ -235,6 +238,8 @@ fn job_view() -> impl Strategy<Value = JobView> {
                 (partition_of, partitions),
             )| {
                 JobView {
+                    timeout_millis: None,
+                    unserved: false,
                     id,
                     state,
                     attempt,
@@ -265,6 +270,8 @@ fn worker_view() -> impl Strategy<Value = WorkerView> {
     )
         .prop_map(
             |(id, incarnation, alive, capacity, running, last_heartbeat_millis_ago)| WorkerView {
+                draining: false,
+                tasks: herder_core::protocol::builtin_task_names(),
                 id,
                 incarnation: Incarnation(incarnation),
                 alive,
@@ -363,6 +370,7 @@ fn command() -> impl Strategy<Value = Command> {
                     partitions_asked,
                 )| {
                     Command::Submit {
+                        timeout_millis: None,
                         job_id,
                         task,
                         max_attempts,
@@ -383,6 +391,7 @@ fn command() -> impl Strategy<Value = Command> {
         }),
         (job_id(), lease_id(), text(), any::<u64>()).prop_map(
             |(job_id, lease_id, cause, retry_delay_millis)| Command::AttemptFailed {
+                permanent: false,
                 job_id,
                 lease_id,
                 cause,
@@ -468,6 +477,8 @@ fn worker_to_coordinator() -> impl Strategy<Value = WorkerToCoordinator> {
         )
             .prop_map(|(worker_id, incarnation, capacity, running, finished)| {
                 WorkerToCoordinator::Register {
+                    draining: false,
+                    tasks: herder_core::protocol::builtin_task_names(),
                     worker_id,
                     incarnation,
                     capacity,
@@ -559,6 +570,7 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
             .prop_map(
                 |(request_id, task, max_attempts, idempotency_key, partitions)| {
                     ClientRequest::Submit {
+                        timeout_millis: None,
                         request_id,
                         task,
                         max_attempts,
@@ -1230,6 +1242,8 @@ fn heartbeat_wire_form() {
 fn register_wire_form_and_running_defaults_to_empty() {
     assert_wire_form(
         WorkerToCoordinator::Register {
+            draining: false,
+            tasks: herder_core::protocol::builtin_task_names(),
             worker_id: WorkerId("worker-1".into()),
             incarnation: Incarnation(7),
             capacity: 4,
@@ -1246,14 +1260,17 @@ fn register_wire_form_and_running_defaults_to_empty() {
             "capacity": 4,
             "running": [{"job_id": JOB, "lease_id": LEASE}],
             "finished": [],
+            "tasks": herder_core::protocol::builtin_task_names(),
         }),
     );
-    // An older worker may leave `running` out.
+    // An older worker may leave `running` out (and `tasks`: it serves the built-in kinds).
     let text =
         br#"{"type":"REGISTER","worker_id":"w","incarnation":"00000000000000ff","capacity":2}"#;
     assert_eq!(
         decode_message::<WorkerToCoordinator>(text),
         Ok(WorkerToCoordinator::Register {
+            draining: false,
+            tasks: herder_core::protocol::builtin_task_names(),
             worker_id: WorkerId("w".into()),
             incarnation: Incarnation(255),
             capacity: 2,
@@ -1268,6 +1285,8 @@ fn incarnations_travel_as_sixteen_hex_digits() {
     // A random 64-bit number does not survive JSON parsers that read numbers as doubles.
     assert_wire_form(
         WorkerToCoordinator::Register {
+            draining: false,
+            tasks: herder_core::protocol::builtin_task_names(),
             worker_id: WorkerId("w".into()),
             incarnation: Incarnation(u64::MAX),
             capacity: 1,
@@ -1281,6 +1300,7 @@ fn incarnations_travel_as_sixteen_hex_digits() {
             "capacity": 1,
             "running": [],
             "finished": [],
+            "tasks": herder_core::protocol::builtin_task_names(),
         }),
     );
     let as_number = br#"{"type":"REGISTER","worker_id":"w","incarnation":7,"capacity":1}"#;
@@ -1320,6 +1340,7 @@ fn task_result_wire_form_for_each_outcome() {
             job_id: job(),
             lease_id: lease(),
             outcome: AttemptOutcome::Failed {
+                permanent: false,
                 error: "boom".into(),
             },
         },
@@ -1448,6 +1469,7 @@ fn coordinator_to_worker_wire_forms() {
 fn submit_wire_form_with_and_without_optional_fields() {
     assert_wire_form(
         ClientRequest::Submit {
+            timeout_millis: None,
             partitions: None,
             request_id: RequestId(5),
             task: TaskSpec::Sleep { milliseconds: 250 }.to_json(),
@@ -1465,6 +1487,7 @@ fn submit_wire_form_with_and_without_optional_fields() {
     // Absent options are left out entirely, not sent as null.
     assert_wire_form(
         ClientRequest::Submit {
+            timeout_millis: None,
             partitions: None,
             request_id: RequestId(6),
             task: TaskSpec::Fail {
@@ -1552,6 +1575,8 @@ fn client_reply_wire_forms() {
         ClientReply::Job {
             request_id: RequestId(7),
             job: Box::new(JobView {
+                timeout_millis: None,
+                unserved: false,
                 id: job(),
                 state: JobState::Completed,
                 attempt: 1,
@@ -1589,6 +1614,8 @@ fn client_reply_wire_forms() {
         ClientReply::WorkerList {
             request_id: RequestId(8),
             workers: vec![WorkerView {
+                draining: true,
+                tasks: vec!["resize".into(), "sha256".into()],
                 id: WorkerId("worker-2".into()),
                 incarnation: Incarnation(9),
                 alive: true,
@@ -1607,6 +1634,8 @@ fn client_reply_wire_forms() {
                 "capacity": 4,
                 "running": 1,
                 "last_heartbeat_millis_ago": 12,
+                "tasks": ["resize", "sha256"],
+                "draining": true,
             }],
         }),
     );
@@ -1651,6 +1680,8 @@ fn client_reply_wire_forms() {
             request_id: RequestId(11),
             term: Term(2),
             job: Box::new(JobView {
+                timeout_millis: None,
+                unserved: false,
                 id: job(),
                 state: JobState::Cancelled,
                 attempt: 0,

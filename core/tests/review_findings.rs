@@ -93,6 +93,8 @@ impl Harness {
         self.worker(
             conn,
             WorkerToCoordinator::Register {
+                draining: false,
+                tasks: herder_core::protocol::builtin_task_names(),
                 worker_id: WorkerId::parse("w1").expect("valid id"),
                 incarnation: Incarnation(1),
                 capacity,
@@ -109,6 +111,7 @@ impl Harness {
             self.now,
             CLIENT,
             ClientRequest::Submit {
+                timeout_millis: None,
                 partitions: None,
                 request_id,
                 task: TaskSpec::Sha256 { text: "x".into() }.to_json(),

@@ -57,6 +57,11 @@ enum Op {
         job: JobRef,
         lease: LeaseRef,
         delay: u64,
+        permanent: bool,
+    },
+    Release {
+        job: JobRef,
+        lease: LeaseRef,
     },
     Requeue {
         job: JobRef,
@@ -77,6 +82,10 @@ const KEYS: [&str; 2] = ["key-a", "key-b"];
 fn spec(choice: usize) -> TaskSpec {
     match choice {
         0 => TaskSpec::Sha256 { text: "a".into() },
+        1 => TaskSpec::User(herder_core::tasks::UserTask {
+            name: "resize".into(),
+            payload: serde_json::json!({"width": 1.5}),
+        }),
         _ => TaskSpec::Sleep { milliseconds: 5 },
     }
 }
@@ -113,7 +122,7 @@ fn lease_ref() -> impl Strategy<Value = LeaseRef> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0..2usize, 1..=3u32, proptest::option::of(0..2usize), 1..=5u64).prop_map(
+        3 => (0..3usize, 1..=3u32, proptest::option::of(0..2usize), 1..=5u64).prop_map(
             |(spec, max_attempts, key, limit)| Op::Submit { spec, max_attempts, key, limit }
         ),
         4 => (job_ref(), 0..LEASE_POOL as usize, 0..2usize, 1..=2u64).prop_map(
@@ -121,8 +130,10 @@ fn op() -> impl Strategy<Value = Op> {
         ),
         3 => (job_ref(), lease_ref(), 0..2usize)
             .prop_map(|(job, lease, output)| Op::Complete { job, lease, output }),
-        3 => (job_ref(), lease_ref(), 0..100u64)
-            .prop_map(|(job, lease, delay)| Op::AttemptFailed { job, lease, delay }),
+        3 => (job_ref(), lease_ref(), 0..100u64, proptest::bool::weighted(0.2)).prop_map(
+            |(job, lease, delay, permanent)| Op::AttemptFailed { job, lease, delay, permanent }
+        ),
+        2 => (job_ref(), lease_ref()).prop_map(|(job, lease)| Op::Release { job, lease }),
         2 => job_ref().prop_map(|job| Op::Requeue { job }),
         1 => job_ref().prop_map(|job| Op::Cancel { job }),
         2 => (job_ref(), lease_ref()).prop_map(|(job, lease)| Op::Abandon { job, lease }),
@@ -176,6 +187,7 @@ impl Concretizer {
                 let job_id = JobId(uuid::Uuid::from_u128(self.next_job));
                 self.submitted.push(job_id);
                 Command::Submit {
+                    timeout_millis: None,
                     partitions: Vec::new(),
                     partitions_asked: None,
                     job_id,
@@ -212,13 +224,26 @@ impl Concretizer {
                     output: output(*choice),
                 }
             }
-            Op::AttemptFailed { job, lease, delay } => {
+            Op::AttemptFailed {
+                job,
+                lease,
+                delay,
+                permanent,
+            } => {
                 let job_id = self.job(job);
                 Command::AttemptFailed {
+                    permanent: *permanent,
                     job_id,
                     lease_id: self.lease(table, job_id, lease),
                     cause: "task failed".to_owned(),
                     retry_delay_millis: *delay,
+                }
+            }
+            Op::Release { job, lease } => {
+                let job_id = self.job(job);
+                Command::Release {
+                    job_id,
+                    lease_id: self.lease(table, job_id, lease),
                 }
             }
             Op::Requeue { job } => Command::Requeue {
@@ -272,6 +297,7 @@ fn lease_of(command: &Command) -> Option<LeaseId> {
     match command {
         Command::Complete { lease_id, .. }
         | Command::AttemptFailed { lease_id, .. }
+        | Command::Release { lease_id, .. }
         | Command::Abandon { lease_id, .. } => Some(*lease_id),
         _ => None,
     }
@@ -308,10 +334,13 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
     for (key, jobs) in keys {
         prop_assert_eq!(jobs.len(), 1, "invariant 5: key {:?} names {:?}", key, jobs);
         let job = table.get(&jobs[0]).expect("listed job exists");
-        prop_assert_eq!(
-            table.check_idempotency(key, &job.task, job.max_attempts, job.partitions_asked),
-            Some(Ok(job.id))
-        );
+        let asked = herder_core::command::SubmitOptions {
+            task: &job.task,
+            max_attempts: job.max_attempts,
+            partitions_asked: job.partitions_asked,
+            timeout_millis: job.timeout_millis,
+        };
+        prop_assert_eq!(table.check_idempotency(key, &asked), Some(Ok(job.id)));
     }
     // The queue lists exactly the QUEUED jobs, each once, in ascending queue position.
     let queued: Vec<JobId> = table.queued().collect();
@@ -361,8 +390,13 @@ fn check_step(
         if old.state == JobState::Completed {
             prop_assert_eq!(&new.result, &old.result);
         }
-        // Attempts only count up, by at most one per command.
-        prop_assert!(new.attempt >= old.attempt);
+        // Attempts only count up, by at most one per command; only a release of the current
+        // attempt gives one back.
+        if matches!(applied, Applied::Released { job_id, .. } if job_id == id) {
+            prop_assert_eq!(new.attempt.0 + 1, old.attempt.0);
+        } else {
+            prop_assert!(new.attempt >= old.attempt);
+        }
         prop_assert!(new.attempt.0 <= old.attempt.0 + 1);
         // Identity never changes.
         prop_assert_eq!(&new.task, &old.task);
@@ -415,10 +449,31 @@ fn check_step(
                     prop_assert_eq!(new.state, JobState::Completed);
                     prop_assert_eq!(new.result.as_ref(), Some(output));
                 }
-                (Command::AttemptFailed { .. }, Applied::RetryScheduled { attempt, .. }) => {
+                (
+                    Command::AttemptFailed {
+                        permanent: false, ..
+                    },
+                    Applied::RetryScheduled { attempt, .. },
+                ) => {
                     prop_assert!(old.attempt.0 < old.max_attempts);
                     prop_assert_eq!(*attempt, old.attempt);
                     prop_assert_eq!(new.state, JobState::RetryWait);
+                }
+                (
+                    Command::AttemptFailed {
+                        permanent: true, ..
+                    },
+                    Applied::FailedPermanently { .. },
+                ) => {
+                    // A permanent failure ends the job whatever attempts remain.
+                    prop_assert_eq!(new.state, JobState::Failed);
+                    prop_assert_eq!(new.attempt, old.attempt);
+                }
+                (Command::Release { .. }, Applied::Released { .. }) => {
+                    // Handed back: queued last, and the attempt is not charged.
+                    prop_assert_eq!(new.state, JobState::Queued);
+                    prop_assert_eq!(new.attempt.0, old.attempt.0 - 1);
+                    prop_assert_eq!(after.queued().last(), Some(job_id));
                 }
                 (Command::AttemptFailed { .. }, Applied::FailedPermanently { .. })
                 | (Command::Abandon { .. }, Applied::FailedPermanently { .. }) => {
@@ -469,6 +524,7 @@ fn check_step(
     // Per-command expectations computed from the table before.
     match command {
         Command::Submit {
+            timeout_millis: _,
             job_id,
             task,
             max_attempts,
@@ -602,6 +658,7 @@ fn check_step(
         },
         Command::Complete { .. }
         | Command::AttemptFailed { .. }
+        | Command::Release { .. }
         | Command::Abandon { .. }
         | Command::NewLeader { .. }
         | Command::Purge { .. } => {}
@@ -730,6 +787,7 @@ proptest! {
 
 fn submit(id: u128, key: Option<&str>, max_attempts: u32, limit: u64) -> Command {
     Command::Submit {
+        timeout_millis: None,
         partitions: Vec::new(),
         partitions_asked: None,
         job_id: JobId(uuid::Uuid::from_u128(id)),
@@ -774,6 +832,7 @@ fn a_result_for_the_previous_attempt_is_stale_after_a_retry() {
             submit(1, None, 3, 5),
             assign(1, 0),
             Command::AttemptFailed {
+                permanent: false,
                 job_id: job,
                 lease_id: pool_lease(0),
                 cause: "boom".into(),

@@ -42,6 +42,9 @@ pub enum CallError {
     UnexpectedReply(String),
     #[error("the client has shut down")]
     Closed,
+    /// The request could not be made (nothing was sent).
+    #[error("{0}")]
+    Invalid(String),
     /// The call's deadline passed with no answer (a coordinator that accepts connections but
     /// does not answer, or a group without a leader for that long).
     #[error("no answer within {} s while waiting for {what}; is the coordinator paused or overloaded?", after.as_secs_f64())]
@@ -73,6 +76,8 @@ pub struct SubmitOptions {
     pub idempotency_key: Option<String>,
     /// For a data-parallel task: how many partitions (`None`: one per live worker).
     pub partitions: Option<Partitions>,
+    /// Each attempt's deadline (`None`: the coordinator's `--task-timeout-millis`).
+    pub timeout_millis: Option<u64>,
 }
 
 /// A durable submission.
@@ -170,14 +175,50 @@ impl HerderClient {
         Ok(answer.map_err(|_| CallError::Closed)??)
     }
 
+    /// A client of the coordinators at `addresses` (client ports), with default settings.
+    /// Must be called on a tokio runtime; connects lazily.
+    pub fn connect<S: Into<String>>(addresses: impl IntoIterator<Item = S>) -> HerderClient {
+        HerderClient::new(ClientConfig::new(
+            addresses.into_iter().map(Into::into).collect(),
+        ))
+    }
+
     pub async fn submit(
         &self,
         task: &TaskSpec,
         options: SubmitOptions,
     ) -> Result<Submitted, CallError> {
+        self.submit_json(task.to_json(), options).await
+    }
+
+    /// Submits a task by name with its payload: a user task, served by whichever worker
+    /// registered a handler for `name`.
+    pub async fn submit_task(
+        &self,
+        name: &str,
+        payload: &impl serde::Serialize,
+        options: SubmitOptions,
+    ) -> Result<Submitted, CallError> {
+        let payload = serde_json::to_value(payload).map_err(|error| {
+            CallError::Invalid(format!("the payload cannot be written as JSON: {error}"))
+        })?;
+        self.submit_json(
+            serde_json::json!({"kind": name, "payload": payload}),
+            options,
+        )
+        .await
+    }
+
+    /// Submits a task given as its JSON wire form (the coordinator checks it).
+    pub async fn submit_json(
+        &self,
+        task: serde_json::Value,
+        options: SubmitOptions,
+    ) -> Result<Submitted, CallError> {
         let op = Operation::Submit {
+            timeout_millis: options.timeout_millis,
             partitions: options.partitions,
-            task: task.to_json(),
+            task,
             max_attempts: options.max_attempts,
             idempotency_key: options.idempotency_key,
         };

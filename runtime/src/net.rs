@@ -861,6 +861,8 @@ mod tests {
         // Far more than the kernel buffers hold: the writer's last write blocks for good.
         let text = "x".repeat(512 * 1024);
         let message = WorkerToCoordinator::Register {
+            draining: false,
+            tasks: herder_core::protocol::builtin_task_names(),
             worker_id: herder_core::ids::WorkerId(text),
             incarnation: herder_core::ids::Incarnation(1),
             capacity: 1,
@@ -890,6 +892,8 @@ mod tests {
         let (to_b, _reader_b) = open_connection_within(b, 1 << 20, Some(total.clone()), stall);
         reader_a.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
         let message = WorkerToCoordinator::Register {
+            draining: false,
+            tasks: herder_core::protocol::builtin_task_names(),
             worker_id: herder_core::ids::WorkerId("x".repeat(256 * 1024)),
             incarnation: herder_core::ids::Incarnation(1),
             capacity: 1,

@@ -424,6 +424,7 @@ mod tests {
 
     fn job(n: u128) -> Job {
         Job {
+            timeout_millis: None,
             id: job_id(n),
             task: TaskSpec::Sha256 { text: "abc".into() },
             max_attempts: 3,
@@ -472,8 +473,8 @@ mod tests {
             Record::Log(entry(1)),
             Record::Log(entry(2)),
             Record::Log(entry(3)),
-            Record::Job(job(1)),
-            Record::Job(job(2)),
+            Record::Job(Box::new(job(1))),
+            Record::Job(Box::new(job(2))),
             Record::Applied {
                 index: LogIndex(2),
                 term: Term(1),
@@ -497,7 +498,7 @@ mod tests {
         let dir = temp_dir("purge");
         let mut store = Store::open(&dir).expect("open");
         store
-            .write(&[Record::Job(job(1)), Record::Job(job(2))])
+            .write(&[Record::Job(Box::new(job(1))), Record::Job(Box::new(job(2)))])
             .expect("write rows");
         store
             .write(&[Record::DeleteJob(job(1).id), Record::DeleteJob(job(9).id)])
@@ -563,7 +564,9 @@ mod tests {
     fn a_row_that_does_not_parse_is_reported_as_corruption() {
         let dir = temp_dir("badrow");
         let mut store = Store::open(&dir).expect("open");
-        store.write(&[Record::Job(job(1))]).expect("write");
+        store
+            .write(&[Record::Job(Box::new(job(1)))])
+            .expect("write");
         store
             .conn
             .execute("UPDATE jobs SET row = '{not json'", [])
@@ -579,7 +582,9 @@ mod tests {
     fn rows_filed_under_another_id_and_a_log_with_a_gap_are_corruption() {
         let dir = temp_dir("misfiled");
         let mut store = Store::open(&dir).expect("open");
-        store.write(&[Record::Job(job(1))]).expect("write");
+        store
+            .write(&[Record::Job(Box::new(job(1)))])
+            .expect("write");
         store
             .conn
             .execute("UPDATE jobs SET id = 'somebody-else'", [])

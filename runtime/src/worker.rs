@@ -1,30 +1,46 @@
 //! The worker process: drives core's `Worker` over one TCP connection at a time and runs its
-//! attempts.
+//! attempts with the registered [`Handlers`].
 //!
-//! - `sleep` tasks wait on a timer; CPU tasks run on tokio's blocking pool, so the driver loop —
-//!   and with it heartbeats — never waits behind a busy slot.
-//! - Cancellation is cooperative: a sleeping task stops at once; `prime-count` and `prime-sum`
-//!   check for a cancel between sieve segments; any other CPU task is bounded by its payload
-//!   limits (about a second at most). A cancelled CPU task reports `cancelled` when it returns, so its slot is
-//!   only freed once the CPU is really free.
+//! - Each attempt runs as its own tokio task (blocking handlers and CPU-bound built-ins on the
+//!   blocking pool), so the driver loop, and with it heartbeats, never waits behind a busy slot.
+//! - Cancellation is cooperative: an attempt's token fires on a cancel, at its deadline, or
+//!   when a drain hands it back; its slot is freed when the handler returns.
+//! - A drain ([`WorkerHandle::drain`]) stops new work, lets running attempts finish within the
+//!   drain timeout, hands back the rest uncharged, and waits (briefly) for the coordinator to
+//!   acknowledge every result before the process goes.
 //! - Reconnecting, heartbeats, capacity and result retransmission are decided by core.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
-use herder_core::ids::LeaseId;
-use herder_core::ids::WorkerId;
+use herder_core::ids::{LeaseId, WorkerId};
+use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::protocol::{AttemptOutcome, CoordinatorToWorker};
-use herder_core::tasks::{execute, execute_until, TaskFailure, TaskOutput, TaskPlan, TaskSpec};
+use herder_core::tasks::{check_served_name, TaskFailure, TaskOutput, TaskSpec};
 use herder_core::worker::{
-    ConnectAttempt, Worker, WorkerConfig, WorkerConfigError, WorkerEvent, WorkerOutput,
+    ConnectAttempt, Worker as CoreWorker, WorkerConfig, WorkerConfigError, WorkerEvent,
+    WorkerOutput,
 };
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::{os_seed, sleep_until, Clock};
+use crate::handlers::{AsyncFn, BlockingFn, Handler, Handlers, TaskContext, TaskError};
 use crate::net::{DialedConnection, Inbound, Outbound};
 
 const INPUT_QUEUE_MAX: usize = 4_096;
+
+/// How long running attempts get to finish once a drain begins, unless told otherwise.
+pub const DRAIN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// After a drain, how long to wait for the coordinator to acknowledge the last results before
+/// exiting anyway (an unacknowledged attempt is then settled by the worker's loss).
+pub const DRAIN_ACK_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
@@ -32,6 +48,23 @@ pub struct WorkerOptions {
     pub max_frame_bytes: usize,
     /// Seed for the worker's RNG (and so its incarnation); `None` draws one from the OS.
     pub seed: Option<u64>,
+    /// What the worker runs, by task name. The names are what it registers as serving.
+    pub handlers: Handlers,
+    /// How long a drain lets running attempts finish before handing them back.
+    pub drain_timeout: Duration,
+}
+
+impl WorkerOptions {
+    /// Options with the built-in handlers and the default frame limit and drain timeout.
+    pub fn new(config: WorkerConfig) -> WorkerOptions {
+        WorkerOptions {
+            config,
+            max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
+            seed: None,
+            handlers: Handlers::builtin(),
+            drain_timeout: DRAIN_TIMEOUT_DEFAULT,
+        }
+    }
 }
 
 enum Input {
@@ -40,17 +73,35 @@ enum Input {
     TaskDone(LeaseId, AttemptOutcome),
 }
 
+/// How a running worker is told to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Running,
+    /// Finish or hand back what runs, then exit.
+    Drain,
+    /// Close at once; running attempts are abandoned (and charged when the worker is lost).
+    Now,
+}
+
 /// A running worker.
 pub struct WorkerHandle {
-    shutdown: watch::Sender<bool>,
+    stop: watch::Sender<Stop>,
     task: JoinHandle<()>,
 }
 
 impl WorkerHandle {
-    /// Stops the worker: its connection closes (the coordinator sees it at once) and running
-    /// tasks are abandoned.
+    /// Stops the worker gracefully: it takes no new work and tells the coordinator so; running
+    /// attempts get the drain timeout to finish; the rest are handed back (their jobs are
+    /// queued again at once, with no attempt charged). Returns once the worker has stopped.
+    pub async fn drain(self) {
+        let _ = self.stop.send(Stop::Drain);
+        let _ = self.task.await;
+    }
+
+    /// Stops the worker at once: its connection closes (the coordinator sees it at once) and
+    /// running attempts are abandoned, each costing its job an attempt.
     pub async fn shutdown(self) {
-        let _ = self.shutdown.send(true);
+        let _ = self.stop.send(Stop::Now);
         let _ = self.task.await;
     }
 
@@ -59,8 +110,16 @@ impl WorkerHandle {
         self.task.abort();
     }
 
-    pub fn shutdown_sender(&self) -> watch::Sender<bool> {
-        self.shutdown.clone()
+    /// A sender that starts a drain when `true` is sent (for signal handlers).
+    pub fn drain_sender(&self) -> watch::Sender<bool> {
+        let (tx, mut rx) = watch::channel(false);
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            if rx.wait_for(|drain| *drain).await.is_ok() {
+                let _ = stop.send(Stop::Drain);
+            }
+        });
+        tx
     }
 
     pub async fn wait(self) {
@@ -68,60 +127,114 @@ impl WorkerHandle {
     }
 }
 
-pub fn start(options: WorkerOptions) -> Result<WorkerHandle, WorkerConfigError> {
+/// Starts a worker on the current tokio runtime.
+pub fn start(mut options: WorkerOptions) -> Result<WorkerHandle, WorkerConfigError> {
+    options.config.tasks = options.handlers.names();
     let clock = Clock::new();
     let seed = options.seed.unwrap_or_else(os_seed);
-    let worker = Worker::new(options.config, seed, clock.now())?;
+    let worker = CoreWorker::new(options.config, seed, clock.now())?;
     tracing::info!(
         worker = %worker.id(),
         incarnation = %worker.incarnation(),
         "Worker starting"
     );
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = watch::channel(Stop::Running);
     let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let driver = Driver {
         worker,
         clock,
         max_frame_bytes: options.max_frame_bytes,
+        handlers: options.handlers,
+        drain_timeout: options.drain_timeout,
         inputs: input_tx,
         connection: DialedConnection::default(),
         cancels: HashMap::new(),
     };
-    let task = tokio::spawn(driver.run(input_rx, shutdown_rx));
+    let task = tokio::spawn(driver.run(input_rx, stop_rx));
     Ok(WorkerHandle {
-        shutdown: shutdown_tx,
+        stop: stop_tx,
         task,
     })
 }
 
+/// Where a drain stands.
+enum Draining {
+    No,
+    /// Running attempts may finish until `hand_back_at`.
+    Finishing {
+        hand_back_at: tokio::time::Instant,
+    },
+    /// Everything was handed back; waiting for acknowledgements until `give_up_at`.
+    Acknowledging {
+        give_up_at: tokio::time::Instant,
+    },
+}
+
 struct Driver {
-    worker: Worker,
+    worker: CoreWorker,
     clock: Clock,
     max_frame_bytes: usize,
+    handlers: Handlers,
+    drain_timeout: Duration,
     inputs: mpsc::Sender<Input>,
     connection: DialedConnection,
-    cancels: HashMap<LeaseId, watch::Sender<bool>>,
+    cancels: HashMap<LeaseId, CancellationToken>,
 }
 
 impl Driver {
-    async fn run(mut self, mut inputs: mpsc::Receiver<Input>, mut shutdown: watch::Receiver<bool>) {
-        self.drain();
+    async fn run(mut self, mut inputs: mpsc::Receiver<Input>, mut stop: watch::Receiver<Stop>) {
+        self.drain_outputs();
+        let mut draining = Draining::No;
         loop {
+            if matches!(draining, Draining::No) && *stop.borrow_and_update() == Stop::Drain {
+                self.worker.begin_drain(self.clock.now());
+                self.drain_outputs();
+                let hand_back_at = tokio::time::Instant::now() + self.drain_timeout;
+                draining = Draining::Finishing { hand_back_at };
+            }
+            if self.worker.is_drained() {
+                break;
+            }
+            let drain_timer = match &draining {
+                Draining::No => None,
+                Draining::Finishing { hand_back_at } => Some(*hand_back_at),
+                Draining::Acknowledging { give_up_at } => Some(*give_up_at),
+            };
             let timer = self.worker.poll_timeout().map(|at| self.clock.deadline(at));
             tokio::select! {
                 biased;
-                _ = shutdown.changed() => break,
+                changed = stop.changed() => match changed {
+                    Ok(()) if *stop.borrow() == Stop::Now => break,
+                    Ok(()) => {}
+                    Err(_) => break, // every handle is gone
+                },
                 input = inputs.recv() => match input {
                     Some(input) => self.handle(input),
                     None => break,
                 },
+                _ = sleep_until(drain_timer) => match draining {
+                    Draining::Finishing { .. } => {
+                        self.worker.release_running(self.clock.now());
+                        draining = Draining::Acknowledging {
+                            give_up_at: tokio::time::Instant::now() + DRAIN_ACK_WAIT,
+                        };
+                    }
+                    _ => {
+                        tracing::warn!(
+                            worker = %self.worker.id(),
+                            unacknowledged = self.worker.unacknowledged(),
+                            "Drain ended without every result acknowledged"
+                        );
+                        break;
+                    }
+                },
                 _ = sleep_until(timer) => self.worker.handle_timeout(self.clock.now()),
             }
-            self.drain();
+            self.drain_outputs();
         }
         self.connection.close();
         for cancel in self.cancels.values() {
-            let _ = cancel.send(true);
+            cancel.cancel();
         }
         tracing::info!(worker = %self.worker.id(), "Worker stopped");
     }
@@ -159,7 +272,7 @@ impl Driver {
         }
     }
 
-    fn drain(&mut self) {
+    fn drain_outputs(&mut self) {
         while let Some(output) = self.worker.poll_output() {
             match output {
                 WorkerOutput::Connect { attempt, address } => {
@@ -185,29 +298,51 @@ impl Driver {
                 }
                 WorkerOutput::Close => self.connection.close(),
                 WorkerOutput::StartTask {
+                    job_id,
                     lease_id,
                     attempt,
+                    max_attempts,
                     task,
-                    ..
+                    timeout,
                 } => {
-                    if task.plan(attempt) == TaskPlan::Inline {
+                    let Some(handler) = self.handlers.get(task.kind()).cloned() else {
+                        // Registration names exactly the handlers, so the coordinator sent a
+                        // kind it was never told of; another worker may serve it.
+                        let error = format!("this worker has no handler for {:?}", task.kind());
+                        let outcome = AttemptOutcome::Failed {
+                            error,
+                            permanent: false,
+                        };
+                        self.worker
+                            .handle_task_finished(self.clock.now(), lease_id, outcome);
+                        continue;
+                    };
+                    if let Some(result) = handler.run_inline(&task, attempt) {
                         // Microseconds of work: cheaper here than on another thread.
-                        let outcome = outcome_of(execute(&task, attempt));
+                        let outcome = outcome_of(result, false);
                         self.worker
                             .handle_task_finished(self.clock.now(), lease_id, outcome);
                         continue;
                     }
-                    let (cancel_tx, cancel_rx) = watch::channel(false);
-                    self.cancels.insert(lease_id, cancel_tx);
+                    let cancelled = CancellationToken::new();
+                    self.cancels.insert(lease_id, cancelled.clone());
+                    let context = TaskContext {
+                        job_id,
+                        lease_id,
+                        attempt: attempt.0,
+                        max_attempts,
+                        timeout,
+                        cancelled,
+                    };
                     let inputs = self.inputs.clone();
                     tokio::spawn(async move {
-                        let outcome = run_task(task, attempt, cancel_rx).await;
+                        let outcome = run_attempt(handler, task, context).await;
                         let _ = inputs.send(Input::TaskDone(lease_id, outcome)).await;
                     });
                 }
                 WorkerOutput::CancelTask { lease_id } => {
                     if let Some(cancel) = self.cancels.get(&lease_id) {
-                        let _ = cancel.send(true);
+                        cancel.cancel();
                     }
                 }
                 WorkerOutput::Event(event) => log_event(self.worker.id(), &event),
@@ -216,43 +351,51 @@ impl Driver {
     }
 }
 
-/// Runs one attempt to its outcome, stopping early when cancelled.
-async fn run_task(
+/// Runs one attempt to its outcome. The token fires at the deadline too, so a handler that
+/// watches it stops even when the coordinator cannot be reached to say so.
+async fn run_attempt(
+    handler: Arc<dyn Handler>,
     task: TaskSpec,
-    attempt: herder_core::ids::Attempt,
-    mut cancel: watch::Receiver<bool>,
+    context: TaskContext,
 ) -> AttemptOutcome {
-    match task.plan(attempt) {
-        TaskPlan::Sleep { duration, then } => tokio::select! {
-            _ = tokio::time::sleep(duration) => outcome_of(then),
-            _ = cancel.wait_for(|cancelled| *cancelled) => AttemptOutcome::Cancelled {},
-        },
-        TaskPlan::Compute | TaskPlan::Inline => {
-            let flag = cancel.clone();
-            let compute = tokio::task::spawn_blocking(move || {
-                execute_until(&task, attempt, &mut || *flag.borrow())
-            });
-            let result = compute.await;
-            if *cancel.borrow_and_update() {
-                return AttemptOutcome::Cancelled {};
-            }
-            match result {
-                Ok(Some(result)) => outcome_of(result),
-                // Stopped by a cancel (the flag was seen above unless it raced; either way).
-                Ok(None) => AttemptOutcome::Cancelled {},
-                Err(join) => AttemptOutcome::Failed {
-                    error: format!("task panicked: {join}"),
-                },
-            }
+    let cancelled = context.cancelled.clone();
+    let timeout = context.timeout;
+    let mut running = tokio::spawn(handler.start(task, context));
+    let mut deadline_passed = false;
+    let joined = tokio::select! {
+        joined = &mut running => joined,
+        _ = tokio::time::sleep(timeout) => {
+            deadline_passed = !cancelled.is_cancelled();
+            cancelled.cancel();
+            running.await
         }
+    };
+    if deadline_passed {
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        return AttemptOutcome::Failed {
+            error: format!("the attempt's deadline of {millis} ms passed"),
+            permanent: false,
+        };
+    }
+    match joined {
+        Ok(result) => outcome_of(result, cancelled.is_cancelled()),
+        Err(join) => AttemptOutcome::Failed {
+            error: format!("handler panicked: {join}"),
+            permanent: false,
+        },
     }
 }
 
-fn outcome_of(result: Result<TaskOutput, TaskFailure>) -> AttemptOutcome {
+/// An attempt's outcome; whatever it returned after being told to stop counts as stopped.
+fn outcome_of(result: Result<TaskOutput, TaskFailure>, cancelled: bool) -> AttemptOutcome {
+    if cancelled {
+        return AttemptOutcome::Cancelled {};
+    }
     match result {
         Ok(output) => AttemptOutcome::Succeeded { output },
         Err(failure) => AttemptOutcome::Failed {
             error: failure.message,
+            permanent: failure.permanent,
         },
     }
 }
@@ -271,5 +414,186 @@ fn log_event(worker: &WorkerId, event: &WorkerEvent) {
             tracing::warn!(%worker, "{event}")
         }
         _ => tracing::info!(%worker, "{event}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The builder users start from
+// ---------------------------------------------------------------------------------------------
+
+/// A worker a program builds for itself: its own task handlers next to the built-in ones.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), herder_runtime::worker::BuildError> {
+/// use herder_runtime::{TaskContext, TaskError, Worker};
+///
+/// let worker = Worker::builder()
+///     .coordinators(["127.0.0.1:7001"])
+///     .capacity(4)
+///     .task("greet", |name: String, _ctx: TaskContext| async move {
+///         Ok::<_, TaskError>(format!("hello, {name}"))
+///     })
+///     .start()?;
+/// herder_runtime::terminated().await;
+/// worker.drain().await;
+/// # Ok(()) }
+/// ```
+pub struct Worker;
+
+impl Worker {
+    pub fn builder() -> WorkerBuilder {
+        WorkerBuilder {
+            id: None,
+            coordinators: Vec::new(),
+            capacity: 4,
+            handlers: Handlers::builtin(),
+            max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
+            drain_timeout: DRAIN_TIMEOUT_DEFAULT,
+            seed: None,
+            bad_names: Vec::new(),
+        }
+    }
+}
+
+/// Why a worker could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("invalid worker id: {0}")]
+    Id(String),
+    #[error("cannot register task {name:?}: {reason}")]
+    TaskName { name: String, reason: String },
+    #[error(transparent)]
+    Config(#[from] WorkerConfigError),
+}
+
+/// Configures a [`Worker`]; see [`Worker::builder`].
+pub struct WorkerBuilder {
+    id: Option<String>,
+    coordinators: Vec<String>,
+    capacity: u32,
+    handlers: Handlers,
+    max_frame_bytes: usize,
+    drain_timeout: Duration,
+    seed: Option<u64>,
+    bad_names: Vec<(String, String)>,
+}
+
+impl WorkerBuilder {
+    /// The worker's id (default `worker-<pid>`). A restarted process may reuse it.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The coordinators' worker addresses, tried in turn.
+    pub fn coordinators<S: Into<String>>(mut self, addresses: impl IntoIterator<Item = S>) -> Self {
+        self.coordinators = addresses.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// How many attempts run at once (default 4).
+    pub fn capacity(mut self, capacity: u32) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// How long a drain lets running attempts finish (default 30 s).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
+    }
+
+    pub fn max_frame_bytes(mut self, bytes: usize) -> Self {
+        self.max_frame_bytes = bytes;
+        self
+    }
+
+    /// Seeds the worker's RNG (its incarnation, its backoff) for a reproducible run.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Serves `name` with an async handler. The payload is decoded into `P` (use
+    /// `serde_json::Value` for raw JSON; a payload that does not decode fails the job for good)
+    /// and the result is stored as JSON.
+    pub fn task<P, R, F, Fut>(mut self, name: &str, handler: F) -> Self
+    where
+        F: Fn(P, TaskContext) -> Fut + Send + Sync + 'static,
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + 'static,
+        Fut: Future<Output = Result<R, TaskError>> + Send + 'static,
+    {
+        if self.name_ok(name) {
+            self.handlers.insert(name, AsyncFn::new(handler));
+        }
+        self
+    }
+
+    /// Serves `name` with a blocking handler, run on the blocking thread pool.
+    pub fn blocking_task<P, R, F>(mut self, name: &str, handler: F) -> Self
+    where
+        F: Fn(P, TaskContext) -> Result<R, TaskError> + Send + Sync + 'static,
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+    {
+        if self.name_ok(name) {
+            self.handlers.insert(name, BlockingFn::new(handler));
+        }
+        self
+    }
+
+    /// Serves `name` with a handler of your own making.
+    pub fn handler(mut self, name: &str, handler: impl Handler) -> Self {
+        if self.name_ok(name) {
+            self.handlers.insert(name, handler);
+        }
+        self
+    }
+
+    /// Serves `exec` tasks whose program the policy admits (see [`crate::exec`]).
+    pub fn exec(mut self, policy: crate::exec::ExecPolicy) -> Self {
+        self.handlers.insert(
+            herder_core::tasks::EXEC_KIND,
+            crate::exec::Exec::new(policy),
+        );
+        self
+    }
+
+    /// Serves only the tasks registered on this builder, not the built-in kinds.
+    pub fn without_builtin_tasks(mut self) -> Self {
+        for kind in herder_core::tasks::TASK_KINDS {
+            self.handlers.remove(kind);
+        }
+        self
+    }
+
+    fn name_ok(&mut self, name: &str) -> bool {
+        match check_served_name(name) {
+            Ok(()) => true,
+            Err(error) => {
+                self.bad_names.push((name.to_owned(), error.to_string()));
+                false
+            }
+        }
+    }
+
+    /// Starts the worker on the current tokio runtime.
+    pub fn start(self) -> Result<WorkerHandle, BuildError> {
+        if let Some((name, reason)) = self.bad_names.into_iter().next() {
+            return Err(BuildError::TaskName { name, reason });
+        }
+        let id = self
+            .id
+            .unwrap_or_else(|| format!("worker-{}", std::process::id()));
+        let id = WorkerId::parse(&id).map_err(|error| BuildError::Id(error.to_string()))?;
+        let options = WorkerOptions {
+            config: WorkerConfig::new(id, self.capacity, self.coordinators),
+            max_frame_bytes: self.max_frame_bytes,
+            seed: self.seed,
+            handlers: self.handlers,
+            drain_timeout: self.drain_timeout,
+        };
+        Ok(start(options)?)
     }
 }

@@ -59,6 +59,7 @@ async fn complete_next(fake: &mut FakeWorker) -> herder_core::ids::JobId {
 
 fn keyed(key: &str, max_attempts: Option<u32>) -> SubmitOptions {
     SubmitOptions {
+        timeout_millis: None,
         partitions: None,
         max_attempts,
         idempotency_key: Some(key.into()),
@@ -136,6 +137,7 @@ async fn each_terminal_transition_frees_exactly_one_slot_and_retries_keep_theirs
         retries,
         b1.lease_id,
         AttemptOutcome::Failed {
+            permanent: false,
             error: "boom".into(),
         },
     )
@@ -151,6 +153,7 @@ async fn each_terminal_transition_frees_exactly_one_slot_and_retries_keep_theirs
         retries,
         b2.lease_id,
         AttemptOutcome::Failed {
+            permanent: false,
             error: "boom again".into(),
         },
     )

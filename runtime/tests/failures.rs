@@ -357,6 +357,7 @@ async fn a_result_after_client_cancellation_is_rejected() {
         job_id,
         assignment.lease_id,
         AttemptOutcome::Failed {
+            permanent: false,
             error: "late failure".into(),
         },
     )
@@ -543,6 +544,8 @@ async fn worker_ids_belong_to_one_live_process_at_a_time() {
         FakeWorker::connect(coordinator.worker_addr(), "w", fresh_incarnation()).await;
     intruder
         .send(&WorkerToCoordinator::Register {
+            draining: false,
+            tasks: herder_core::protocol::builtin_task_names(),
             worker_id: intruder.id.clone(),
             incarnation: intruder.incarnation,
             capacity: 1,

@@ -16,7 +16,6 @@ use herder_core::client::ClientConfig;
 use herder_core::coordinator::CoordinatorConfig;
 use herder_core::ids::{NodeId, RequestId, Term};
 use herder_core::job::JobState;
-use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::protocol::{ClientReply, ClientRequest, ClusterView, PeerMessage};
 use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
@@ -156,12 +155,8 @@ impl Group {
         config.reconnect_base = Duration::from_millis(20);
         config.reconnect_max = Duration::from_millis(200);
         config.connect_timeout = Duration::from_secs(2);
-        worker::start(WorkerOptions {
-            config,
-            max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
-            seed: None,
-        })
-        .unwrap_or_else(|e| panic!("worker {id} failed to start: {e}"))
+        worker::start(WorkerOptions::new(config))
+            .unwrap_or_else(|e| panic!("worker {id} failed to start: {e}"))
     }
 
     async fn stop(&mut self, id: &NodeId) {

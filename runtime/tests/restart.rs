@@ -299,6 +299,7 @@ async fn a_job_in_retry_backoff_is_retried_after_a_restart() {
         job_id,
         lease.lease_id,
         AttemptOutcome::Failed {
+            permanent: false,
             error: "transient".into(),
         },
     )

@@ -245,7 +245,10 @@ async fn unknown_jobs_and_invalid_submissions_get_typed_errors_and_create_nothin
     );
 
     let invalid_tasks = [
-        serde_json::json!({"kind": "launch-missiles"}),
+        serde_json::json!({"kind": "launch missiles"}),
+        serde_json::json!({"kind": "launch-missiles", "target": "moon"}),
+        serde_json::json!({"kind": "exec", "argv": []}),
+        serde_json::json!({"kind": "exec", "argv": ["true"], "cwd": "../etc"}),
         serde_json::json!({"kind": "sleep"}),
         serde_json::json!({"kind": "sleep", "milliseconds": -5}),
         serde_json::json!({"kind": "prime-count", "limit": "many"}),
@@ -254,6 +257,7 @@ async fn unknown_jobs_and_invalid_submissions_get_typed_errors_and_create_nothin
     ];
     for task in invalid_tasks {
         let op = Operation::Submit {
+            timeout_millis: None,
             partitions: None,
             task: task.clone(),
             max_attempts: None,
@@ -266,6 +270,7 @@ async fn unknown_jobs_and_invalid_submissions_get_typed_errors_and_create_nothin
         );
     }
     let bad_attempts = Operation::Submit {
+        timeout_millis: None,
         partitions: None,
         task: TaskSpec::Sha256 { text: "x".into() }.to_json(),
         max_attempts: Some(0),
@@ -477,6 +482,7 @@ async fn out_of_range_request_parameters_are_refused_with_typed_errors() {
     let sha = TaskSpec::Sha256 { text: "x".into() };
 
     let submit_op = |max_attempts: Option<u32>, key: Option<String>| Operation::Submit {
+        timeout_millis: None,
         partitions: None,
         task: sha.to_json(),
         max_attempts,
@@ -499,6 +505,7 @@ async fn out_of_range_request_parameters_are_refused_with_typed_errors() {
         text: "a".repeat(300 * 1024),
     };
     let op = Operation::Submit {
+        timeout_millis: None,
         partitions: None,
         task: long.to_json(),
         max_attempts: None,
@@ -537,6 +544,7 @@ async fn a_request_larger_than_a_frame_fails_alone() {
 
     for key in [None, Some("huge-1".to_owned())] {
         let options = herder_runtime::client::SubmitOptions {
+            timeout_millis: None,
             partitions: None,
             max_attempts: None,
             idempotency_key: key.clone(),
@@ -602,6 +610,8 @@ async fn invalid_registrations_are_refused() {
             .await
             .expect("connect");
         let register = WorkerToCoordinator::Register {
+            draining: false,
+            tasks: herder_core::protocol::builtin_task_names(),
             worker_id: herder_core::ids::WorkerId(id.to_owned()),
             incarnation: fresh_incarnation(),
             capacity,
@@ -650,6 +660,7 @@ async fn a_request_over_the_coordinators_frame_limit_fails_instead_of_being_rese
 
     for key in [None, Some("big-but-keyed".to_owned())] {
         let options = herder_runtime::client::SubmitOptions {
+            timeout_millis: None,
             partitions: None,
             max_attempts: None,
             idempotency_key: key.clone(),

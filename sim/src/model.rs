@@ -20,6 +20,9 @@
 //!   attempt requeues or fails. A partition's end decides its parent: all completed completes
 //!   it with the sequential answer over the whole input; one failed for good fails it and
 //!   cancels the others.
+//! - A **permanent** failure fails the job at once, whatever attempts remain. **Release** (a
+//!   draining worker's hand-back) of the current lease queues the job again and gives the
+//!   attempt back to the budget.
 //! - **Requeue** moves `RETRY_WAIT` to `QUEUED`. **Cancel** cancels a non-terminal job (a
 //!   partition's cancel is its parent's) and every non-terminal partition of it.
 //! - **Purge** removes each named job that is terminal and not a partition, with its
@@ -200,13 +203,15 @@ impl Model {
                 job_id,
                 lease_id,
                 retry_delay_millis,
+                permanent,
                 ..
             } => {
                 self.settled_at.entry(*lease_id).or_insert(at);
                 if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
                     let job = self.job_mut(job_id)?;
                     job.lease = None;
-                    if job.attempt < job.max_attempts {
+                    // A permanent failure ends the job whatever attempts remain.
+                    if job.attempt < job.max_attempts && !permanent {
                         job.state = JobState::RetryWait;
                         job.retry_delay_millis = *retry_delay_millis;
                     } else {
@@ -226,6 +231,16 @@ impl Model {
                         job.state = JobState::Failed;
                         self.partition_failed(at, *job_id);
                     }
+                }
+            }
+            Command::Release { job_id, lease_id } => {
+                self.settled_at.entry(*lease_id).or_insert(at);
+                if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
+                    // Handed back by a draining worker: queued again, the attempt not charged.
+                    let job = self.job_mut(job_id)?;
+                    job.lease = None;
+                    job.attempt -= 1;
+                    job.state = JobState::Queued;
                 }
             }
             Command::Requeue { job_id } => {

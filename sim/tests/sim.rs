@@ -138,6 +138,7 @@ fn lease_id(n: u8) -> LeaseId {
 fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
     let commands = vec![
         Command::Submit {
+            timeout_millis: None,
             partitions: Vec::new(),
             partitions_asked: None,
             job_id: job_id(1),
@@ -198,6 +199,7 @@ fn the_checker_catches_an_acknowledgement_that_runs_ahead_of_the_disk() {
         Instant::ZERO,
         ConnectionId(2),
         ClientRequest::Submit {
+            timeout_millis: None,
             request_id: RequestId(1),
             task: serde_json::json!({"kind": "sha256", "text": "x"}),
             max_attempts: None,
@@ -282,6 +284,10 @@ fn the_checker_catches_a_worker_over_capacity() {
     leases.insert(lease_id(1), job_id(1));
     leases.insert(lease_id(2), job_id(2));
     let entry = WorkerEntry {
+        tasks: herder_core::protocol::builtin_task_names()
+            .into_iter()
+            .collect(),
+        draining: false,
         id: worker(),
         incarnation: Incarnation(1),
         registration: 1,

@@ -31,7 +31,7 @@ impl DiskImage {
                 }
                 Record::TruncateLogAfter(index) => self.log.retain(|i, _| i <= index),
                 Record::Job(job) => {
-                    self.jobs.insert(job.id, job.clone());
+                    self.jobs.insert(job.id, Job::clone(job));
                 }
                 Record::DeleteJob(job_id) => {
                     self.jobs.remove(job_id);

@@ -36,7 +36,7 @@ pub enum Event {
     },
     JobSubmitted {
         job_id: JobId,
-        kind: &'static str,
+        kind: String,
         max_attempts: u32,
     },
     SubmitRejected {
@@ -96,6 +96,16 @@ pub enum Event {
         job_id: JobId,
         attempt: Attempt,
         max_attempts: u32,
+    },
+    /// A draining worker handed an attempt back; the job is queued again, uncharged.
+    AttemptReleased {
+        job_id: JobId,
+        worker: WorkerId,
+    },
+    /// A worker said it is shutting down: it gets no new work.
+    WorkerDraining {
+        worker: WorkerId,
+        running: usize,
     },
     JobCompleted {
         job_id: JobId,
@@ -275,6 +285,14 @@ impl fmt::Display for Event {
                 attempt,
                 max_attempts,
             } => write!(f, "Job requeued: jobId={job_id} attempt={attempt}/{max_attempts}"),
+            Event::AttemptReleased { job_id, worker } => write!(
+                f,
+                "Attempt handed back by a draining worker: jobId={job_id} workerId={worker} (not charged; queued again)"
+            ),
+            Event::WorkerDraining { worker, running } => write!(
+                f,
+                "Worker draining: workerId={worker} running={running} (no new work)"
+            ),
             Event::JobCompleted {
                 job_id,
                 worker,

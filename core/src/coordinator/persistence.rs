@@ -96,7 +96,7 @@ impl Persistence {
             for job_id in std::mem::take(&mut self.dirty) {
                 // A dirty job the table no longer holds was purged.
                 self.open_batch.push(match table.get(&job_id) {
-                    Some(job) => Record::Job(job.clone()),
+                    Some(job) => Record::Job(Box::new(job.clone())),
                     None => Record::DeleteJob(job_id),
                 });
             }

@@ -5,7 +5,7 @@
 //! keeps its slot until then, because the task may still be running on the worker: capacity
 //! counts what the worker is really doing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
 use crate::protocol::WorkerView;
@@ -23,9 +23,22 @@ pub struct WorkerEntry {
     pub last_heartbeat: Instant,
     /// Slots in use: lease -> job.
     pub leases: BTreeMap<LeaseId, JobId>,
+    /// The task kinds it serves (fixed for the life of its process).
+    pub tasks: BTreeSet<String>,
+    /// Shutting down: it gets no new work.
+    pub draining: bool,
 }
 
 impl WorkerEntry {
+    /// Live, connected and not draining: it may be given work of the kinds it serves.
+    pub fn takes_work(&self) -> bool {
+        self.alive && self.conn.is_some() && !self.draining
+    }
+
+    pub fn serves(&self, kind: &str) -> bool {
+        self.tasks.contains(kind)
+    }
+
     pub fn free_slots(&self) -> u32 {
         let used = u32::try_from(self.leases.len()).unwrap_or(u32::MAX);
         self.capacity.saturating_sub(used)
@@ -39,6 +52,8 @@ impl WorkerEntry {
             capacity: self.capacity,
             running: u32::try_from(self.leases.len()).unwrap_or(u32::MAX),
             last_heartbeat_millis_ago: now.saturating_since(self.last_heartbeat).as_millis() as u64,
+            tasks: self.tasks.iter().cloned().collect(),
+            draining: self.draining,
         }
     }
 }
@@ -126,18 +141,31 @@ impl Registry {
         }
     }
 
-    /// The live worker with a free slot and the fewest attempts in hand (ties: most free slots,
-    /// then the smallest id, so the choice is deterministic).
-    pub fn least_loaded(&self) -> Option<&WorkerEntry> {
-        self.least_loaded_by(|_| 0)
-    }
-
-    /// [`Self::least_loaded`], but first minimising `penalty` (e.g. how many partitions of the
-    /// same job a worker already runs, so partitions spread across workers).
-    pub fn least_loaded_by(&self, penalty: impl Fn(&WorkerEntry) -> usize) -> Option<&WorkerEntry> {
+    /// Workers that take work and have a free slot.
+    pub fn with_free_slots(&self) -> impl Iterator<Item = &WorkerEntry> {
         self.workers
             .values()
-            .filter(|w| w.alive && w.conn.is_some() && w.free_slots() > 0)
+            .filter(|w| w.takes_work() && w.free_slots() > 0)
+    }
+
+    /// True if some worker that takes work serves `kind` (whether or not it has a slot free).
+    pub fn serves(&self, kind: &str) -> bool {
+        self.workers
+            .values()
+            .any(|w| w.takes_work() && w.serves(kind))
+    }
+
+    /// The worker serving `kind` with a free slot and the fewest attempts in hand, after first
+    /// minimising `penalty` (e.g. how many partitions of the same job a worker already runs, so
+    /// partitions spread across workers). Ties: most free slots, then the smallest id, so the
+    /// choice is deterministic.
+    pub fn least_loaded_for(
+        &self,
+        kind: &str,
+        penalty: impl Fn(&WorkerEntry) -> usize,
+    ) -> Option<&WorkerEntry> {
+        self.with_free_slots()
+            .filter(|w| w.serves(kind))
             .min_by(|a, b| {
                 penalty(a)
                     .cmp(&penalty(b))

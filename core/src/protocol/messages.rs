@@ -38,6 +38,10 @@ pub enum WorkerToCoordinator {
     /// process, so a restarted coordinator (or a new leader) can re-adopt them; `finished` lists
     /// attempts whose results are not yet acknowledged (they follow right after `REGISTERED`).
     /// Together they tell the coordinator which of its assignments this process really holds.
+    ///
+    /// `tasks` names the task kinds this worker serves (built-in kinds and user task names);
+    /// it is only ever given work of those kinds. Absent, it means the built-in kinds.
+    /// `draining` is true when the process is shutting down and wants no new work.
     Register {
         worker_id: WorkerId,
         incarnation: Incarnation,
@@ -46,9 +50,16 @@ pub enum WorkerToCoordinator {
         running: Vec<RunningAttempt>,
         #[serde(default)]
         finished: Vec<RunningAttempt>,
+        #[serde(default = "builtin_task_names")]
+        tasks: Vec<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        draining: bool,
     },
     /// "Still alive." The coordinator answers `HEARTBEAT_ACK`.
     Heartbeat {},
+    /// The worker is shutting down: assign it nothing more. Its running attempts end as usual
+    /// or come back as `released`.
+    Draining {},
     /// How an attempt ended. Retransmitted (after every re-registration) until `RESULT_ACK`.
     TaskResult {
         job_id: JobId,
@@ -60,6 +71,7 @@ pub enum WorkerToCoordinator {
 wire_message!(WorkerToCoordinator {
     Register => "REGISTER",
     Heartbeat => "HEARTBEAT",
+    Draining => "DRAINING",
     TaskResult => "TASK_RESULT",
 });
 
@@ -78,11 +90,25 @@ pub enum AttemptOutcome {
     Succeeded {
         output: TaskOutput,
     },
+    /// The attempt failed. `permanent` says retrying cannot help: the job fails at once.
     Failed {
         error: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        permanent: bool,
     },
     /// The worker stopped the task because the coordinator sent `TASK_CANCEL`.
     Cancelled {},
+    /// A draining worker handed the attempt back unfinished: the job is queued again and the
+    /// attempt is not charged.
+    Released {},
+}
+
+/// The task kinds a worker that does not list its own serves: the built-in ones.
+pub fn builtin_task_names() -> Vec<String> {
+    crate::tasks::TASK_KINDS
+        .iter()
+        .map(|kind| kind.to_string())
+        .collect()
 }
 
 /// What a coordinator sends a worker.
@@ -222,6 +248,9 @@ pub enum ClientRequest {
         /// How many partitions a data-parallel task is split into; absent means `"auto"`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         partitions: Option<Partitions>,
+        /// Each attempt's deadline; absent means the coordinator's `--task-timeout-millis`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_millis: Option<u64>,
     },
     Status {
         request_id: RequestId,
@@ -446,6 +475,12 @@ pub struct JobView {
     /// When it became terminal (absent while it is not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at_unix_ms: Option<u64>,
+    /// The per-attempt deadline the submission asked for (absent: the coordinator's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_millis: Option<u64>,
+    /// True on a queued job that no live worker serves: it waits for one to register.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unserved: bool,
 }
 
 /// How many partitions a data-parallel job asks for: a number, or `"auto"` (one per live
@@ -532,6 +567,12 @@ pub struct WorkerView {
     /// Slots in use (attempts assigned and not yet reported finished).
     pub running: u32,
     pub last_heartbeat_millis_ago: u64,
+    /// The task kinds it serves.
+    #[serde(default)]
+    pub tasks: Vec<String>,
+    /// Shutting down: it takes no new work.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
 }
 
 /// The coordinator group as one member sees it.

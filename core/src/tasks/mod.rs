@@ -20,5 +20,8 @@ pub use run::{
     count_primes_up_to, count_words, execute, execute_until, sha256_hex, TaskFailure, TaskOutput,
     TaskPlan,
 };
-pub use spec::{prime_sum_span_max, range_span, TaskError, TaskSpec, TASK_KINDS};
+pub use spec::{
+    check_served_name, check_task_name, json_bytes, prime_sum_span_max, range_span, TaskError,
+    TaskSpec, UserTask, EXEC_KIND, TASK_KINDS,
+};
 pub use split::aggregate;

@@ -82,6 +82,37 @@ pub enum TaskOutput {
         #[serde(with = "decimal_u128")]
         sum: u128,
     },
+    /// An `exec` task's command exited 0; what it wrote (each cut to
+    /// [`crate::limits::EXEC_OUTPUT_BYTES_MAX`], lossily decoded as UTF-8).
+    Exec {
+        stdout: String,
+        stderr: String,
+        /// Some of stdout was dropped.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stdout_truncated: bool,
+        /// Some of stderr was dropped.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stderr_truncated: bool,
+    },
+    /// What a user task's handler returned.
+    Value {
+        /// Any JSON, at most [`crate::limits::TASK_RESULT_BYTES_MAX`] bytes of it.
+        value: serde_json::Value,
+    },
+}
+
+impl TaskOutput {
+    /// A result too large to keep: its size as compact JSON and the limit, if it is over.
+    pub fn oversize(&self) -> Option<(usize, usize)> {
+        let max = crate::limits::TASK_RESULT_BYTES_MAX;
+        let bytes = match self {
+            TaskOutput::Value { value } => super::json_bytes(value),
+            TaskOutput::Exec { .. } => serde_json::to_vec(self).map_or(usize::MAX, |v| v.len()),
+            // Other built-in outputs are a few numbers or a digest.
+            _ => return None,
+        };
+        (bytes > max).then_some((bytes, max))
+    }
 }
 
 /// `u128` as a decimal JSON string.
@@ -128,23 +159,41 @@ impl fmt::Display for TaskOutput {
                 "sum {sum} of {count} {}",
                 if *count == 1 { "prime" } else { "primes" }
             ),
+            TaskOutput::Value { value } => write!(f, "{value}"),
+            TaskOutput::Exec { stdout, .. } => {
+                let line = stdout.lines().next().unwrap_or("");
+                write!(f, "exited 0; {} bytes of output: {line}", stdout.len())
+            }
         }
     }
 }
 
-/// Why a task attempt failed. The job may be retried.
+/// Why a task attempt failed: retryable (the job runs again while attempts remain) or
+/// permanent (the job fails at once, whatever attempts remain).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message}")]
 pub struct TaskFailure {
     /// Human-readable reason.
     pub message: String,
+    /// Retrying cannot help (bad input, a refused command): fail the job now.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub permanent: bool,
 }
 
 impl TaskFailure {
-    /// A failure with the given message.
+    /// A retryable failure with the given message.
     pub fn new(message: impl Into<String>) -> TaskFailure {
         TaskFailure {
             message: message.into(),
+            permanent: false,
+        }
+    }
+
+    /// A permanent failure: the job fails at once.
+    pub fn permanent(message: impl Into<String>) -> TaskFailure {
+        TaskFailure {
+            message: message.into(),
+            permanent: true,
         }
     }
 }
@@ -203,9 +252,18 @@ pub fn execute_until(
     should_stop: &mut dyn FnMut() -> bool,
 ) -> Option<Result<TaskOutput, TaskFailure>> {
     if let Err(error) = spec.validate() {
-        return Some(Err(TaskFailure::new(format!("invalid task: {error}"))));
+        return Some(Err(TaskFailure::permanent(format!(
+            "invalid task: {error}"
+        ))));
     }
     Some(match spec {
+        TaskSpec::User(task) => Err(TaskFailure::permanent(format!(
+            "{:?} is not a built-in task; a worker serves it with a handler of its own",
+            task.name
+        ))),
+        TaskSpec::Exec { .. } => Err(TaskFailure::permanent(
+            "exec tasks run only on workers that allow commands (--allow-exec)",
+        )),
         TaskSpec::Max { numbers } => numbers
             .iter()
             .max()

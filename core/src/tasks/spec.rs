@@ -2,15 +2,19 @@
 //! checks that turn untrusted JSON into one. Every way a payload can be wrong has its own
 //! [`TaskError`] variant, and the bounds come from [`crate::limits`].
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::limits::{
-    ATTEMPTS_MAX, PRIME_COUNT_LIMIT_MAX, PRIME_SUM_SIEVE_ONLY_END, PRIME_SUM_SPAN_MAX,
-    PRIME_SUM_SPAN_MAX_HIGH, SLEEP_MILLIS_MAX, TASK_NUMBERS_MAX, TASK_TEXT_BYTES_MAX,
+    ATTEMPTS_MAX, EXEC_ARGS_MAX, EXEC_ENV_MAX, EXEC_STRING_BYTES_MAX, PRIME_COUNT_LIMIT_MAX,
+    PRIME_SUM_SIEVE_ONLY_END, PRIME_SUM_SPAN_MAX, PRIME_SUM_SPAN_MAX_HIGH, SLEEP_MILLIS_MAX,
+    TASK_NAME_BYTES_MAX, TASK_NUMBERS_MAX, TASK_PAYLOAD_BYTES_MAX, TASK_TEXT_BYTES_MAX,
 };
 
-/// Every task kind, by its wire name, in the order they are listed in error messages.
+/// Every built-in task kind, by its wire name, in the order they are listed in error messages.
+/// Any other well-formed name is a user task ([`UserTask`]).
 pub const TASK_KINDS: [&str; 8] = [
     "sleep",
     "word-count",
@@ -22,6 +26,10 @@ pub const TASK_KINDS: [&str; 8] = [
     "prime-sum",
 ];
 
+/// The kind that runs a command on a worker. Built in, but served only by workers that allow
+/// commands (`--allow-exec`), so it is not among the kinds a worker serves by default.
+pub const EXEC_KIND: &str = "exec";
+
 /// Longest piece of client-supplied text (an unknown kind or field name) echoed back in an error.
 const ECHO_BYTES_MAX: usize = 64;
 
@@ -30,6 +38,9 @@ const ECHO_BYTES_MAX: usize = 64;
 /// Wire form: a JSON object with a `"kind"` tag, e.g. `{"kind":"sleep","milliseconds":1000}`,
 /// `{"kind":"word-count","text":"a b"}`, `{"kind":"sha256","text":"abc"}`,
 /// `{"kind":"prime-count","limit":100000}`, `{"kind":"fail","fail_until_attempt":3}`.
+///
+/// A name that is not built in names a user task: `{"kind":"resize","payload":{...}}`, run by
+/// whichever worker registered a handler for it.
 ///
 /// The derived `Deserialize` checks shape only; input from outside should go through
 /// [`TaskSpec::from_json`] (or at least [`TaskSpec::validate`]) so the bounds are enforced.
@@ -78,6 +89,69 @@ pub enum TaskSpec {
         /// Last number of the range; `start <= end`, spanning at most [`PRIME_SUM_SPAN_MAX`].
         end: i64,
     },
+    /// Run a command (no shell) on a worker whose `--allow-exec` patterns admit the program.
+    Exec {
+        /// The program, then its arguments: 1 to [`EXEC_ARGS_MAX`] strings.
+        argv: Vec<String>,
+        /// The working directory, relative to the worker's exec directory (absent: that
+        /// directory itself).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        /// Environment variables to set, on top of the worker's clean exec environment.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env: BTreeMap<String, String>,
+    },
+    /// A task the user's own handler runs; Herder only carries its payload.
+    #[serde(untagged)]
+    User(UserTask),
+}
+
+/// A user task: a name some worker serves and an opaque JSON payload for its handler.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserTask {
+    /// The task name, in the `"kind"` field on the wire; see [`check_task_name`].
+    #[serde(rename = "kind")]
+    pub name: String,
+    /// Whatever the handler expects, at most [`TASK_PAYLOAD_BYTES_MAX`] bytes as JSON.
+    #[serde(default)]
+    pub payload: Value,
+}
+
+/// Whether `name` may name a user task: 1 to [`TASK_NAME_BYTES_MAX`] bytes of ASCII letters,
+/// digits and `-_.:/`, starting with a letter or digit, and not a built-in kind.
+pub fn check_task_name(name: &str) -> Result<(), TaskError> {
+    let bad = |reason: &'static str| TaskError::BadTaskName {
+        name: echo(name),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if name.len() > TASK_NAME_BYTES_MAX {
+        return Err(bad("it is longer than 64 bytes"));
+    }
+    if !name.as_bytes()[0].is_ascii_alphanumeric() {
+        return Err(bad("it must start with a letter or a digit"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.:/".contains(&b))
+    {
+        return Err(bad("only ASCII letters, digits and - _ . : / are allowed"));
+    }
+    if Kind::from_name(name).is_some() || name == EXEC_KIND {
+        return Err(bad("it is a built-in task kind"));
+    }
+    Ok(())
+}
+
+/// Checks a name a worker says it serves: a built-in kind or a valid user task name.
+pub fn check_served_name(name: &str) -> Result<(), TaskError> {
+    if Kind::from_name(name).is_some() || name == EXEC_KIND {
+        return Ok(());
+    }
+    check_task_name(name)
 }
 
 /// Why a task spec was rejected. Each message names the problem and what is allowed.
@@ -100,12 +174,6 @@ pub enum TaskError {
     KindNotString {
         /// The JSON type found instead.
         found: &'static str,
-    },
-    /// `"kind"` names no known task.
-    #[error("unknown task kind {kind:?}; known kinds: {}", known_kinds())]
-    UnknownKind {
-        /// The kind asked for (shortened if very long).
-        kind: String,
     },
     /// A required field is absent.
     #[error("{kind} task is missing the field \"{field}\", which must be {}", field_rule(.field))]
@@ -232,6 +300,43 @@ pub enum TaskError {
         span: u128,
         /// The limit.
         max: u64,
+    },
+    /// A kind that is not built in and is not a valid user task name either.
+    #[error(
+        "{name:?} is neither a built-in task kind ({}) nor a valid task name: {reason}",
+        known_kinds()
+    )]
+    BadTaskName {
+        /// The name (shortened if very long).
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An `exec` task field is missing or wrong.
+    #[error("exec task field \"{field}\" {reason}")]
+    BadExec {
+        /// The field: "argv", "cwd" or "env" (or the unexpected field's name).
+        field: String,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
+    /// A user task has a field other than "kind" and "payload".
+    #[error("task {name:?} has an unexpected field {field:?}; a user task takes only \"kind\" and \"payload\"")]
+    UserTaskField {
+        /// The task name.
+        name: String,
+        /// The unexpected field's name (shortened if very long).
+        field: String,
+    },
+    /// A user task's payload is too large.
+    #[error("task {name:?} has a payload of {bytes} bytes as JSON; at most {max} bytes are allowed (put large inputs in shared storage and pass a reference)")]
+    PayloadTooLarge {
+        /// The task name.
+        name: String,
+        /// The payload's size as compact JSON.
+        bytes: usize,
+        /// The limit.
+        max: usize,
     },
     /// The object has a field the kind does not take.
     #[error(
@@ -489,9 +594,14 @@ impl TaskSpec {
         let kind_name = kind_value.as_str().ok_or(TaskError::KindNotString {
             found: json_type(kind_value),
         })?;
-        let kind = Kind::from_name(kind_name).ok_or_else(|| TaskError::UnknownKind {
-            kind: echo(kind_name),
-        })?;
+        if kind_name == EXEC_KIND {
+            let spec = parse_exec(object)?;
+            spec.validate()?;
+            return Ok(spec);
+        }
+        let Some(kind) = Kind::from_name(kind_name) else {
+            return UserTask::from_object(kind_name, object).map(TaskSpec::User);
+        };
         let (name, fields) = (kind.name(), kind.fields());
         if let Some(extra) = object
             .keys()
@@ -556,7 +666,10 @@ impl TaskSpec {
     /// `TASK_TEXT_BYTES_MAX` bytes; `limit <= PRIME_COUNT_LIMIT_MAX`;
     /// `fail_until_attempt` in `1..=ATTEMPTS_MAX`.
     pub fn validate(&self) -> Result<(), TaskError> {
-        let kind = self.kind();
+        let kind = match self {
+            TaskSpec::User(task) => return task.validate(),
+            _ => self.builtin_kind(),
+        };
         let range = |field, value: u64, min: u64, max: u64| {
             if (min..=max).contains(&value) {
                 Ok(())
@@ -571,6 +684,8 @@ impl TaskSpec {
             }
         };
         match self {
+            TaskSpec::User(_) => Ok(()),
+            TaskSpec::Exec { argv, cwd, env } => validate_exec(argv, cwd.as_deref(), env),
             TaskSpec::Sleep { milliseconds } => {
                 range("milliseconds", *milliseconds, 0, SLEEP_MILLIS_MAX)
             }
@@ -627,9 +742,20 @@ impl TaskSpec {
         }
     }
 
-    /// The wire name of the kind: "sleep", "word-count", "sha256", "prime-count" or "fail".
-    pub fn kind(&self) -> &'static str {
+    /// The wire name of the kind: one of [`TASK_KINDS`], or a user task's name. Workers
+    /// register the names they serve, and a job goes only to a worker serving its kind.
+    pub fn kind(&self) -> &str {
         match self {
+            TaskSpec::User(task) => &task.name,
+            _ => self.builtin_kind(),
+        }
+    }
+
+    /// A built-in kind's name (`"user"` for a user task, which has its own).
+    fn builtin_kind(&self) -> &'static str {
+        match self {
+            TaskSpec::User(_) => "user",
+            TaskSpec::Exec { .. } => EXEC_KIND,
             TaskSpec::Sleep { .. } => "sleep",
             TaskSpec::WordCount { .. } => "word-count",
             TaskSpec::Sha256 { .. } => "sha256",
@@ -644,6 +770,28 @@ impl TaskSpec {
     /// The wire form; identical to the derived `Serialize` and accepted back by
     /// [`TaskSpec::from_json`] whenever the spec is valid.
     pub fn to_json(&self) -> Value {
+        if let TaskSpec::Exec { argv, cwd, env } = self {
+            let mut object = Map::new();
+            object.insert("kind".to_string(), Value::from(EXEC_KIND));
+            object.insert("argv".to_string(), Value::from(argv.clone()));
+            if let Some(cwd) = cwd {
+                object.insert("cwd".to_string(), Value::from(cwd.as_str()));
+            }
+            if !env.is_empty() {
+                let vars = env
+                    .iter()
+                    .map(|(name, value)| (name.clone(), Value::from(value.as_str())))
+                    .collect();
+                object.insert("env".to_string(), Value::Object(vars));
+            }
+            return Value::Object(object);
+        }
+        if let TaskSpec::User(task) = self {
+            let mut object = Map::new();
+            object.insert("kind".to_string(), Value::from(task.name.as_str()));
+            object.insert("payload".to_string(), task.payload.clone());
+            return Value::Object(object);
+        }
         let mut object = Map::new();
         object.insert("kind".to_string(), Value::from(self.kind()));
         let (field, value) = match self {
@@ -662,10 +810,227 @@ impl TaskSpec {
             TaskSpec::Fail { fail_until_attempt } => {
                 ("fail_until_attempt", Value::from(*fail_until_attempt))
             }
+            TaskSpec::User(_) | TaskSpec::Exec { .. } => unreachable!("answered above"),
         };
         object.insert(field.to_string(), value);
         Value::Object(object)
     }
+}
+
+/// Reads an `exec` task's fields strictly (the bounds are [`validate_exec`]'s).
+fn parse_exec(object: &Map<String, Value>) -> Result<TaskSpec, TaskError> {
+    let bad = |field: &str, reason: String| TaskError::BadExec {
+        field: echo(field),
+        reason,
+    };
+    if let Some(extra) = object
+        .keys()
+        .find(|key| !matches!(key.as_str(), "kind" | "argv" | "cwd" | "env"))
+    {
+        return Err(bad(
+            extra,
+            "is not an exec field; it takes \"argv\", \"cwd\" and \"env\"".into(),
+        ));
+    }
+    let argv = match object.get("argv") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                item.as_str().map(str::to_owned).ok_or_else(|| {
+                    bad(
+                        "argv",
+                        format!(
+                            "element {index} is {}; every element must be a string",
+                            json_type(item)
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<String>, TaskError>>()?,
+        Some(other) => {
+            return Err(bad(
+                "argv",
+                format!("must be an array of strings, found {}", json_type(other)),
+            ))
+        }
+        None => {
+            return Err(bad(
+                "argv",
+                "is missing; it must list the program and its arguments".into(),
+            ))
+        }
+    };
+    let cwd = match object.get("cwd") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(cwd)) => Some(cwd.clone()),
+        Some(other) => {
+            return Err(bad(
+                "cwd",
+                format!("must be a string, found {}", json_type(other)),
+            ))
+        }
+    };
+    let env = match object.get("env") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(vars)) => vars
+            .iter()
+            .map(|(name, value)| match value {
+                Value::String(value) => Ok((name.clone(), value.clone())),
+                other => Err(bad(
+                    "env",
+                    format!(
+                        "variable {:?} is {}; every value must be a string",
+                        echo(name),
+                        json_type(other)
+                    ),
+                )),
+            })
+            .collect::<Result<BTreeMap<String, String>, TaskError>>()?,
+        Some(other) => {
+            return Err(bad(
+                "env",
+                format!("must be an object of strings, found {}", json_type(other)),
+            ))
+        }
+    };
+    Ok(TaskSpec::Exec { argv, cwd, env })
+}
+
+/// The bounds of an `exec` task: a program and at most [`EXEC_ARGS_MAX`] strings in all; no
+/// string longer than [`EXEC_STRING_BYTES_MAX`] or holding a NUL byte (no OS takes one); a
+/// working directory that is relative and never climbs out (`..`); at most [`EXEC_ENV_MAX`]
+/// variables named like shell variables.
+fn validate_exec(
+    argv: &[String],
+    cwd: Option<&str>,
+    env: &BTreeMap<String, String>,
+) -> Result<(), TaskError> {
+    let bad = |field: &str, reason: String| TaskError::BadExec {
+        field: field.to_owned(),
+        reason,
+    };
+    let check_string = |field: &str, what: &str, text: &str| {
+        if text.len() > EXEC_STRING_BYTES_MAX {
+            Err(bad(
+                field,
+                format!(
+                    "has {what} of {} bytes; at most {EXEC_STRING_BYTES_MAX} are allowed",
+                    text.len()
+                ),
+            ))
+        } else if text.contains('\0') {
+            Err(bad(field, format!("has {what} holding a NUL byte")))
+        } else {
+            Ok(())
+        }
+    };
+    if argv.is_empty() || argv.len() > EXEC_ARGS_MAX {
+        return Err(bad(
+            "argv",
+            format!(
+                "has {} strings; it must hold the program and at most {} arguments",
+                argv.len(),
+                EXEC_ARGS_MAX - 1
+            ),
+        ));
+    }
+    if argv[0].is_empty() {
+        return Err(bad("argv", "names an empty program".into()));
+    }
+    for (index, arg) in argv.iter().enumerate() {
+        check_string("argv", &format!("element {index}"), arg)?;
+    }
+    if let Some(cwd) = cwd {
+        check_string("cwd", "a path", cwd)?;
+        if cwd.starts_with('/') || cwd.split('/').any(|part| part == "..") {
+            return Err(bad(
+                "cwd",
+                format!("is {:?}; it must be a path inside the worker's exec directory (relative, without \"..\")", echo(cwd)),
+            ));
+        }
+    }
+    if env.len() > EXEC_ENV_MAX {
+        return Err(bad(
+            "env",
+            format!(
+                "sets {} variables; at most {EXEC_ENV_MAX} are allowed",
+                env.len()
+            ),
+        ));
+    }
+    for (name, value) in env {
+        let shell_like = name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !shell_like || name.len() > 128 {
+            return Err(bad(
+                "env",
+                format!(
+                    "variable name {:?} must be letters, digits and _ (not starting with a digit), at most 128 bytes",
+                    echo(name)
+                ),
+            ));
+        }
+        check_string("env", &format!("variable {name}"), value)?;
+    }
+    Ok(())
+}
+
+impl UserTask {
+    /// Reads a user task from an object whose `"kind"` is not built in.
+    fn from_object(name: &str, object: &Map<String, Value>) -> Result<UserTask, TaskError> {
+        check_task_name(name)?;
+        if let Some(extra) = object
+            .keys()
+            .find(|key| *key != "kind" && *key != "payload")
+        {
+            return Err(TaskError::UserTaskField {
+                name: name.to_string(),
+                field: echo(extra),
+            });
+        }
+        let task = UserTask {
+            name: name.to_string(),
+            payload: object.get("payload").cloned().unwrap_or(Value::Null),
+        };
+        task.validate()?;
+        Ok(task)
+    }
+
+    /// The name is well formed and the payload within its bound.
+    pub fn validate(&self) -> Result<(), TaskError> {
+        check_task_name(&self.name)?;
+        let bytes = json_bytes(&self.payload);
+        if bytes > TASK_PAYLOAD_BYTES_MAX {
+            return Err(TaskError::PayloadTooLarge {
+                name: self.name.clone(),
+                bytes,
+                max: TASK_PAYLOAD_BYTES_MAX,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The length of `value` as compact JSON, counted without building the text.
+pub fn json_bytes(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a sink that cannot fail cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// The widest `prime-sum` range allowed to end at `end`: wide while sieving alone settles it,

@@ -168,12 +168,8 @@ pub fn start_worker(id: &str, capacity: u32, coordinator_worker_addr: SocketAddr
     config.reconnect_base = Duration::from_millis(20);
     config.reconnect_max = Duration::from_millis(200);
     config.connect_timeout = Duration::from_secs(2);
-    worker::start(WorkerOptions {
-        config,
-        max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
-        seed: None,
-    })
-    .unwrap_or_else(|e| panic!("worker {id} failed to start: {e}"))
+    worker::start(WorkerOptions::new(config))
+        .unwrap_or_else(|e| panic!("worker {id} failed to start: {e}"))
 }
 
 pub fn worker_id(id: &str) -> WorkerId {
@@ -234,6 +230,7 @@ pub fn attempts(n: u32) -> SubmitOptions {
         partitions: None,
         max_attempts: Some(n),
         idempotency_key: None,
+        timeout_millis: None,
     }
 }
 
@@ -505,6 +502,7 @@ impl FakeWorker {
                                         ) {
                                             Ok(output) => AttemptOutcome::Succeeded { output },
                                             Err(failure) => AttemptOutcome::Failed {
+                                                permanent: false,
                                                 error: failure.message,
                                             },
                                         };
@@ -581,6 +579,8 @@ impl FakeWorker {
     /// Sends REGISTER and expects REGISTERED.
     pub async fn register(&mut self, capacity: u32, running: Vec<RunningAttempt>) {
         self.send(&WorkerToCoordinator::Register {
+            draining: false,
+            tasks: herder_core::protocol::builtin_task_names(),
             worker_id: self.id.clone(),
             incarnation: self.incarnation,
             capacity,

@@ -219,6 +219,8 @@ fn event_name(event: &Event) -> &'static str {
         Event::LeaseExpired { .. } => "coordinator: lease expired",
         Event::RetryScheduled { .. } => "coordinator: retry scheduled",
         Event::JobRequeued { .. } => "coordinator: job requeued",
+        Event::AttemptReleased { .. } => "coordinator: drained attempt released",
+        Event::WorkerDraining { .. } => "coordinator: worker draining",
         Event::JobCompleted { .. } => "coordinator: job completed",
         Event::JobFailed { .. } => "coordinator: job failed",
         Event::JobCancelled { .. } => "coordinator: job cancelled",
@@ -389,10 +391,12 @@ impl World {
                     attempt,
                     task,
                     timeout,
+                    ..
                 } => {
                     let outcome = match tasks::execute(&task, attempt) {
                         Ok(output) => AttemptOutcome::Succeeded { output },
                         Err(failure) => AttemptOutcome::Failed {
+                            permanent: failure.permanent,
                             error: failure.message,
                         },
                     };

@@ -141,6 +141,7 @@ impl World {
                     _ => Partitions::Count(rng.range(1, 5) as u32),
                 });
                 Operation::Submit {
+                    timeout_millis: None,
                     task: spec.to_json(),
                     max_attempts: rng.chance(0.5).then(|| rng.range(1, 4) as u32),
                     idempotency_key: key,

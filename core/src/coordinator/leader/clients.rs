@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::admission::ParkedResend;
 use super::{LeaderState, Pending, Read, Submission, Waiter};
-use crate::command::Command;
+use crate::command::{Command, SubmitOptions};
 use crate::coordinator::member::Member;
 use crate::coordinator::timers::Timer;
 use crate::coordinator::Event;
@@ -13,10 +13,10 @@ use crate::ids::{ConnectionId, JobId, RequestId};
 use crate::job::JobState;
 use crate::limits::{
     ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
-    KEYED_RESENDS_PARKED_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PARTITIONS_MAX,
-    PARTITION_VIEW_BYTES_MAX, WAITERS_MAX, WAIT_MILLIS_MAX,
+    JOB_TIMEOUT_MILLIS_MAX, KEYED_RESENDS_PARKED_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX,
+    PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX, WAITERS_MAX, WAIT_MILLIS_MAX,
 };
-use crate::protocol::{ClientReply, ClientRequest, ErrorCode, Partitions};
+use crate::protocol::{ClientReply, ClientRequest, ErrorCode, JobView, Partitions};
 use crate::tasks::TaskSpec;
 
 impl LeaderState {
@@ -33,6 +33,7 @@ impl LeaderState {
             max_attempts: asked_attempts,
             idempotency_key,
             partitions,
+            timeout_millis,
         } = submission;
         let task = match TaskSpec::from_json(&raw_task) {
             Ok(task) => task,
@@ -72,6 +73,18 @@ impl LeaderState {
         if let Err(message) = check_partitions_request(&task, partitions) {
             return m.client_error(conn, request_id, ErrorCode::InvalidRequest, message);
         }
+        if let Some(millis) = timeout_millis {
+            if !(1..=JOB_TIMEOUT_MILLIS_MAX).contains(&millis) {
+                return m.client_error(
+                    conn,
+                    request_id,
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "timeout_millis must be between 1 and {JOB_TIMEOUT_MILLIS_MAX} (got {millis})"
+                    ),
+                );
+            }
+        }
         // What the job records of the partition request, and a keyed resend must repeat.
         let partitions_asked = task
             .is_data_parallel()
@@ -91,17 +104,22 @@ impl LeaderState {
             // A known key is answered from the applied (durable) table, with apply's own rule,
             // once this member is confirmed to lead: a deposed leader may still hold a key
             // whose job the group has since purged (and the key since bound to another job).
-            let known = m
-                .table
-                .check_idempotency(key, &task, max_attempts, partitions_asked);
+            let asked = SubmitOptions {
+                task: &task,
+                max_attempts,
+                partitions_asked,
+                timeout_millis,
+            };
+            let known = m.table.check_idempotency(key, &asked);
             if known.is_some() && !confirmed && m.reads_need_confirmation() {
-                let request = ClientRequest::Submit {
-                    request_id,
+                let request = Submission {
                     task: raw_task,
                     max_attempts: asked_attempts,
                     idempotency_key,
                     partitions,
-                };
+                    timeout_millis,
+                }
+                .into_request(request_id);
                 return self.confirm_then(m, Read::Request { conn, request });
             }
             match known {
@@ -131,6 +149,7 @@ impl LeaderState {
                         max_attempts: asked_attempts,
                         idempotency_key,
                         partitions,
+                        timeout_millis,
                     },
                 };
                 if let Err(resend) = self.admitting.park(at, resend) {
@@ -190,13 +209,14 @@ impl LeaderState {
             if !confirmed && m.reads_need_confirmation() {
                 // A refusal reads the table: it must not come from a leader that was deposed
                 // while other members finished jobs.
-                let request = ClientRequest::Submit {
-                    request_id,
+                let request = Submission {
                     task: raw_task,
                     max_attempts: asked_attempts,
                     idempotency_key,
                     partitions,
-                };
+                    timeout_millis,
+                }
+                .into_request(request_id);
                 return self.confirm_then(m, Read::Request { conn, request });
             }
             return self.reject_submission(m, conn, request_id, active, admitting, limit);
@@ -220,11 +240,25 @@ impl LeaderState {
                 max_active_jobs: limit,
                 partitions,
                 partitions_asked,
+                timeout_millis,
             },
             Some(Pending::Submit { conn, request_id }),
         );
         self.admitting
             .proposed((proposal.term, proposal.index), slots, key);
+    }
+
+    /// What clients see of a job, from the applied table, marked `unserved` while it (or a
+    /// partition of it) is queued and no worker that takes work serves its kind.
+    pub(super) fn job_view(&self, m: &Member, job_id: &JobId) -> Option<JobView> {
+        let mut view = m.table.view(job_id)?;
+        let queued = view.state == JobState::Queued
+            || view
+                .partitions
+                .as_ref()
+                .is_some_and(|parts| parts.pieces.iter().any(|p| p.state == JobState::Queued));
+        view.unserved = queued && !self.registry.serves(view.task.kind());
+        Some(view)
     }
 
     /// A job id no job in the table (nor in `taken`) has.
@@ -314,7 +348,7 @@ impl LeaderState {
             request_id,
             ErrorCode::IdempotencyConflict,
             format!(
-                "idempotency key is bound to job {existing} with a different task, max attempts or partition request; use a new key"
+                "idempotency key is bound to job {existing} with a different task, max attempts, timeout or partition request; use a new key"
             ),
         );
     }
@@ -355,7 +389,7 @@ impl LeaderState {
             return self.job_not_found(m, conn, request_id, job_id);
         };
         if job.state.is_terminal() {
-            let Some(job) = m.table.view(&job_id) else {
+            let Some(job) = self.job_view(m, &job_id) else {
                 return self.job_not_found(m, conn, request_id, job_id);
             };
             return m.send_client(
@@ -452,7 +486,7 @@ impl LeaderState {
         job_id: JobId,
     ) {
         // The job may have finished and been purged while the read was being confirmed.
-        let Some(job) = m.table.view(&job_id) else {
+        let Some(job) = self.job_view(m, &job_id) else {
             return self.job_not_found(m, conn, request_id, job_id);
         };
         let timed_out = !job.state.is_terminal();
@@ -470,7 +504,7 @@ impl LeaderState {
         let Some(list) = self.waiters.remove(&job_id) else {
             return;
         };
-        let Some(job) = m.table.view(&job_id) else {
+        let Some(job) = self.job_view(m, &job_id) else {
             // Every waiter is answered and its slot freed, whatever became of the job.
             for waiter in list {
                 self.unpark(waiter.conn, 1);
@@ -538,7 +572,7 @@ impl LeaderState {
             .newest_first()
             .filter(|job| state.is_none_or(|s| job.state == s))
             .take(limit as usize)
-            .filter_map(|job| m.table.view(&job.id))
+            .filter_map(|job| self.job_view(m, &job.id))
             .collect();
         m.send_client(conn, ClientReply::JobList { request_id, jobs });
     }
@@ -565,7 +599,7 @@ impl LeaderState {
             .table
             .get(&job_id)
             .filter(|job| job.state.is_terminal())
-            .and_then(|job| m.table.view(&job.id));
+            .and_then(|job| self.job_view(m, &job.id));
         let partition_of = m.table.get(&job_id).and_then(|job| job.partition_of);
         if let Some(of) = partition_of {
             m.client_error(

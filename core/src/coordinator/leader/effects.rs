@@ -56,6 +56,10 @@ impl LeaderState {
                 self.settling.remove(lease_id);
                 self.answer_deferred_ack(m, *lease_id, pending.as_ref());
             }
+            Command::Release { lease_id, .. } => {
+                self.settling.remove(lease_id);
+                self.answer_deferred_ack(m, *lease_id, pending.as_ref());
+            }
             Command::AttemptFailed {
                 job_id, lease_id, ..
             }
@@ -89,7 +93,7 @@ impl LeaderState {
         match applied {
             Applied::Submitted { job_id } => {
                 if let Some(job) = m.table.get(&job_id) {
-                    let (kind, max_attempts) = (job.task.kind(), job.max_attempts);
+                    let (kind, max_attempts) = (job.task.kind().to_owned(), job.max_attempts);
                     let partitions = job.is_parent().then_some(job.partitions.len());
                     m.event(Event::JobSubmitted {
                         job_id,
@@ -212,6 +216,14 @@ impl LeaderState {
                 self.settle_effects(m, pending, job_id, &lease);
                 self.wake_waiters(m, job_id);
             }
+            Applied::Released { job_id, lease } => {
+                self.disarm_lease_deadline(lease.id);
+                m.event(Event::AttemptReleased {
+                    job_id,
+                    worker: lease.worker.clone(),
+                });
+                self.ack_result(m, pending, job_id, lease.id, true);
+            }
             Applied::Requeued { job_id } => {
                 if let Some(job) = m.table.get(&job_id) {
                     let (attempt, max_attempts) = (job.attempt, job.max_attempts);
@@ -297,7 +309,7 @@ impl LeaderState {
             attempt,
             max_attempts: job.max_attempts,
             task: job.task.clone(),
-            timeout_millis: as_millis_u64(m.config.task_timeout),
+            timeout_millis: as_millis_u64(super::workers::task_timeout(m, job_id)),
         };
         let max_attempts = job.max_attempts;
         self.arm_lease_deadline(m, job_id, lease.id);
@@ -459,7 +471,7 @@ impl LeaderState {
     ) {
         if let Some(Pending::Cancel { conn, request_id }) = pending {
             // Every request gets its one answer, whatever became of the job.
-            match m.table.view(&job_id) {
+            match self.job_view(m, &job_id) {
                 Some(job) => m.send_client(
                     conn,
                     ClientReply::CancelResult {

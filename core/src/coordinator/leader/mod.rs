@@ -70,6 +70,21 @@ struct Submission {
     max_attempts: Option<u32>,
     idempotency_key: Option<String>,
     partitions: Option<Partitions>,
+    timeout_millis: Option<u64>,
+}
+
+impl Submission {
+    /// The request again, to be answered later (once leadership is confirmed).
+    fn into_request(self, request_id: RequestId) -> ClientRequest {
+        ClientRequest::Submit {
+            request_id,
+            task: self.task,
+            max_attempts: self.max_attempts,
+            idempotency_key: self.idempotency_key,
+            partitions: self.partitions,
+            timeout_millis: self.timeout_millis,
+        }
+    }
 }
 
 /// A `REGISTER` message's fields.
@@ -79,6 +94,8 @@ struct Registration {
     capacity: u32,
     running: Vec<RunningAttempt>,
     finished: Vec<RunningAttempt>,
+    tasks: Vec<String>,
+    draining: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -438,6 +455,8 @@ impl LeaderState {
                 capacity,
                 running,
                 finished,
+                tasks,
+                draining,
             } => {
                 let registration = Registration {
                     worker_id,
@@ -445,9 +464,15 @@ impl LeaderState {
                     capacity,
                     running,
                     finished,
+                    tasks,
+                    draining,
                 };
                 self.register(m, conn, registration)
             }
+            WorkerToCoordinator::Draining {} => match self.registry.worker_on(conn).cloned() {
+                Some(worker) => self.worker_draining(m, &worker),
+                None => self.reject_unregistered(m, conn),
+            },
             WorkerToCoordinator::Heartbeat {} => match self.registry.worker_on(conn) {
                 Some(_) => {
                     m.send_worker(conn, CoordinatorToWorker::HeartbeatAck { term: self.term })
@@ -507,16 +532,18 @@ impl LeaderState {
                 max_attempts,
                 idempotency_key,
                 partitions,
+                timeout_millis,
             } => {
                 let submission = Submission {
                     task,
                     max_attempts,
                     idempotency_key,
                     partitions,
+                    timeout_millis,
                 };
                 self.submit(m, conn, request_id, submission, confirmed)
             }
-            ClientRequest::Status { request_id, job_id } => match m.table.view(&job_id) {
+            ClientRequest::Status { request_id, job_id } => match self.job_view(m, &job_id) {
                 Some(job) => m.send_client(
                     conn,
                     ClientReply::Job {

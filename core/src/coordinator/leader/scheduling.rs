@@ -1,5 +1,8 @@
-//! Scheduling at the leader: FIFO over the queued jobs onto the least-loaded live worker with a
-//! free slot, each assignment under a fresh lease drawn from the member's seeded RNG.
+//! Scheduling at the leader: FIFO over the queued jobs that some worker with a free slot
+//! serves, each onto the least-loaded such worker, under a fresh lease drawn from the member's
+//! seeded RNG. A job whose kind no worker serves waits without holding up the jobs behind it.
+
+use std::collections::BTreeSet;
 
 use super::LeaderState;
 use crate::command::Command;
@@ -9,28 +12,45 @@ use crate::ids::{JobId, LeaseId};
 use crate::job::Lease;
 
 impl LeaderState {
-    /// FIFO onto the least-loaded live worker, while both queued jobs and free slots remain.
+    /// FIFO onto the least-loaded live worker serving each job's kind, while both queued jobs
+    /// and free slots for them remain.
     pub(in crate::coordinator) fn schedule(&mut self, m: &mut Member) {
         if m.replica.transferring_to().is_some() {
             // Handing over: let the log go quiet so the next leader can catch up.
             return;
         }
-        if self.registry.least_loaded().is_none() {
+        let free: usize = self
+            .registry
+            .with_free_slots()
+            .map(|w| w.free_slots() as usize)
+            .sum();
+        if free == 0 {
             return;
         }
-        let candidates: Vec<JobId> = m
+        // The kinds some worker with a free slot serves, among those queued.
+        let kinds: BTreeSet<String> = m
             .table
-            .queued()
-            .filter(|job_id| !self.assigning.contains(job_id))
-            .take(self.registry.iter().map(|w| w.free_slots() as usize).sum())
+            .queued_kinds()
+            .filter(|kind| self.registry.with_free_slots().any(|w| w.serves(kind)))
+            .map(str::to_owned)
             .collect();
-        for job_id in candidates {
+        // The oldest `free` jobs of each such kind, merged back into queue order.
+        let mut candidates: Vec<(u64, JobId)> = Vec::new();
+        for kind in &kinds {
+            candidates.extend(
+                m.table
+                    .queued_of_kind(kind)
+                    .filter(|(_, job_id)| !self.assigning.contains(job_id))
+                    .take(free),
+            );
+        }
+        candidates.sort_unstable();
+        for (_, job_id) in candidates.into_iter().take(free) {
+            let Some(job) = m.table.get(&job_id) else {
+                continue;
+            };
             // Partitions of one job go to distinct workers where capacity allows.
-            let parent = m
-                .table
-                .get(&job_id)
-                .and_then(|job| job.partition_of)
-                .map(|of| of.parent);
+            let parent = job.partition_of.map(|of| of.parent);
             let table = &m.table;
             let siblings_on = |worker: &WorkerEntry| match parent {
                 Some(parent) => worker
@@ -45,9 +65,15 @@ impl LeaderState {
                     .count(),
                 None => 0,
             };
-            let Some(worker) = self.registry.least_loaded_by(siblings_on) else {
-                break;
+            let Some(worker) = self.registry.least_loaded_for(job.task.kind(), siblings_on) else {
+                continue; // every worker serving this kind filled up meanwhile
             };
+            assert!(
+                worker.serves(job.task.kind()) && worker.takes_work(),
+                "scheduled a {} job onto worker {}, which does not serve it or takes no work",
+                job.task.kind(),
+                worker.id
+            );
             let worker_id = worker.id.clone();
             let incarnation = worker.incarnation;
             let lease = Lease {

@@ -2,6 +2,7 @@
 //! takeover), heartbeats and loss, results and the lease check, deadlines and retries.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use rand_chacha::rand_core::RngCore;
 
@@ -12,11 +13,13 @@ use crate::coordinator::timers::Timer;
 use crate::coordinator::{Event, LossReason, WorkerEntry};
 use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
 use crate::limits::{
-    ATTEMPT_ERROR_BYTES_MAX, REPORTED_FINISHED_MAX, WORKERS_MAX, WORKER_CAPACITY_MAX,
+    ATTEMPT_ERROR_BYTES_MAX, REPORTED_FINISHED_MAX, TASKS_PER_WORKER_MAX, WORKERS_MAX,
+    WORKER_CAPACITY_MAX,
 };
 use crate::protocol::{
     AttemptOutcome, CancelReason, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
 };
+use crate::tasks::check_served_name;
 use crate::time::as_millis_u64;
 
 impl LeaderState {
@@ -62,6 +65,8 @@ impl LeaderState {
             capacity,
             running,
             finished,
+            tasks,
+            draining,
         } = registration;
         if let Err(error) = WorkerId::parse(worker_id.as_str()) {
             return self.refuse_registration(
@@ -97,6 +102,16 @@ impl LeaderState {
                 ),
             );
         }
+        if let Err(message) = check_served_tasks(&tasks) {
+            return self.refuse_registration(
+                m,
+                conn,
+                worker_id,
+                RegisterRejection::InvalidRegistration,
+                message,
+            );
+        }
+        let tasks: BTreeSet<String> = tasks.into_iter().collect();
         if let Some(bound) = self.registry.worker_on(conn) {
             if *bound != worker_id {
                 let message = format!("this connection is already registered as {bound}");
@@ -122,9 +137,11 @@ impl LeaderState {
                         m.close(old);
                     }
                 }
-                // Capacity is fixed for the life of a process; a reconnect cannot change it.
+                // Capacity and tasks are fixed for the life of a process; a reconnect cannot
+                // change them, but a drain that began while it was away counts.
                 if let Some(entry) = self.registry.get_mut(&worker_id) {
                     entry.last_heartbeat = m.now;
+                    entry.draining |= draining;
                 }
                 self.reconcile_slots(m, &worker_id, &running, &finished);
                 m.event(Event::WorkerRegistered {
@@ -172,6 +189,8 @@ impl LeaderState {
                     alive: true,
                     last_heartbeat: m.now,
                     leases: BTreeMap::new(),
+                    tasks,
+                    draining,
                 });
                 self.timers.arm(
                     m.now.saturating_add(m.config.heartbeat_timeout),
@@ -197,6 +216,21 @@ impl LeaderState {
         );
         for attempt in running {
             self.reconcile_reported(m, conn, &worker_id, attempt);
+        }
+    }
+
+    /// The worker is shutting down: it gets no new work. What it runs ends as usual, or comes
+    /// back released.
+    pub(super) fn worker_draining(&mut self, m: &mut Member, worker: &WorkerId) {
+        if let Some(entry) = self.registry.get_mut(worker) {
+            if !entry.draining {
+                entry.draining = true;
+                let running = entry.leases.len();
+                m.event(Event::WorkerDraining {
+                    worker: worker.clone(),
+                    running,
+                });
+            }
         }
     }
 
@@ -424,13 +458,26 @@ impl LeaderState {
         }
     }
 
-    /// Proposes `AttemptFailed` for a current, not-yet-settling lease.
+    /// Proposes `AttemptFailed` (retryable) for a current, not-yet-settling lease.
     pub(super) fn fail_attempt(
         &mut self,
         m: &mut Member,
         job_id: JobId,
         lease_id: LeaseId,
         cause: String,
+        pending: Option<Pending>,
+    ) -> bool {
+        self.propose_failure(m, (job_id, lease_id), cause, false, pending)
+    }
+
+    /// Proposes `AttemptFailed` for a current, not-yet-settling lease; a `permanent` failure
+    /// ends the job whatever attempts remain.
+    pub(super) fn propose_failure(
+        &mut self,
+        m: &mut Member,
+        (job_id, lease_id): (JobId, LeaseId),
+        cause: String,
+        permanent: bool,
         pending: Option<Pending>,
     ) -> bool {
         if self.settling.contains(&lease_id) || !m.table.is_current_lease(job_id, lease_id) {
@@ -446,6 +493,7 @@ impl LeaderState {
                 lease_id,
                 cause,
                 retry_delay_millis,
+                permanent,
             },
             pending,
         );
@@ -474,7 +522,7 @@ impl LeaderState {
         };
         let cause = format!(
             "attempt deadline of {} ms expired on worker {worker}",
-            as_millis_u64(m.config.task_timeout)
+            as_millis_u64(task_timeout(m, job_id))
         );
         let revoke = Pending::Revoke {
             reason: CancelReason::DeadlineExpired,
@@ -552,6 +600,15 @@ impl LeaderState {
             worker: worker.clone(),
         });
         match outcome {
+            AttemptOutcome::Succeeded { output } if output.oversize().is_some() => {
+                // Workers refuse to send these; one that does not fails its job here, since
+                // no retry would make the result smaller.
+                let (bytes, max) = output.oversize().unwrap_or_default();
+                let cause = format!(
+                    "task on worker {worker} returned a result of {bytes} bytes as JSON; at most {max} bytes are kept (store large results elsewhere and return a reference)"
+                );
+                self.propose_failure(m, (job_id, lease_id), cause, true, pending);
+            }
             AttemptOutcome::Succeeded { output } => {
                 self.settling.insert(lease_id);
                 self.propose(
@@ -564,12 +621,20 @@ impl LeaderState {
                     pending,
                 );
             }
-            AttemptOutcome::Failed { error } => {
+            AttemptOutcome::Failed { error, permanent } => {
                 // Workers cut their messages; one that does not is cut here, so every job view
                 // stays within its bound.
                 let error = cut_to(&error, ATTEMPT_ERROR_BYTES_MAX);
-                let cause = format!("task failed on worker {worker}: {error}");
-                self.fail_attempt(m, job_id, lease_id, cause, pending);
+                let cause = if permanent {
+                    format!("task failed permanently on worker {worker}: {error}")
+                } else {
+                    format!("task failed on worker {worker}: {error}")
+                };
+                self.propose_failure(m, (job_id, lease_id), cause, permanent, pending);
+            }
+            AttemptOutcome::Released {} => {
+                self.settling.insert(lease_id);
+                self.propose(m, Command::Release { job_id, lease_id }, pending);
             }
             AttemptOutcome::Cancelled {} => {
                 let cause = format!("worker {worker} stopped the attempt unasked");
@@ -579,7 +644,7 @@ impl LeaderState {
     }
 
     pub(super) fn arm_lease_deadline(&mut self, m: &mut Member, job_id: JobId, lease_id: LeaseId) {
-        let at = m.now.saturating_add(m.config.task_timeout);
+        let at = m.now.saturating_add(task_timeout(m, job_id));
         let key = self.timers.arm(at, Timer::LeaseDeadline(job_id, lease_id));
         self.lease_deadlines.insert(lease_id, key);
     }
@@ -589,6 +654,29 @@ impl LeaderState {
             self.timers.disarm(key);
         }
     }
+}
+
+/// The task kinds a worker registers: at most [`TASKS_PER_WORKER_MAX`], each a built-in kind
+/// or a valid user task name.
+fn check_served_tasks(tasks: &[String]) -> Result<(), String> {
+    if tasks.len() > TASKS_PER_WORKER_MAX {
+        return Err(format!(
+            "serves {} task kinds; at most {TASKS_PER_WORKER_MAX} are allowed",
+            tasks.len()
+        ));
+    }
+    for name in tasks {
+        check_served_name(name).map_err(|error| format!("cannot serve a task: {error}"))?;
+    }
+    Ok(())
+}
+
+/// Each attempt's deadline for `job_id`: the one its submission chose, else the default.
+pub(super) fn task_timeout(m: &Member, job_id: JobId) -> Duration {
+    m.table
+        .get(&job_id)
+        .and_then(|job| job.timeout_millis)
+        .map_or(m.config.task_timeout, Duration::from_millis)
 }
 
 /// `text` cut to at most `max` bytes, at a character boundary.

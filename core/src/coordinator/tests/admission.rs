@@ -52,7 +52,10 @@ fn admission_accepts_to_the_limit_then_rejects_and_terminal_transitions_free_one
         "w1",
         b,
         lease_of(b),
-        AttemptOutcome::Failed { error: "x".into() },
+        AttemptOutcome::Failed {
+            permanent: false,
+            error: "x".into(),
+        },
     );
     assert_eq!(h.state(b), JobState::RetryWait);
     assert_eq!(h.c.table().active_jobs(), 3);
@@ -64,7 +67,15 @@ fn admission_accepts_to_the_limit_then_rejects_and_terminal_transitions_free_one
     let [(_, lease, _)] = h.assignments("w1")[..] else {
         panic!()
     };
-    h.finish("w1", b, lease, AttemptOutcome::Failed { error: "y".into() });
+    h.finish(
+        "w1",
+        b,
+        lease,
+        AttemptOutcome::Failed {
+            permanent: false,
+            error: "y".into(),
+        },
+    );
     assert_eq!(h.state(b), JobState::Failed);
     assert_eq!(h.c.table().active_jobs(), 1);
     assert_eq!(h.state(d), JobState::Running);
@@ -81,6 +92,7 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
                 h.now,
                 ConnectionId(10 + i),
                 ClientRequest::Submit {
+                    timeout_millis: None,
                     partitions: None,
                     request_id,
                     task: sha(&format!("{i}")),
@@ -127,6 +139,7 @@ fn unwritten_bytes_count_the_entries_waiting_for_the_disk() {
     for _ in 0..3 {
         let request_id = h.request_id();
         h.client_says(ClientRequest::Submit {
+            timeout_millis: None,
             partitions: None,
             request_id,
             task: sha(&big),
@@ -223,6 +236,7 @@ fn a_keyed_resend_of_a_submission_still_being_written_waits_for_it_and_writes_no
     let submit = |h: &mut Harness, text: &str| {
         let request_id = h.request_id();
         h.client_says(ClientRequest::Submit {
+            timeout_millis: None,
             partitions: None,
             request_id,
             task: sha(text),
@@ -271,6 +285,7 @@ fn a_parked_resend_whose_connection_closes_is_dropped() {
     let mut h = Harness::with(limited(2));
     h.hold_writes = true;
     let keyed = |request_id| ClientRequest::Submit {
+        timeout_millis: None,
         partitions: None,
         request_id,
         task: sha("abc"),
@@ -388,6 +403,7 @@ fn duplicate_keys_in_one_batch_create_one_job() {
     let b = h.request_id();
     for request_id in [a, b] {
         h.client_says(ClientRequest::Submit {
+            timeout_millis: None,
             partitions: None,
             request_id,
             task: sha("x"),

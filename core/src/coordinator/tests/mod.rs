@@ -187,6 +187,8 @@ impl Harness {
             self.now,
             conn,
             WorkerToCoordinator::Register {
+                draining: false,
+                tasks: crate::protocol::builtin_task_names(),
                 worker_id: WorkerId(name.into()),
                 incarnation,
                 capacity,
@@ -221,6 +223,7 @@ impl Harness {
     ) -> ClientReply {
         let request_id = self.request_id();
         self.client_says(ClientRequest::Submit {
+            timeout_millis: None,
             partitions: None,
             request_id,
             task,
@@ -419,7 +422,12 @@ fn invalid_submissions_get_typed_errors_and_change_nothing() {
             None,
             ErrorCode::InvalidTask,
         ),
-        (json!({"kind": "nope"}), None, ErrorCode::InvalidTask),
+        (json!({"kind": "no pe"}), None, ErrorCode::InvalidTask),
+        (
+            json!({"kind": "resize", "text": "x"}),
+            None,
+            ErrorCode::InvalidTask,
+        ),
         (
             json!({"kind": "prime-count", "limit": 2_000_000_000u64}),
             None,
@@ -477,6 +485,7 @@ fn nothing_is_revealed_before_its_records_are_durable() {
     h.hold_writes = true;
     let request_id = h.request_id();
     h.client_says(ClientRequest::Submit {
+        timeout_millis: None,
         partitions: None,
         request_id,
         task: sha("abc"),
@@ -542,6 +551,7 @@ fn a_crash_before_the_write_loses_only_unacknowledged_work() {
     h.hold_writes = true;
     let request_id = h.request_id();
     h.client_says(ClientRequest::Submit {
+        timeout_millis: None,
         partitions: None,
         request_id,
         task: sha("lost"),
@@ -657,6 +667,7 @@ fn failures_are_retried_with_bounded_jittered_backoff_until_attempts_run_out() {
             job,
             lease,
             AttemptOutcome::Failed {
+                permanent: false,
                 error: format!("boom {attempt}"),
             },
         );
@@ -704,7 +715,10 @@ fn backoff_uses_the_seeded_rng_and_is_reproducible() {
             "w1",
             job,
             lease,
-            AttemptOutcome::Failed { error: "x".into() },
+            AttemptOutcome::Failed {
+                permanent: false,
+                error: "x".into(),
+            },
         );
         h.job(job).retry_delay_millis
     };
@@ -942,6 +956,7 @@ fn the_lease_check_lives_in_apply() {
     };
     let commands = [
         Command::Submit {
+            timeout_millis: None,
             partitions: Vec::new(),
             job_id,
             task: TaskSpec::Sha256 { text: "x".into() },
@@ -955,6 +970,7 @@ fn the_lease_check_lives_in_apply() {
             lease: lease(10),
         },
         Command::AttemptFailed {
+            permanent: false,
             job_id,
             lease_id: lease(10).id,
             cause: "lost".into(),
@@ -1027,7 +1043,10 @@ fn cancel_works_in_every_non_terminal_state_and_reports_terminal_ones() {
         "w1",
         waiting,
         lease,
-        AttemptOutcome::Failed { error: "x".into() },
+        AttemptOutcome::Failed {
+            permanent: false,
+            error: "x".into(),
+        },
     );
     assert_eq!(h.state(waiting), JobState::RetryWait);
     assert!(matches!(
@@ -1079,6 +1098,7 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
     h.hold_writes = true;
     let submit = h.request_id();
     h.client_says(ClientRequest::Submit {
+        timeout_millis: None,
         partitions: None,
         request_id: submit,
         task: sha("x"),
@@ -1120,3 +1140,4 @@ mod admission;
 mod recovery;
 mod registration;
 mod retention;
+mod tasks;

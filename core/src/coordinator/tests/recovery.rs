@@ -195,7 +195,10 @@ fn retry_backoff_restarts_from_recovery() {
         "w1",
         job,
         lease,
-        AttemptOutcome::Failed { error: "x".into() },
+        AttemptOutcome::Failed {
+            permanent: false,
+            error: "x".into(),
+        },
     );
     let delay = h.job(job).retry_delay_millis;
     h.restart(config());
@@ -223,6 +226,7 @@ fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
             term: Term(1),
             at: crate::time::UnixMillis::UNSTAMPED,
             command: Command::Submit {
+                timeout_millis: None,
                 partitions: Vec::new(),
                 job_id: job,
                 task: TaskSpec::Sha256 { text: "x".into() },

@@ -197,6 +197,7 @@ fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per
             h.now,
             ConnectionId(10 + i % 4),
             ClientRequest::Submit {
+                timeout_millis: None,
                 partitions: None,
                 request_id,
                 task: sha(&format!("job {i}")),

@@ -176,6 +176,7 @@ fn a_purge_request_removes_only_the_state_and_age_asked_for() {
         failed,
         lease_id,
         AttemptOutcome::Failed {
+            permanent: false,
             error: "boom".into(),
         },
     );
@@ -268,6 +269,7 @@ fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
     let mut rebuilt = JobTable::from_rows(rows, live.applied_index()).expect("valid rows");
     let next = live.applied_index().next();
     let submit = Command::Submit {
+        timeout_millis: None,
         job_id: JobId(uuid::Uuid::from_u128(99)),
         task: TaskSpec::Sha256 { text: "new".into() },
         max_attempts: 3,

@@ -111,29 +111,102 @@ fn kind_not_a_string() {
 }
 
 #[test]
-fn unknown_kind_lists_the_known_ones() {
-    let error = parse(json!({"kind":"nope"})).unwrap_err();
+fn a_kind_that_is_not_built_in_names_a_user_task() {
+    let task = parse(json!({"kind":"resize","payload":{"width":1.5,"path":"a.png"}})).unwrap();
+    let TaskSpec::User(user) = &task else {
+        panic!("expected a user task, got {task:?}");
+    };
+    assert_eq!(user.name, "resize");
+    assert_eq!(user.payload, json!({"width":1.5,"path":"a.png"}));
+    assert_eq!(task.kind(), "resize");
+    assert!(!task.is_data_parallel());
+    // The wire form round-trips through both the strict parser and serde.
+    let wire = task.to_json();
     assert_eq!(
-        error,
-        TaskError::UnknownKind {
-            kind: "nope".into()
-        }
+        wire,
+        json!({"kind":"resize","payload":{"width":1.5,"path":"a.png"}})
     );
+    assert_eq!(parse(wire.clone()).unwrap(), task);
+    assert_eq!(serde_json::from_value::<TaskSpec>(wire).unwrap(), task);
+    // No payload is a null payload.
     assert_eq!(
-        error.to_string(),
-        "unknown task kind \"nope\"; known kinds: sleep, word-count, sha256, prime-count, fail, max, prime-count-list, prime-sum"
+        parse(json!({"kind":"tick"})).unwrap().to_json(),
+        json!({"kind":"tick","payload":null})
     );
-    // Kinds are case-sensitive and kebab-case.
-    assert!(matches!(
+}
+
+#[test]
+fn a_user_task_takes_only_kind_and_payload() {
+    // A misspelt built-in kind with its field is a user task with a stray field: refused.
+    assert_eq!(
         parse(json!({"kind":"word_count","text":""})),
-        Err(TaskError::UnknownKind { .. })
-    ));
-    // A huge kind is not echoed back in full.
+        Err(TaskError::UserTaskField {
+            name: "word_count".into(),
+            field: "text".into()
+        })
+    );
+}
+
+#[test]
+fn bad_task_names_are_refused_with_the_rule() {
+    for (name, reason) in [
+        ("", "it is empty"),
+        ("-x", "it must start with a letter or a digit"),
+        (
+            "a b",
+            "only ASCII letters, digits and - _ . : / are allowed",
+        ),
+        (
+            "résumé",
+            "only ASCII letters, digits and - _ . : / are allowed",
+        ),
+    ] {
+        match parse(json!({ "kind": name })) {
+            Err(TaskError::BadTaskName { reason: got, .. }) => assert_eq!(got, reason, "{name:?}"),
+            other => panic!("{name:?}: unexpected {other:?}"),
+        }
+    }
+    let error = parse(json!({"kind":"a b"})).unwrap_err().to_string();
+    assert!(
+        error.contains("known kinds") || error.contains("built-in task kind"),
+        "{error}"
+    );
+    assert!(
+        error.contains("sha256"),
+        "the message lists the built-in kinds: {error}"
+    );
+    // A huge name is not echoed back in full.
     let huge = "é".repeat(1000);
     match parse(json!({ "kind": huge })) {
-        Err(TaskError::UnknownKind { kind }) => assert!(kind.len() <= ECHO_BYTES_MAX + 3),
+        Err(TaskError::BadTaskName { name, .. }) => assert!(name.len() <= ECHO_BYTES_MAX + 3),
         other => panic!("unexpected {other:?}"),
     }
+    // A built-in name is never a user task, even when built by hand.
+    let forged = TaskSpec::User(crate::tasks::UserTask {
+        name: "sha256".into(),
+        payload: json!(null),
+    });
+    assert!(matches!(
+        forged.validate(),
+        Err(TaskError::BadTaskName { .. })
+    ));
+}
+
+#[test]
+fn a_payload_over_the_bound_is_refused_with_its_size() {
+    use crate::limits::TASK_PAYLOAD_BYTES_MAX;
+    // `"` + text + `"`: exactly at the bound is fine, one byte more is not.
+    let fits = "x".repeat(TASK_PAYLOAD_BYTES_MAX - 2);
+    assert!(parse(json!({"kind":"big","payload":fits})).is_ok());
+    let over = "x".repeat(TASK_PAYLOAD_BYTES_MAX - 1);
+    assert_eq!(
+        parse(json!({"kind":"big","payload":over})),
+        Err(TaskError::PayloadTooLarge {
+            name: "big".into(),
+            bytes: TASK_PAYLOAD_BYTES_MAX + 1,
+            max: TASK_PAYLOAD_BYTES_MAX
+        })
+    );
 }
 
 #[test]
@@ -484,4 +557,70 @@ fn data_parallel_validation_follows_seed_b() {
         extra.to_string(),
         "prime-sum task has an unexpected field \"step\"; it takes only \"kind\" and \"start\" and \"end\""
     );
+}
+
+// ---- exec ----
+
+#[test]
+fn an_exec_task_round_trips_and_its_optional_fields_stay_out_when_empty() {
+    let wire = json!({"kind":"exec","argv":["/bin/echo","hi"],"cwd":"jobs/1","env":{"A_B":"c"}});
+    let task = parse(wire.clone()).unwrap();
+    assert_eq!(task.kind(), "exec");
+    assert_eq!(task.to_json(), wire);
+    assert_eq!(serde_json::to_value(&task).unwrap(), wire);
+    let bare = parse(json!({"kind":"exec","argv":["true"]})).unwrap();
+    assert_eq!(bare.to_json(), json!({"kind":"exec","argv":["true"]}));
+    assert_eq!(serde_json::to_value(&bare).unwrap(), bare.to_json());
+}
+
+#[test]
+fn bad_exec_tasks_are_refused_naming_the_field() {
+    use crate::limits::{EXEC_ARGS_MAX, EXEC_ENV_MAX, EXEC_STRING_BYTES_MAX};
+    let many: Vec<String> = (0..=EXEC_ARGS_MAX).map(|i| i.to_string()).collect();
+    let env: serde_json::Map<String, Value> = (0..=EXEC_ENV_MAX)
+        .map(|i| (format!("V{i}"), json!("x")))
+        .collect();
+    let cases = [
+        (json!({"kind":"exec"}), "argv"),
+        (json!({"kind":"exec","argv":"true"}), "argv"),
+        (json!({"kind":"exec","argv":[]}), "argv"),
+        (json!({"kind":"exec","argv":[""]}), "argv"),
+        (json!({"kind":"exec","argv":["a", 1]}), "argv"),
+        (json!({"kind":"exec","argv":["a\u{0}b"]}), "argv"),
+        (
+            json!({"kind":"exec","argv":["x".repeat(EXEC_STRING_BYTES_MAX + 1)]}),
+            "argv",
+        ),
+        (json!({"kind":"exec","argv": many}), "argv"),
+        (json!({"kind":"exec","argv":["true"],"cwd":"/etc"}), "cwd"),
+        (
+            json!({"kind":"exec","argv":["true"],"cwd":"a/../.."}),
+            "cwd",
+        ),
+        (json!({"kind":"exec","argv":["true"],"cwd":7}), "cwd"),
+        (
+            json!({"kind":"exec","argv":["true"],"env":{"1X":"y"}}),
+            "env",
+        ),
+        (json!({"kind":"exec","argv":["true"],"env":{"X":1}}), "env"),
+        (json!({"kind":"exec","argv":["true"],"env": env}), "env"),
+        (json!({"kind":"exec","argv":["true"],"shell":true}), "shell"),
+    ];
+    for (wire, field) in cases {
+        match parse(wire.clone()) {
+            Err(TaskError::BadExec { field: got, .. }) => assert_eq!(got, field, "{wire}"),
+            other => panic!("{wire}: unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn exec_is_built_in_but_not_served_by_default() {
+    assert!(crate::tasks::check_task_name("exec").is_err());
+    assert!(crate::tasks::check_served_name("exec").is_ok());
+    assert!(!TASK_KINDS.contains(&"exec"));
+    // A worker that does not run commands says so, whoever asks.
+    let task = parse(json!({"kind":"exec","argv":["true"]})).unwrap();
+    let failure = crate::tasks::execute(&task, crate::ids::Attempt(1)).unwrap_err();
+    assert!(failure.permanent && failure.message.contains("--allow-exec"));
 }
