@@ -45,7 +45,14 @@ pub async fn run(args: BenchArgs) -> u8 {
             as_json,
         );
     }
-    let payload = match args.task.as_str() {
+    let payload = match (args.task_json.as_deref(), args.task.as_str()) {
+        (Some(raw), _) => match serde_json::from_str(raw) {
+            Ok(task) => task,
+            Err(error) => {
+                return usage_error(&format!("--task-json is not valid JSON: {error}"), as_json)
+            }
+        },
+        (None, task) => match task {
         "sleep" => json!({"kind": "sleep", "milliseconds": args.milliseconds}),
         "word-count" => json!({"kind": "word-count", "text": args.text}),
         "sha256" => json!({"kind": "sha256", "text": args.text}),
@@ -54,11 +61,12 @@ pub async fn run(args: BenchArgs) -> u8 {
         other => {
             return usage_error(
                 &format!(
-                    "unknown task {other:?}; use sleep, word-count, sha256, prime-count or fail"
+                    "unknown task {other:?}; use sleep, word-count, sha256, prime-count or fail, or --task-json"
                 ),
                 as_json,
             )
         }
+        },
     };
     let task = match TaskSpec::from_json(&payload) {
         Ok(task) => task,
@@ -95,6 +103,15 @@ pub async fn run(args: BenchArgs) -> u8 {
         eprintln!();
     }
     summarize(&args, &outcomes, elapsed)
+}
+
+/// The task's kind, as the JSON summary names it.
+fn task_label(args: &BenchArgs) -> String {
+    args.task_json
+        .as_deref()
+        .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw).ok())
+        .and_then(|task| task.get("kind").and_then(|k| k.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| args.task.clone())
 }
 
 async fn run_connection(
@@ -223,7 +240,7 @@ fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
                 "jobs": args.jobs,
                 "concurrency": args.concurrency,
                 "pipeline": args.pipeline,
-                "task": args.task,
+                "task": task_label(args),
                 "accepted": accepted,
                 "rejected": rejected,
                 "errors": errors.len(),

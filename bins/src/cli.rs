@@ -603,6 +603,10 @@ pub struct BenchArgs {
     pub limit: i64,
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub fail_until_attempt: i64,
+    /// Any task as its JSON wire form instead of --task (a user task, or `exec`), e.g.
+    /// '{"kind":"exec","argv":["/bin/true"]}'.
+    #[arg(long, conflicts_with = "task")]
+    pub task_json: Option<String>,
     #[arg(long)]
     pub max_attempts: Option<u32>,
     #[command(flatten)]

@@ -97,6 +97,17 @@ pub async fn run(args: DevArgs) -> u8 {
     }
     // Workers drain before the coordinators stop, so what they run finishes or is handed
     // back, and no job is charged an attempt for the shutdown.
+    let stoppers: Vec<_> = workers.iter().map(|handle| handle.stopper()).collect();
+    let impatient = tokio::spawn(async move {
+        // A second Ctrl-C during the drain stops the workers at once.
+        terminated().await;
+        for stopper in &stoppers {
+            stopper.now();
+        }
+    });
+    if !workers.is_empty() {
+        eprintln!("Draining the workers (Ctrl-C again to stop at once)...");
+    }
     let drains: Vec<_> = workers
         .into_iter()
         .map(|handle| tokio::spawn(handle.drain()))
@@ -104,6 +115,7 @@ pub async fn run(args: DevArgs) -> u8 {
     for drain in drains {
         let _ = drain.await;
     }
+    impatient.abort();
     for coordinator in coordinators {
         if let Err(error) = coordinator.shutdown().await {
             eprintln!("herder: {error}");

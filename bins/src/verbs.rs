@@ -104,27 +104,21 @@ pub fn coordinator_config(id: &str, tuning: &CoordinatorTuning) -> CoordinatorCo
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn terminated() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+pub use herder_runtime::terminated;
+
+/// On the first SIGINT or SIGTERM the workers drain; on a second they stop at once.
+pub fn drain_on_signal(workers: Vec<worker::Stopper>) {
+    tokio::spawn(async move {
+        terminated().await;
+        eprintln!("herder: draining (running attempts may finish; signal again to stop at once)");
+        for worker in &workers {
+            worker.drain();
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+        terminated().await;
+        for worker in &workers {
+            worker.now();
+        }
+    });
 }
 
 /// Sends `true` on `stop` when the process is told to terminate.
@@ -259,8 +253,9 @@ pub async fn worker(args: WorkerArgs) -> u8 {
         Ok(handle) => handle,
         Err(error) => return usage_error(&error.to_string(), false),
     };
-    // SIGTERM or Ctrl-C drains: running attempts finish or are handed back uncharged.
-    stop_on_signal(handle.drain_sender());
+    // SIGTERM or Ctrl-C drains: running attempts finish or are handed back uncharged. A
+    // second one stops at once.
+    drain_on_signal(vec![handle.stopper()]);
     handle.wait().await;
     exit::OK
 }
@@ -697,6 +692,7 @@ mod tests {
 
     fn view(state: JobState, attempt: u32) -> JobView {
         JobView {
+            progress: None,
             timeout_millis: None,
             unserved: false,
             id: JobId::from_str("2b9e8a4e-41a7-4a53-9d5d-6c8e0c6b6f7d").expect("an id"),

@@ -214,6 +214,7 @@ impl Job {
             finished_at_unix_ms: self.finished_at.map(|at| at.0).filter(|&ms| ms != 0),
             timeout_millis: self.timeout_millis,
             unserved: false,
+            progress: None,
         }
     }
 }

@@ -49,6 +49,8 @@ pub const TASK_PAYLOAD_BYTES_MAX: usize = 256 * 1024;
 /// Largest successful result, as compact JSON; a bigger one fails its job for good (a handler
 /// should store large results elsewhere and return a reference).
 pub const TASK_RESULT_BYTES_MAX: usize = 256 * 1024;
+/// Longest progress note a worker may report for an attempt; a longer one is cut.
+pub const PROGRESS_NOTE_BYTES_MAX: usize = 256;
 /// Most task names one worker may serve.
 pub const TASKS_PER_WORKER_MAX: usize = 256;
 /// Longest job timeout a submission may ask for (one day).

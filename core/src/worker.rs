@@ -34,7 +34,9 @@ use rand_chacha::ChaCha8Rng;
 pub use crate::dial::ConnectAttempt;
 use crate::dial::{Dialer, RedirectRule};
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, Term, WorkerId};
-use crate::limits::{ATTEMPT_ERROR_BYTES_MAX, TASKS_PER_WORKER_MAX, WORKER_CAPACITY_MAX};
+use crate::limits::{
+    ATTEMPT_ERROR_BYTES_MAX, PROGRESS_NOTE_BYTES_MAX, TASKS_PER_WORKER_MAX, WORKER_CAPACITY_MAX,
+};
 use crate::protocol::{
     builtin_task_names, AttemptOutcome, CoordinatorToWorker, ErrorCode, RunningAttempt,
     WorkerToCoordinator,
@@ -411,6 +413,22 @@ impl Worker {
                 job_id,
                 lease_id,
                 outcome: AttemptOutcome::Released {},
+            });
+        }
+    }
+
+    /// Reports how far a running attempt has come (sent only while registered; a note for an
+    /// attempt that is not running here is dropped).
+    pub fn report_progress(&mut self, lease_id: LeaseId, note: &str) {
+        let Some(task) = self.running.get(&lease_id) else {
+            return;
+        };
+        if self.is_registered() {
+            let job_id = task.job_id;
+            self.send(WorkerToCoordinator::Progress {
+                job_id,
+                lease_id,
+                note: truncate(note.to_owned(), PROGRESS_NOTE_BYTES_MAX),
             });
         }
     }
@@ -1196,6 +1214,31 @@ mod tests {
             w.handle_message(Instant::ZERO, attempt, ack);
         }
         assert!(w.is_drained());
+    }
+
+    #[test]
+    fn progress_is_reported_only_for_a_running_attempt_and_cut_to_its_bound() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        w.handle_message(Instant::ZERO, attempt, assign(1));
+        drain(&mut w);
+        let (job_id, lease_id) = ids(1);
+        let long = "x".repeat(crate::limits::PROGRESS_NOTE_BYTES_MAX + 10);
+        w.report_progress(lease_id, &long);
+        match drain(&mut w).as_slice() {
+            [WorkerOutput::Send(WorkerToCoordinator::Progress {
+                job_id: reported,
+                note,
+                ..
+            })] => {
+                assert_eq!(*reported, job_id);
+                assert_eq!(note.len(), crate::limits::PROGRESS_NOTE_BYTES_MAX);
+            }
+            other => panic!("expected one progress report, got {other:?}"),
+        }
+        let (_, not_running) = ids(2);
+        w.report_progress(not_running, "ghost");
+        assert!(drain(&mut w).is_empty());
     }
 
     #[test]

@@ -42,7 +42,13 @@ fn doc() -> String {
 // The wire tags, as listed in `core/src/protocol/messages.rs`. When you add a message, add its
 // tag here and an example to the document; the exhaustive `tag_of_*` functions below stop
 // compiling until the new variant is named there too.
-const WORKER_TO_COORDINATOR: &[&str] = &["REGISTER", "HEARTBEAT", "DRAINING", "TASK_RESULT"];
+const WORKER_TO_COORDINATOR: &[&str] = &[
+    "REGISTER",
+    "HEARTBEAT",
+    "DRAINING",
+    "PROGRESS",
+    "TASK_RESULT",
+];
 const COORDINATOR_TO_WORKER: &[&str] = &[
     "REGISTERED",
     "REGISTER_REJECTED",
@@ -169,6 +175,7 @@ fn tag_of_worker_to_coordinator(message: &WorkerToCoordinator) -> &'static str {
         WorkerToCoordinator::Register { .. } => "REGISTER",
         WorkerToCoordinator::Heartbeat {} => "HEARTBEAT",
         WorkerToCoordinator::Draining {} => "DRAINING",
+        WorkerToCoordinator::Progress { .. } => "PROGRESS",
         WorkerToCoordinator::TaskResult { .. } => "TASK_RESULT",
     }
 }

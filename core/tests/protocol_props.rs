@@ -238,6 +238,7 @@ fn job_view() -> impl Strategy<Value = JobView> {
                 (partition_of, partitions),
             )| {
                 JobView {
+                    progress: None,
                     timeout_millis: None,
                     unserved: false,
                     id,
@@ -1575,6 +1576,7 @@ fn client_reply_wire_forms() {
         ClientReply::Job {
             request_id: RequestId(7),
             job: Box::new(JobView {
+                progress: None,
                 timeout_millis: None,
                 unserved: false,
                 id: job(),
@@ -1680,6 +1682,7 @@ fn client_reply_wire_forms() {
             request_id: RequestId(11),
             term: Term(2),
             job: Box::new(JobView {
+                progress: None,
                 timeout_millis: None,
                 unserved: false,
                 id: job(),

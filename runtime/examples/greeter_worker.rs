@@ -58,6 +58,9 @@ fn count_down(work: CountDown, ctx: TaskContext) -> Result<u64, TaskError> {
         if ctx.is_cancelled() {
             return Err(TaskError::retry(format!("stopped after {done} ms")));
         }
+        if done % 100 == 0 {
+            ctx.progress(format_args!("{done} of {} ms", work.millis));
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(work.millis)

@@ -12,7 +12,7 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herder_core::ids::{Attempt, JobId, LeaseId};
@@ -42,6 +42,39 @@ pub struct TaskContext {
     /// Fires when the job is cancelled, the lease is revoked, the deadline passes or the worker
     /// hands the attempt back during a drain. A handler should stop soon after.
     pub cancelled: CancellationToken,
+    pub(crate) reporter: Option<ProgressReporter>,
+}
+
+/// Carries an attempt's latest progress note to the worker's driver. Notes coalesce: while one
+/// waits to be sent, a newer one replaces it, so a handler reporting in a tight loop costs at
+/// most one message per turn of the driver, and the latest note is never lost to the earlier.
+#[derive(Clone, Debug)]
+pub(crate) struct ProgressReporter {
+    pub(crate) lease_id: LeaseId,
+    pub(crate) latest: Arc<Mutex<Option<String>>>,
+    pub(crate) notify: tokio::sync::mpsc::Sender<ProgressNote>,
+}
+
+/// "The attempt holding this lease has a note waiting in this slot."
+pub(crate) type ProgressNote = (LeaseId, Arc<Mutex<Option<String>>>);
+
+impl ProgressReporter {
+    fn report(&self, note: String) {
+        let mut latest = self
+            .latest
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let waiting = latest.replace(note).is_some();
+        if !waiting
+            && self
+                .notify
+                .try_send((self.lease_id, Arc::clone(&self.latest)))
+                .is_err()
+        {
+            // The driver is far behind (or gone): drop the note rather than queue without bound.
+            latest.take();
+        }
+    }
 }
 
 impl TaskContext {
@@ -50,13 +83,15 @@ impl TaskContext {
         self.cancelled.is_cancelled()
     }
 
-    /// Notes how far the attempt has come, in the worker's log.
+    /// Reports how far the attempt has come. The latest note shows in the job's view while
+    /// the attempt runs (cut to 256 bytes; kept in the leader's memory only) and in the
+    /// worker's log at debug level.
     pub fn progress(&self, note: impl fmt::Display) {
-        tracing::info!(
-            job = %self.job_id,
-            attempt = self.attempt,
-            "Task progress: {note}"
-        );
+        let note = note.to_string();
+        tracing::debug!(job = %self.job_id, attempt = self.attempt, "Task progress: {note}");
+        if let Some(reporter) = &self.reporter {
+            reporter.report(note);
+        }
     }
 }
 

@@ -30,10 +30,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{os_seed, sleep_until, Clock};
-use crate::handlers::{AsyncFn, BlockingFn, Handler, Handlers, TaskContext, TaskError};
+use crate::handlers::{
+    AsyncFn, BlockingFn, Handler, Handlers, ProgressNote, ProgressReporter, TaskContext, TaskError,
+};
 use crate::net::{DialedConnection, Inbound, Outbound};
 
 const INPUT_QUEUE_MAX: usize = 4_096;
+/// Attempts with a progress note waiting to be sent (one entry per attempt at most).
+const PROGRESS_QUEUE_MAX: usize = 1_024;
 
 /// How long running attempts get to finish once a drain begins, unless told otherwise.
 pub const DRAIN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
@@ -110,20 +114,40 @@ impl WorkerHandle {
         self.task.abort();
     }
 
-    /// A sender that starts a drain when `true` is sent (for signal handlers).
-    pub fn drain_sender(&self) -> watch::Sender<bool> {
-        let (tx, mut rx) = watch::channel(false);
-        let stop = self.stop.clone();
-        tokio::spawn(async move {
-            if rx.wait_for(|drain| *drain).await.is_ok() {
-                let _ = stop.send(Stop::Drain);
-            }
-        });
-        tx
+    /// A handle that stops the worker from elsewhere (a signal handler), while this one
+    /// waits for it.
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            stop: self.stop.clone(),
+        }
     }
 
     pub async fn wait(self) {
         let _ = self.task.await;
+    }
+}
+
+/// Stops a running worker, gracefully or at once; see [`WorkerHandle::stopper`].
+#[derive(Clone, Debug)]
+pub struct Stopper {
+    stop: watch::Sender<Stop>,
+}
+
+impl Stopper {
+    /// Begins a drain, as [`WorkerHandle::drain`] does.
+    pub fn drain(&self) {
+        self.stop.send_if_modified(|stop| {
+            let begin = *stop == Stop::Running;
+            if begin {
+                *stop = Stop::Drain;
+            }
+            begin
+        });
+    }
+
+    /// Stops at once, as [`WorkerHandle::shutdown`] does (a drain under way is cut short).
+    pub fn now(&self) {
+        let _ = self.stop.send(Stop::Now);
     }
 }
 
@@ -140,7 +164,9 @@ pub fn start(mut options: WorkerOptions) -> Result<WorkerHandle, WorkerConfigErr
     );
     let (stop_tx, stop_rx) = watch::channel(Stop::Running);
     let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE_MAX);
+    let (progress_tx, progress_rx) = mpsc::channel(PROGRESS_QUEUE_MAX);
     let driver = Driver {
+        progress: progress_tx,
         worker,
         clock,
         max_frame_bytes: options.max_frame_bytes,
@@ -150,7 +176,7 @@ pub fn start(mut options: WorkerOptions) -> Result<WorkerHandle, WorkerConfigErr
         connection: DialedConnection::default(),
         cancels: HashMap::new(),
     };
-    let task = tokio::spawn(driver.run(input_rx, stop_rx));
+    let task = tokio::spawn(driver.run(input_rx, progress_rx, stop_rx));
     Ok(WorkerHandle {
         stop: stop_tx,
         task,
@@ -177,12 +203,18 @@ struct Driver {
     handlers: Handlers,
     drain_timeout: Duration,
     inputs: mpsc::Sender<Input>,
+    progress: mpsc::Sender<ProgressNote>,
     connection: DialedConnection,
     cancels: HashMap<LeaseId, CancellationToken>,
 }
 
 impl Driver {
-    async fn run(mut self, mut inputs: mpsc::Receiver<Input>, mut stop: watch::Receiver<Stop>) {
+    async fn run(
+        mut self,
+        mut inputs: mpsc::Receiver<Input>,
+        mut progress: mpsc::Receiver<ProgressNote>,
+        mut stop: watch::Receiver<Stop>,
+    ) {
         self.drain_outputs();
         let mut draining = Draining::No;
         loop {
@@ -212,6 +244,12 @@ impl Driver {
                     Some(input) => self.handle(input),
                     None => break,
                 },
+                Some((lease_id, latest)) = progress.recv() => {
+                    let note = latest.lock().unwrap_or_else(|poison| poison.into_inner()).take();
+                    if let Some(note) = note {
+                        self.worker.report_progress(lease_id, &note);
+                    }
+                }
                 _ = sleep_until(drain_timer) => match draining {
                     Draining::Finishing { .. } => {
                         self.worker.release_running(self.clock.now());
@@ -333,6 +371,11 @@ impl Driver {
                         max_attempts,
                         timeout,
                         cancelled,
+                        reporter: Some(ProgressReporter {
+                            lease_id,
+                            latest: Default::default(),
+                            notify: self.progress.clone(),
+                        }),
                     };
                     let inputs = self.inputs.clone();
                     tokio::spawn(async move {

@@ -24,13 +24,29 @@ fn example_program() -> PathBuf {
         .and_then(|deps| deps.parent())
         .expect("tests live in <target>/<profile>/deps");
     let program = profile_dir.join("examples").join("greeter_worker");
-    assert!(
-        program.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds examples) or build it with `cargo build -p herder-runtime --example greeter_worker`",
-        program.display()
-    );
+    let built = std::fs::metadata(&program)
+        .and_then(|meta| meta.modified())
+        .unwrap_or_else(|_| panic!("{} is missing: {REBUILD}", program.display()));
+    // `cargo test --test user_tasks` alone does not rebuild examples: refuse a stale one
+    // rather than test old code.
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for dir in ["src", "examples"] {
+        for entry in std::fs::read_dir(crate_dir.join(dir)).expect("the crate's sources") {
+            let path = entry.expect("a directory entry").path();
+            let changed = std::fs::metadata(&path).and_then(|meta| meta.modified());
+            if changed.is_ok_and(|changed| changed > built) {
+                panic!(
+                    "{} is older than {}: {REBUILD}",
+                    program.display(),
+                    path.display()
+                );
+            }
+        }
+    }
     program
 }
+
+const REBUILD: &str = "run the tests with `cargo test` (which builds examples), or `cargo build -p herder-runtime --example greeter_worker` first";
 
 /// The example worker as a child process; killed if the test ends early.
 struct ExampleWorker(Child);
@@ -170,6 +186,14 @@ async fn sigterm_drains_the_example_worker_and_its_attempt_runs_elsewhere_unchar
         .await
         .expect("submitted");
     wait_running(&client, long.job_id, Some("greeter-1")).await;
+    // The handler's progress notes reach the job's view while it runs.
+    let reported = wait_job(&client, long.job_id, "a progress note", |job| {
+        job.progress
+            .as_deref()
+            .is_some_and(|note| note.ends_with("of 600000 ms"))
+    })
+    .await;
+    assert_eq!(reported.state, JobState::Running);
     example.terminate();
     let status_code = example.exited(SHORT).await;
     assert!(

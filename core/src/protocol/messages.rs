@@ -60,6 +60,13 @@ pub enum WorkerToCoordinator {
     /// The worker is shutting down: assign it nothing more. Its running attempts end as usual
     /// or come back as `released`.
     Draining {},
+    /// How far a running attempt has come, in the handler's words. Shown in the job's view
+    /// while the attempt runs; not durable.
+    Progress {
+        job_id: JobId,
+        lease_id: LeaseId,
+        note: String,
+    },
     /// How an attempt ended. Retransmitted (after every re-registration) until `RESULT_ACK`.
     TaskResult {
         job_id: JobId,
@@ -72,6 +79,7 @@ wire_message!(WorkerToCoordinator {
     Register => "REGISTER",
     Heartbeat => "HEARTBEAT",
     Draining => "DRAINING",
+    Progress => "PROGRESS",
     TaskResult => "TASK_RESULT",
 });
 
@@ -481,6 +489,10 @@ pub struct JobView {
     /// True on a queued job that no live worker serves: it waits for one to register.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unserved: bool,
+    /// The running attempt's latest progress note, as its worker reported it (leader memory
+    /// only: absent after a leader change until the worker reports again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }
 
 /// How many partitions a data-parallel job asks for: a number, or `"auto"` (one per live

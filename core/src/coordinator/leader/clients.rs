@@ -258,6 +258,10 @@ impl LeaderState {
                 .as_ref()
                 .is_some_and(|parts| parts.pieces.iter().any(|p| p.state == JobState::Queued));
         view.unserved = queued && !self.registry.serves(view.task.kind());
+        view.progress = view
+            .lease_id
+            .and_then(|lease| self.progress.get(&lease))
+            .cloned();
         Some(view)
     }
 

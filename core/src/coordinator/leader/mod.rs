@@ -160,6 +160,9 @@ pub(super) struct LeaderState {
     deferred_acks: BTreeMap<LeaseId, (JobId, WorkerId)>,
     /// Deadlines of running attempts, to disarm when they settle.
     lease_deadlines: BTreeMap<LeaseId, TimerKey>,
+    /// The latest progress note of each running attempt (dropped when its deadline is, so it
+    /// holds at most one note per running attempt).
+    progress: BTreeMap<LeaseId, String>,
     /// Running attempts found at takeover, waiting for their worker to report them.
     awaiting_readoption: BTreeMap<LeaseId, JobId>,
     waiters: BTreeMap<JobId, Vec<Waiter>>,
@@ -195,6 +198,7 @@ impl LeaderState {
             settling: BTreeSet::new(),
             deferred_acks: BTreeMap::new(),
             lease_deadlines: BTreeMap::new(),
+            progress: BTreeMap::new(),
             awaiting_readoption: BTreeMap::new(),
             waiters: BTreeMap::new(),
             waiter_count: 0,
@@ -471,6 +475,14 @@ impl LeaderState {
             }
             WorkerToCoordinator::Draining {} => match self.registry.worker_on(conn).cloned() {
                 Some(worker) => self.worker_draining(m, &worker),
+                None => self.reject_unregistered(m, conn),
+            },
+            WorkerToCoordinator::Progress {
+                job_id,
+                lease_id,
+                note,
+            } => match self.registry.worker_on(conn).cloned() {
+                Some(worker) => self.note_progress(&worker, job_id, lease_id, &note),
                 None => self.reject_unregistered(m, conn),
             },
             WorkerToCoordinator::Heartbeat {} => match self.registry.worker_on(conn) {

@@ -13,8 +13,8 @@ use crate::coordinator::timers::Timer;
 use crate::coordinator::{Event, LossReason, WorkerEntry};
 use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
 use crate::limits::{
-    ATTEMPT_ERROR_BYTES_MAX, REPORTED_FINISHED_MAX, TASKS_PER_WORKER_MAX, WORKERS_MAX,
-    WORKER_CAPACITY_MAX,
+    ATTEMPT_ERROR_BYTES_MAX, PROGRESS_NOTE_BYTES_MAX, REPORTED_FINISHED_MAX, TASKS_PER_WORKER_MAX,
+    WORKERS_MAX, WORKER_CAPACITY_MAX,
 };
 use crate::protocol::{
     AttemptOutcome, CancelReason, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
@@ -650,8 +650,28 @@ impl LeaderState {
     }
 
     pub(super) fn disarm_lease_deadline(&mut self, lease_id: LeaseId) {
+        self.progress.remove(&lease_id);
         if let Some(key) = self.lease_deadlines.remove(&lease_id) {
             self.timers.disarm(key);
+        }
+    }
+
+    /// Keeps a running attempt's latest progress note, if the attempt is this worker's and its
+    /// deadline is armed (it runs); anything else is a stale or mistaken report and ignored.
+    pub(super) fn note_progress(
+        &mut self,
+        worker: &WorkerId,
+        job_id: JobId,
+        lease_id: LeaseId,
+        note: &str,
+    ) {
+        let holds = self
+            .registry
+            .get(worker)
+            .is_some_and(|w| w.leases.get(&lease_id) == Some(&job_id));
+        if holds && self.lease_deadlines.contains_key(&lease_id) {
+            let note = cut_to(note, PROGRESS_NOTE_BYTES_MAX).to_owned();
+            self.progress.insert(lease_id, note);
         }
     }
 }

@@ -215,3 +215,36 @@ fn a_released_result_for_a_lease_no_longer_current_changes_nothing() {
     assert_eq!(h.state(job_id), JobState::Completed);
     assert_eq!(h.job(job_id).attempt, Attempt(1));
 }
+
+#[test]
+fn a_running_attempts_progress_shows_in_its_view_until_it_ends() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    h.register("w2", 1);
+    let job_id = h.submit(sha("a"), 3);
+    let (on, lease_id) = match (h.assignments("w1").first(), h.assignments("w2").first()) {
+        (Some(a), _) => ("w1", a.1),
+        (_, Some(a)) => ("w2", a.1),
+        _ => panic!("not assigned"),
+    };
+    let other = if on == "w1" { "w2" } else { "w1" };
+    let progress = |note: &str| WorkerToCoordinator::Progress {
+        job_id,
+        lease_id,
+        note: note.into(),
+    };
+    // Another worker cannot speak for the attempt.
+    h.worker_says(other, progress("forged"));
+    assert_eq!(status(&mut h, job_id).progress, None);
+    h.worker_says(on, progress("half way"));
+    assert_eq!(status(&mut h, job_id).progress.as_deref(), Some("half way"));
+    let long = "é".repeat(crate::limits::PROGRESS_NOTE_BYTES_MAX);
+    h.worker_says(on, progress(&long));
+    let shown = status(&mut h, job_id).progress.unwrap_or_default();
+    assert!(shown.len() <= crate::limits::PROGRESS_NOTE_BYTES_MAX && shown.starts_with('é'));
+    h.succeed(on, job_id, lease_id);
+    assert_eq!(status(&mut h, job_id).progress, None);
+    // A late note for the finished attempt is ignored.
+    h.worker_says(on, progress("late"));
+    assert_eq!(status(&mut h, job_id).progress, None);
+}
