@@ -230,8 +230,8 @@ pub struct ExecArgs {
 }
 
 impl ExecArgs {
-    /// The handlers a worker started with these flags serves.
-    pub fn handlers(&self) -> herder_runtime::Handlers {
+    /// The handlers a worker started with these flags serves, or why the flags are wrong.
+    pub fn handlers(&self) -> Result<herder_runtime::Handlers, String> {
         let mut handlers = herder_runtime::Handlers::builtin();
         if !self.allow_exec.is_empty() {
             let policy = herder_runtime::exec::ExecPolicy {
@@ -241,10 +241,10 @@ impl ExecArgs {
             };
             handlers.insert(
                 herder_core::tasks::EXEC_KIND,
-                herder_runtime::exec::Exec::new(policy),
+                herder_runtime::exec::Exec::new(policy)?,
             );
         }
-        handlers
+        Ok(handlers)
     }
 }
 

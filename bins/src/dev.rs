@@ -54,7 +54,10 @@ pub async fn run(args: DevArgs) -> u8 {
         let options = worker::WorkerOptions {
             max_frame_bytes: args.tuning.max_frame_bytes,
             drain_timeout: args.drain_timeout,
-            handlers: args.exec.handlers(),
+            handlers: match args.exec.handlers() {
+                Ok(handlers) => handlers,
+                Err(error) => return usage_error(&error, false),
+            },
             ..worker::WorkerOptions::new(WorkerConfig::new(id, args.capacity, worker_addrs.clone()))
         };
         match worker::start(options) {

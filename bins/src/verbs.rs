@@ -243,10 +243,14 @@ pub async fn worker(args: WorkerArgs) -> u8 {
         Err(error) => return usage_error(&error.to_string(), false),
     };
     let config = WorkerConfig::new(id, args.capacity, args.coordinator);
+    let handlers = match args.exec.handlers() {
+        Ok(handlers) => handlers,
+        Err(error) => return usage_error(&error, false),
+    };
     let options = worker::WorkerOptions {
         max_frame_bytes: args.max_frame_bytes,
         drain_timeout: args.drain_timeout,
-        handlers: args.exec.handlers(),
+        handlers,
         ..worker::WorkerOptions::new(config)
     };
     let handle = match worker::start(options) {

@@ -279,6 +279,8 @@ impl fmt::Display for WorkerEvent {
 struct RunningTask {
     job_id: JobId,
     cancel_requested: bool,
+    /// A drain asked it to stop: unless it succeeds after all, it is reported `released`.
+    releasing: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -389,8 +391,27 @@ impl Worker {
         }
     }
 
-    /// Ends a drain: every attempt still running is stopped (`CancelTask`) and reported
-    /// `released`, so the coordinator queues its job again without charging the attempt.
+    /// The drain timeout passed: every attempt still running is asked to stop (`CancelTask`).
+    /// Each is reported `released` once its driver says it stopped (or its result if it
+    /// succeeded meanwhile), so no job runs on two workers because of a drain.
+    pub fn stop_running(&mut self, _now: Instant) {
+        assert!(self.draining, "attempts are stopped only by a drain");
+        let mut stopping = Vec::new();
+        for (lease_id, task) in &mut self.running {
+            if !task.releasing {
+                task.releasing = true;
+                stopping.push(*lease_id);
+            }
+        }
+        for lease_id in stopping {
+            self.outputs
+                .push_back(WorkerOutput::CancelTask { lease_id });
+        }
+    }
+
+    /// Ends a drain: every attempt still running (one that ignored being stopped) is reported
+    /// `released` at once, so the coordinator queues its job again without charging the
+    /// attempt; the driver is about to exit, which ends it.
     pub fn release_running(&mut self, _now: Instant) {
         assert!(self.draining, "attempts are released only by a drain");
         let leases: Vec<LeaseId> = self.running.keys().copied().collect();
@@ -687,6 +708,10 @@ impl Worker {
         };
         self.dialer.reset_failures();
         self.event(WorkerEvent::Registered { address });
+        if self.draining {
+            // A drain that began while `REGISTER` (saying otherwise) was on its way.
+            self.send(WorkerToCoordinator::Draining {});
+        }
         let results: Vec<_> = self
             .unacked
             .iter()
@@ -748,6 +773,7 @@ impl Worker {
             RunningTask {
                 job_id,
                 cancel_requested: false,
+                releasing: false,
             },
         );
         self.event(WorkerEvent::TaskStarted {
@@ -776,6 +802,10 @@ impl Worker {
             return;
         };
         let outcome = match outcome {
+            // Stopped by a drain: handed back, whatever the handler made of being stopped.
+            outcome if task.releasing && !matches!(outcome, AttemptOutcome::Succeeded { .. }) => {
+                return self.release(task.job_id, lease_id);
+            }
             AttemptOutcome::Succeeded { output } if output.oversize().is_some() => {
                 // Sending it would only fail the job at the coordinator; fail it here, saying
                 // why, and keep the frame small.
@@ -1190,18 +1220,20 @@ mod tests {
             })
         };
         assert_eq!(drain(&mut w), vec![released(job_3, lease_3)]);
-        // The drain timeout ends: attempt 2 is stopped and handed back.
+        // The drain timeout ends: attempt 2 is asked to stop, and handed back only once it has
+        // (so it never runs on two workers at once because of the drain).
         let (job_2, lease_2) = ids(2);
-        w.release_running(Instant::ZERO);
+        w.stop_running(Instant::ZERO);
         assert_eq!(
             drain(&mut w),
-            vec![
-                WorkerOutput::CancelTask { lease_id: lease_2 },
-                released(job_2, lease_2)
-            ]
+            vec![WorkerOutput::CancelTask { lease_id: lease_2 }]
         );
-        // Its late report changes nothing; the worker is drained once every result is acked.
+        assert_eq!(w.running().count(), 1);
         w.handle_task_finished(Instant::ZERO, lease_2, AttemptOutcome::Cancelled {});
+        assert_eq!(drain(&mut w), vec![released(job_2, lease_2)]);
+        // A second stop, or the forced release, finds nothing left to hand back.
+        w.stop_running(Instant::ZERO);
+        w.release_running(Instant::ZERO);
         assert!(drain(&mut w).is_empty());
         for (job_id, lease_id) in [(job_1, lease_1), (job_2, lease_2), (job_3, lease_3)] {
             assert!(!w.is_drained());
@@ -1214,6 +1246,66 @@ mod tests {
             w.handle_message(Instant::ZERO, attempt, ack);
         }
         assert!(w.is_drained());
+    }
+
+    #[test]
+    fn an_attempt_that_ignores_being_stopped_is_released_when_the_drain_gives_up() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        w.handle_message(Instant::ZERO, attempt, assign(1));
+        drain(&mut w);
+        let (job_id, lease_id) = ids(1);
+        w.begin_drain(Instant::ZERO);
+        w.stop_running(Instant::ZERO);
+        drain(&mut w);
+        w.release_running(Instant::ZERO);
+        assert_eq!(
+            drain(&mut w),
+            vec![
+                WorkerOutput::CancelTask { lease_id },
+                WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+                    job_id,
+                    lease_id,
+                    outcome: AttemptOutcome::Released {},
+                })
+            ]
+        );
+        // An assignment that reaches it afterwards is handed straight back, unstarted.
+        w.handle_message(Instant::ZERO, attempt, assign(2));
+        let (job_2, lease_2) = ids(2);
+        assert_eq!(
+            drain(&mut w),
+            vec![WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+                job_id: job_2,
+                lease_id: lease_2,
+                outcome: AttemptOutcome::Released {},
+            })],
+            "a draining worker starts nothing new"
+        );
+    }
+
+    #[test]
+    fn a_drain_that_begins_while_registering_is_announced_once_registered() {
+        let mut w = worker();
+        let (attempt, _) = connect_attempt(&drain(&mut w));
+        w.handle_connected(Instant::ZERO, attempt);
+        drain(&mut w); // REGISTER, saying it is not draining
+        w.begin_drain(Instant::ZERO);
+        assert!(
+            drain(&mut w).is_empty(),
+            "not registered yet: nothing to send"
+        );
+        w.handle_message(
+            Instant::ZERO,
+            attempt,
+            CoordinatorToWorker::Registered {
+                term: Term(1),
+                members: Vec::new(),
+                heartbeat_interval_millis: 100,
+                heartbeat_timeout_millis: 300,
+            },
+        );
+        assert!(drain(&mut w).contains(&WorkerOutput::Send(WorkerToCoordinator::Draining {})));
     }
 
     #[test]

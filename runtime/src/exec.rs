@@ -25,6 +25,11 @@ use herder_core::tasks::{TaskFailure, TaskOutput, TaskSpec};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::handlers::{Handler, HandlerFuture, TaskContext};
+use crate::worker::DRAIN_STOP_WAIT;
+
+/// After a command exits, how long its output pipes may stay open (held by something it
+/// started outside its process group) before the attempt stops reading them.
+const PIPE_DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a cancelled command gets between SIGTERM and SIGKILL, unless told otherwise.
 pub const EXEC_GRACE_DEFAULT: Duration = Duration::from_secs(5);
@@ -48,6 +53,29 @@ impl ExecPolicy {
             dir: PathBuf::from("."),
             grace: EXEC_GRACE_DEFAULT,
         }
+    }
+
+    /// Refuses patterns that could not mean what they seem: each must be a bare program name
+    /// (looked up on the worker's `PATH`) or an absolute path, since a relative path would be
+    /// resolved against a directory the task chooses.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.allow.is_empty() {
+            return Err("an exec policy needs at least one --allow-exec pattern".into());
+        }
+        for pattern in &self.allow {
+            if pattern.is_empty() || (pattern.contains('/') && !pattern.starts_with('/')) {
+                return Err(format!(
+                    "--allow-exec {pattern:?}: a pattern is a bare program name or an absolute path"
+                ));
+            }
+        }
+        if self.grace >= DRAIN_STOP_WAIT {
+            return Err(format!(
+                "--exec-grace must be under {} s, so a drain kills what it hands back",
+                DRAIN_STOP_WAIT.as_secs()
+            ));
+        }
+        Ok(())
     }
 
     /// Whether `program` may run.
@@ -87,8 +115,10 @@ pub struct Exec {
 }
 
 impl Exec {
-    pub fn new(policy: ExecPolicy) -> Exec {
-        Exec { policy }
+    /// The handler for `policy`; see [`ExecPolicy::validate`].
+    pub fn new(policy: ExecPolicy) -> Result<Exec, String> {
+        policy.validate()?;
+        Ok(Exec { policy })
     }
 }
 
@@ -108,12 +138,62 @@ impl Handler for Exec {
             );
             return Box::pin(std::future::ready(Err(TaskFailure::permanent(message))));
         }
-        let dir = match &cwd {
-            Some(cwd) => self.policy.dir.join(cwd),
-            None => self.policy.dir.clone(),
+        let dir = match working_dir(&self.policy.dir, cwd.as_deref()) {
+            Ok(dir) => dir,
+            Err(message) => {
+                return Box::pin(std::future::ready(Err(TaskFailure::permanent(message))))
+            }
         };
         let grace = self.policy.grace;
         Box::pin(async move { run(&argv, &dir, &env, grace, &context).await })
+    }
+}
+
+/// The task's working directory, which must resolve (symbolic links followed) inside the
+/// worker's exec directory.
+fn working_dir(base: &Path, cwd: Option<&str>) -> Result<PathBuf, String> {
+    let base = std::fs::canonicalize(base).map_err(|error| {
+        format!(
+            "the worker's exec directory {} is unusable: {error}",
+            base.display()
+        )
+    })?;
+    let Some(cwd) = cwd else {
+        return Ok(base);
+    };
+    let dir = std::fs::canonicalize(base.join(cwd))
+        .map_err(|error| format!("cwd {cwd:?} cannot be used: {error}"))?;
+    if !dir.starts_with(&base) {
+        return Err(format!(
+            "exec refused: cwd {cwd:?} resolves to {}, outside the worker's exec directory; nothing was run",
+            dir.display()
+        ));
+    }
+    Ok(dir)
+}
+
+/// The program to start: an absolute path as given, or a bare name looked up on the worker's
+/// own `PATH` (never the task's).
+fn resolve_program(program: &str) -> Result<PathBuf, TaskFailure> {
+    if program.starts_with('/') {
+        return Ok(PathBuf::from(program));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| {
+            TaskFailure::permanent(format!("program {program:?} is not on this worker's PATH"))
+        })
+}
+
+/// SIGKILLs a command's process group when dropped, so a worker that exits (or an attempt
+/// abandoned for any reason) leaves nothing of the command running.
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        signal_group(self.0, libc::SIGKILL);
     }
 }
 
@@ -124,8 +204,10 @@ async fn run(
     grace: Duration,
     context: &TaskContext,
 ) -> Result<TaskOutput, TaskFailure> {
-    let mut command = tokio::process::Command::new(&argv[0]);
+    let program = resolve_program(&argv[0])?;
+    let mut command = tokio::process::Command::new(&program);
     command
+        .arg0(&argv[0])
         .args(&argv[1..])
         .current_dir(dir)
         .env_clear()
@@ -142,16 +224,22 @@ async fn run(
         .process_group(0)
         .kill_on_drop(true);
     let mut child = command.spawn().map_err(|error| {
-        // A missing program or directory will be missing on the next attempt too.
-        TaskFailure::permanent(format!(
-            "cannot start {:?} in {}: {error}",
-            argv[0],
-            dir.display()
-        ))
+        let message = format!("cannot start {:?} in {}: {error}", argv[0], dir.display());
+        // A missing or forbidden program will be so on the next attempt too; running out of
+        // processes or descriptors may pass.
+        match error.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
+                TaskFailure::permanent(message)
+            }
+            _ => TaskFailure::new(message),
+        }
     })?;
     let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-    let stdout = tokio::spawn(read_bounded(child.stdout.take()));
-    let stderr = tokio::spawn(read_bounded(child.stderr.take()));
+    let _guard = GroupGuard(group);
+    let stdout_buffer = Captured::default();
+    let stderr_buffer = Captured::default();
+    let mut stdout = tokio::spawn(read_bounded(child.stdout.take(), stdout_buffer.clone()));
+    let mut stderr = tokio::spawn(read_bounded(child.stderr.take(), stderr_buffer.clone()));
     let status = tokio::select! {
         status = child.wait() => status,
         _ = context.cancelled.cancelled() => {
@@ -167,8 +255,19 @@ async fn run(
     };
     // Whatever the command left behind in its group goes with it (and lets the pipes close).
     signal_group(group, libc::SIGKILL);
-    let (stdout, stdout_truncated) = stdout.await.unwrap_or_default();
-    let (stderr, stderr_truncated) = stderr.await.unwrap_or_default();
+    // Something it started outside the group may hold the pipes open: read what is there.
+    let pipes_closed = tokio::time::timeout(PIPE_DRAIN_WAIT, async {
+        let _ = (&mut stdout).await;
+        let _ = (&mut stderr).await;
+    })
+    .await
+    .is_ok();
+    if !pipes_closed {
+        stdout.abort();
+        stderr.abort();
+    }
+    let (stdout, stdout_truncated) = stdout_buffer.take(!pipes_closed);
+    let (stderr, stderr_truncated) = stderr_buffer.take(!pipes_closed);
     let status = status
         .map_err(|error| TaskFailure::new(format!("cannot wait for the command: {error}")))?;
     if context.cancelled.is_cancelled() {
@@ -208,27 +307,46 @@ fn signal_group(group: Option<i32>, signal: i32) {
     }
 }
 
-/// Reads a pipe to its end, keeping the first [`EXEC_OUTPUT_BYTES_MAX`] bytes.
-async fn read_bounded<R: AsyncRead + Unpin>(pipe: Option<R>) -> (String, bool) {
+/// What a pipe has given so far: at most [`EXEC_OUTPUT_BYTES_MAX`] bytes, and whether more
+/// was dropped.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<(Vec<u8>, bool)>>);
+
+impl Captured {
+    fn keep(&self, bytes: &[u8]) {
+        let mut captured = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        let room = EXEC_OUTPUT_BYTES_MAX - captured.0.len();
+        if bytes.len() > room {
+            captured.1 = true;
+        }
+        captured
+            .0
+            .extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    /// The text (invalid UTF-8 replaced) and whether it was cut; `unfinished` when reading
+    /// stopped before the pipe's end.
+    fn take(&self, unfinished: bool) -> (String, bool) {
+        let captured = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        (
+            String::from_utf8_lossy(&captured.0).into_owned(),
+            captured.1 || unfinished,
+        )
+    }
+}
+
+/// Reads a pipe to its end into `into`.
+async fn read_bounded<R: AsyncRead + Unpin>(pipe: Option<R>, into: Captured) {
     let Some(mut pipe) = pipe else {
-        return (String::new(), false);
+        return;
     };
-    let mut kept = Vec::new();
-    let mut truncated = false;
     let mut buffer = [0u8; 8192];
     loop {
         match pipe.read(&mut buffer).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = EXEC_OUTPUT_BYTES_MAX - kept.len();
-                if n > room {
-                    truncated = true;
-                }
-                kept.extend_from_slice(&buffer[..n.min(room)]);
-            }
+            Ok(n) => into.keep(&buffer[..n]),
         }
     }
-    (String::from_utf8_lossy(&kept).into_owned(), truncated)
 }
 
 /// Cuts the longer stream until the result fits the result bound (control bytes escape to six

@@ -27,6 +27,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{os_seed, sleep_until, Clock};
@@ -42,9 +43,16 @@ const PROGRESS_QUEUE_MAX: usize = 1_024;
 /// How long running attempts get to finish once a drain begins, unless told otherwise.
 pub const DRAIN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 
+/// Once a drain asks the attempts still running to stop, how long they get to do so before they
+/// are handed back anyway (an `exec` command is killed well within it, after its grace).
+pub const DRAIN_STOP_WAIT: Duration = Duration::from_secs(10);
+
 /// After a drain, how long to wait for the coordinator to acknowledge the last results before
 /// exiting anyway (an unacknowledged attempt is then settled by the worker's loss).
 pub const DRAIN_ACK_WAIT: Duration = Duration::from_secs(5);
+
+/// The shortest a drain lasts, however idle the worker (see the driver loop).
+pub const DRAIN_LINGER: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
@@ -183,16 +191,22 @@ pub fn start(mut options: WorkerOptions) -> Result<WorkerHandle, WorkerConfigErr
     })
 }
 
-/// Where a drain stands.
+/// Where a drain stands. Each phase ends at its deadline, or earlier once nothing is left
+/// for it to wait for.
+#[derive(Clone, Copy)]
 enum Draining {
     No,
-    /// Running attempts may finish until `hand_back_at`.
+    /// Running attempts may finish until `stop_at`.
     Finishing {
-        hand_back_at: tokio::time::Instant,
+        stop_at: Instant,
     },
-    /// Everything was handed back; waiting for acknowledgements until `give_up_at`.
+    /// They were asked to stop, and are handed back as each one does, until `force_at`.
+    Stopping {
+        force_at: Instant,
+    },
+    /// Whatever still ran was handed back; waiting for acknowledgements until `give_up_at`.
     Acknowledging {
-        give_up_at: tokio::time::Instant,
+        give_up_at: Instant,
     },
 }
 
@@ -217,28 +231,39 @@ impl Driver {
     ) {
         self.drain_outputs();
         let mut draining = Draining::No;
+        // When the drain began: however soon the worker is idle, it lingers this long, so an
+        // assignment the leader made just before it heard of the drain is handed back, not
+        // lost with the connection.
+        let mut lingers_until = Instant::now();
         loop {
-            if matches!(draining, Draining::No) && *stop.borrow_and_update() == Stop::Drain {
-                self.worker.begin_drain(self.clock.now());
-                self.drain_outputs();
-                let hand_back_at = tokio::time::Instant::now() + self.drain_timeout;
-                draining = Draining::Finishing { hand_back_at };
+            match *stop.borrow_and_update() {
+                Stop::Now => break,
+                Stop::Drain if matches!(draining, Draining::No) => {
+                    self.worker.begin_drain(self.clock.now());
+                    self.drain_outputs();
+                    lingers_until = Instant::now() + DRAIN_LINGER;
+                    draining = Draining::Finishing {
+                        stop_at: Instant::now() + self.drain_timeout,
+                    };
+                }
+                _ => {}
             }
-            if self.worker.is_drained() {
+            let lingering = Instant::now() < lingers_until;
+            if self.worker.is_drained() && !lingering {
                 break;
             }
-            let drain_timer = match &draining {
+            let drain_timer = match draining {
                 Draining::No => None,
-                Draining::Finishing { hand_back_at } => Some(*hand_back_at),
-                Draining::Acknowledging { give_up_at } => Some(*give_up_at),
+                _ if self.worker.is_drained() => Some(lingers_until),
+                Draining::Finishing { stop_at } => Some(stop_at),
+                Draining::Stopping { force_at } => Some(force_at),
+                Draining::Acknowledging { give_up_at } => Some(give_up_at),
             };
             let timer = self.worker.poll_timeout().map(|at| self.clock.deadline(at));
             tokio::select! {
                 biased;
-                changed = stop.changed() => match changed {
-                    Ok(()) if *stop.borrow() == Stop::Now => break,
-                    Ok(()) => {}
-                    Err(_) => break, // every handle is gone
+                changed = stop.changed() => if changed.is_err() {
+                    break; // every handle is gone
                 },
                 input = inputs.recv() => match input {
                     Some(input) => self.handle(input),
@@ -250,22 +275,32 @@ impl Driver {
                         self.worker.report_progress(lease_id, &note);
                     }
                 }
-                _ = sleep_until(drain_timer) => match draining {
-                    Draining::Finishing { .. } => {
-                        self.worker.release_running(self.clock.now());
-                        draining = Draining::Acknowledging {
-                            give_up_at: tokio::time::Instant::now() + DRAIN_ACK_WAIT,
-                        };
+                _ = sleep_until(drain_timer) => {
+                    let now = Instant::now();
+                    match draining {
+                        Draining::Finishing { stop_at } if stop_at <= now => {
+                            self.worker.stop_running(self.clock.now());
+                            draining = Draining::Stopping {
+                                force_at: now + DRAIN_STOP_WAIT,
+                            };
+                        }
+                        Draining::Stopping { force_at } if force_at <= now => {
+                            self.worker.release_running(self.clock.now());
+                            draining = Draining::Acknowledging {
+                                give_up_at: now + DRAIN_ACK_WAIT,
+                            };
+                        }
+                        Draining::Acknowledging { give_up_at } if give_up_at <= now => {
+                            tracing::warn!(
+                                worker = %self.worker.id(),
+                                unacknowledged = self.worker.unacknowledged(),
+                                "Drain ended without every result acknowledged"
+                            );
+                            break;
+                        }
+                        _ => {} // the linger ended; the loop's head decides
                     }
-                    _ => {
-                        tracing::warn!(
-                            worker = %self.worker.id(),
-                            unacknowledged = self.worker.unacknowledged(),
-                            "Drain ended without every result acknowledged"
-                        );
-                        break;
-                    }
-                },
+                }
                 _ = sleep_until(timer) => self.worker.handle_timeout(self.clock.now()),
             }
             self.drain_outputs();
@@ -596,10 +631,12 @@ impl WorkerBuilder {
 
     /// Serves `exec` tasks whose program the policy admits (see [`crate::exec`]).
     pub fn exec(mut self, policy: crate::exec::ExecPolicy) -> Self {
-        self.handlers.insert(
-            herder_core::tasks::EXEC_KIND,
-            crate::exec::Exec::new(policy),
-        );
+        match crate::exec::Exec::new(policy) {
+            Ok(exec) => self.handlers.insert(herder_core::tasks::EXEC_KIND, exec),
+            Err(reason) => self
+                .bad_names
+                .push((herder_core::tasks::EXEC_KIND.to_owned(), reason)),
+        }
         self
     }
 

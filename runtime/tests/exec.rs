@@ -163,6 +163,23 @@ async fn a_program_no_pattern_admits_is_refused_before_anything_runs() {
         "{error}"
     );
     assert!(!marker.exists(), "the refused command ran");
+    // A working directory that leads out of the exec directory through a link is refused too.
+    std::os::unix::fs::symlink("/", dir.path().join("work").join("escape")).expect("a symlink");
+    let escaped = exec(
+        &s.client,
+        json!({"kind": "exec", "argv": ["/bin/true"], "cwd": "escape/tmp"}),
+        attempts(3),
+    )
+    .await;
+    assert_eq!(
+        (escaped.state, escaped.attempt),
+        (JobState::Failed, 1),
+        "{escaped:?}"
+    );
+    assert!(escaped
+        .error
+        .unwrap_or_default()
+        .contains("outside the worker's exec directory"));
     // An admitted one runs.
     let ok = exec(
         &s.client,

@@ -935,8 +935,18 @@ fn validate_exec(
             ),
         ));
     }
-    if argv[0].is_empty() {
+    let program = &argv[0];
+    if program.is_empty() {
         return Err(bad("argv", "names an empty program".into()));
+    }
+    if program.contains('/') && !program.starts_with('/') {
+        return Err(bad(
+            "argv",
+            format!(
+                "names the program {:?}; give an absolute path or a bare name looked up on the worker's PATH",
+                echo(program)
+            ),
+        ));
     }
     for (index, arg) in argv.iter().enumerate() {
         check_string("argv", &format!("element {index}"), arg)?;
@@ -965,6 +975,18 @@ fn validate_exec(
             .next()
             .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
             && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        // What finds and loads the program is the worker's to set, not the task's: a task's own
+        // PATH or preloaded library would run code no allow-list pattern admitted.
+        let reserved = name == "PATH"
+            || name.starts_with("LD_")
+            || name.starts_with("DYLD_")
+            || name.starts_with("HERDER_");
+        if reserved {
+            return Err(bad(
+                "env",
+                format!("may not set {name}: PATH, LD_*, DYLD_* and HERDER_* are the worker's own"),
+            ));
+        }
         if !shell_like || name.len() > 128 {
             return Err(bad(
                 "env",

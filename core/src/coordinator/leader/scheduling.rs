@@ -2,7 +2,7 @@
 //! serves, each onto the least-loaded such worker, under a fresh lease drawn from the member's
 //! seeded RNG. A job whose kind no worker serves waits without holding up the jobs behind it.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use super::LeaderState;
 use crate::command::Command;
@@ -27,25 +27,30 @@ impl LeaderState {
         if free == 0 {
             return;
         }
-        // The kinds some worker with a free slot serves, among those queued.
-        let kinds: BTreeSet<String> = m
-            .table
-            .queued_kinds()
-            .filter(|kind| self.registry.with_free_slots().any(|w| w.serves(kind)))
-            .map(str::to_owned)
-            .collect();
-        // The oldest `free` jobs of each such kind, merged back into queue order.
+        // Each kind a worker with a free slot serves and has a queued job, with the free slots
+        // of the workers serving it. The kinds come from the workers (bounded by their
+        // registrations), not from the queue (whose kinds clients choose).
+        let mut budget: BTreeMap<&str, usize> = BTreeMap::new();
+        for worker in self.registry.with_free_slots() {
+            for kind in &worker.tasks {
+                if m.table.queued_of_kind(kind).next().is_some() {
+                    *budget.entry(kind.as_str()).or_default() += worker.free_slots() as usize;
+                }
+            }
+        }
+        // The oldest jobs of each kind, as many as its workers have room for, merged back into
+        // queue order.
         let mut candidates: Vec<(u64, JobId)> = Vec::new();
-        for kind in &kinds {
+        for (kind, room) in &budget {
             candidates.extend(
                 m.table
                     .queued_of_kind(kind)
                     .filter(|(_, job_id)| !self.assigning.contains(job_id))
-                    .take(free),
+                    .take((*room).min(free)),
             );
         }
         candidates.sort_unstable();
-        for (_, job_id) in candidates.into_iter().take(free) {
+        for (_, job_id) in candidates {
             let Some(job) = m.table.get(&job_id) else {
                 continue;
             };

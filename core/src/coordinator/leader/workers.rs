@@ -632,9 +632,17 @@ impl LeaderState {
                 };
                 self.propose_failure(m, (job_id, lease_id), cause, permanent, pending);
             }
-            AttemptOutcome::Released {} => {
+            AttemptOutcome::Released {}
+                if self.registry.get(&worker).is_some_and(|w| w.draining) =>
+            {
                 self.settling.insert(lease_id);
                 self.propose(m, Command::Release { job_id, lease_id }, pending);
+            }
+            AttemptOutcome::Released {} => {
+                // Only a drain hands an attempt back for free; otherwise a worker could keep
+                // a job forever without it ever costing an attempt.
+                let cause = format!("worker {worker} handed the attempt back without draining");
+                self.fail_attempt(m, job_id, lease_id, cause, pending);
             }
             AttemptOutcome::Cancelled {} => {
                 let cause = format!("worker {worker} stopped the attempt unasked");

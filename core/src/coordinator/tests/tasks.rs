@@ -248,3 +248,16 @@ fn a_running_attempts_progress_shows_in_its_view_until_it_ends() {
     h.worker_says(on, progress("late"));
     assert_eq!(status(&mut h, job_id).progress, None);
 }
+
+#[test]
+fn a_hand_back_from_a_worker_that_is_not_draining_costs_an_attempt() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let job_id = h.submit(sha("a"), 3);
+    let (_, lease_id, _) = h.assignments("w1")[0];
+    h.finish("w1", job_id, lease_id, AttemptOutcome::Released {});
+    assert_eq!(h.state(job_id), JobState::RetryWait);
+    assert_eq!(h.job(job_id).attempt, Attempt(1));
+    let error = h.job(job_id).error.clone().unwrap_or_default();
+    assert!(error.contains("without draining"), "{error}");
+}

@@ -605,6 +605,19 @@ fn bad_exec_tasks_are_refused_naming_the_field() {
         (json!({"kind":"exec","argv":["true"],"env":{"X":1}}), "env"),
         (json!({"kind":"exec","argv":["true"],"env": env}), "env"),
         (json!({"kind":"exec","argv":["true"],"shell":true}), "shell"),
+        (json!({"kind":"exec","argv":["bin/tool"]}), "argv"),
+        (
+            json!({"kind":"exec","argv":["convert"],"env":{"PATH":"."}}),
+            "env",
+        ),
+        (
+            json!({"kind":"exec","argv":["/bin/true"],"env":{"LD_PRELOAD":"x.so"}}),
+            "env",
+        ),
+        (
+            json!({"kind":"exec","argv":["/bin/true"],"env":{"HERDER_JOB_ID":"x"}}),
+            "env",
+        ),
     ];
     for (wire, field) in cases {
         match parse(wire.clone()) {
