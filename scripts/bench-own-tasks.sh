@@ -7,7 +7,8 @@
 #   exec      `herder worker --allow-exec /bin/true` running an exec task of /bin/true
 # Each configuration runs on fresh data RUNS times, at PIPELINE submissions in flight per
 # connection (throughput), and once more with one job at a time on one connection (latency:
-# what each job costs end to end). Prints one JSON line per run, then a table of medians.
+# what each job costs end to end). Prints one JSON line per run, then a table of medians
+# (with the errors of each configuration's runs, which should be none).
 #   RUNS=3 JOBS=5000 ./scripts/bench-own-tasks.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -34,8 +35,10 @@ all_workers_alive() {
 
 start_config() {
     rm -rf "$work/data"
+    # The bench parks one WAIT per job; with a slow task most of JOBS wait at once.
     start_bg "$work/coordinator.log" coordinator --data-dir "$work/data" \
-        --worker-port "$WORKER_ADDR" --client-port "$CLIENT_ADDR"
+        --worker-port "$WORKER_ADDR" --client-port "$CLIENT_ADDR" \
+        --max-waits-per-connection 16384 --max-requests-per-connection 32768
     for w in 1 2 3; do
         case $1 in
         builtin) start_bg "$work/worker-$w.log" worker --id "worker-$w" --capacity 4 --coordinator "$WORKER_ADDR" ;;
@@ -80,9 +83,10 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def med(config, mode, pick):
     values = [pick(r) for r in rows if r["config"] == config and r["mode"] == mode]
     return statistics.median(values), values
-print(f"{'config':<8} {'throughput runs (jobs/s)':<28} {'median':>7}  {'one at a time: p50 ms (runs)':<30} {'median':>6}")
+print(f"{'config':<8} {'throughput runs (jobs/s)':<28} {'median':>7}  {'one at a time: p50 ms (runs)':<30} {'median':>6}  errors")
 for config in dict.fromkeys(r["config"] for r in rows):
     t, tv = med(config, "throughput", lambda r: r["throughput_jobs_per_second"])
     l, lv = med(config, "latency", lambda r: r["end_to_end_millis"]["p50"])
-    print(f"{config:<8} {' '.join(f'{v:.0f}' for v in tv):<28} {t:>7.0f}  {' '.join(f'{v:.2f}' for v in lv):<30} {l:>6.2f}")
+    errors = sum(r["errors"] for r in rows if r["config"] == config)
+    print(f"{config:<8} {' '.join(f'{v:.0f}' for v in tv):<28} {t:>7.0f}  {' '.join(f'{v:.2f}' for v in lv):<30} {l:>6.2f}  {errors}")
 PY
