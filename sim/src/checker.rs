@@ -15,7 +15,10 @@
 //!   as leader (leader completeness);
 //! - every visible output (`SUBMIT_ACCEPTED`, `TASK_ASSIGN`, `RESULT_ACK`, `TASK_CANCEL`,
 //!   `CANCEL_RESULT`, `SUBMIT_REJECTED`) against the model: its fact committed, durable on a
-//!   majority and on the sender's disk, and true.
+//!   majority and on the sender's disk, and true;
+//! - task sets: every committed `Assign` names a worker process whose registered kinds include
+//!   the job's (so a kind no worker serves is never assigned), and a queued job of a kind no
+//!   worker serves is shown to clients as `unserved`.
 //!
 //! Every error names the job, lease, entry or member concerned; the world prefixes the time and
 //! node.
@@ -24,10 +27,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use herder_core::command::{Command, LogEntry};
 use herder_core::coordinator::{Coordinator, DiskImage, Output, Record, WorkerEntry};
-use herder_core::ids::{JobId, LeaseId, LogIndex, NodeId, Term, WorkerId};
+use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, NodeId, Term, WorkerId};
 use herder_core::job::JobState;
 use herder_core::protocol::{
-    CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobView, PeerMessage,
+    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobView, PeerMessage,
 };
 
 use crate::model::Model;
@@ -111,6 +114,8 @@ pub struct ReadFloor {
     pub job: JobId,
     pub state: JobState,
     pub attempt: u32,
+    /// Attempts a drain had handed back by then (each lowers the attempt count by one).
+    pub releases: u32,
     /// A committed purge had removed the job already: only `JOB_NOT_FOUND` is current.
     pub purged: bool,
 }
@@ -138,6 +143,11 @@ struct Follow {
     /// The applied index at which its table last passed its invariant check (a table changes
     /// only by applying, so it need not be checked again until that moves).
     table_checked: Option<LogIndex>,
+    /// Worker processes this process, leading, heard were draining: (worker, incarnation,
+    /// term, the end of its log then). It must propose no `Assign` to them after that.
+    drains_heard: Vec<(WorkerId, Incarnation, Term, LogIndex)>,
+    /// Its log was searched for such proposals up to here.
+    assigns_scanned: LogIndex,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -167,6 +177,12 @@ pub struct Checker {
     acked_new: HashSet<JobId>,
     pub assignments: u64,
     pub completions: u64,
+    /// The task kinds each worker process registered with (the world says, as it starts
+    /// each process), and every kind any of them serves.
+    worker_sets: HashMap<(WorkerId, Incarnation), BTreeSet<String>>,
+    served_ever: BTreeSet<String>,
+    /// The coordinators' default per-attempt deadline, when the world says.
+    default_timeout_millis: Option<u64>,
 }
 
 impl Checker {
@@ -182,6 +198,77 @@ impl Checker {
 
     pub fn acked(&self) -> &BTreeSet<JobId> {
         &self.acked
+    }
+
+    /// The coordinators' default per-attempt deadline (a job without its own gets this one).
+    pub fn set_default_timeout(&mut self, millis: u64) {
+        self.default_timeout_millis = Some(millis);
+    }
+
+    /// A worker process started: it registers `tasks`, and may only be given work of those.
+    /// Every process of the run is known from its start, so `served_ever` lists every kind
+    /// any worker could ever run.
+    pub fn worker_process(&mut self, id: &WorkerId, incarnation: Incarnation, tasks: &[String]) {
+        let set: BTreeSet<String> = tasks.iter().cloned().collect();
+        self.served_ever.extend(set.iter().cloned());
+        self.worker_sets.insert((id.clone(), incarnation), set);
+    }
+
+    /// Whether any worker process of the run serves `kind`.
+    pub fn served_ever(&self, kind: &str) -> bool {
+        self.served_ever.contains(kind)
+    }
+
+    /// A worker reported how an attempt ended (what it sent, whether or not it arrived): a
+    /// `Release` or a permanent failure in the log must come from such a report.
+    pub fn worker_reported(&mut self, lease_id: LeaseId, outcome: &AttemptOutcome) {
+        match outcome {
+            AttemptOutcome::Released {} => {
+                self.model.reported_released.insert(lease_id);
+            }
+            AttemptOutcome::Failed {
+                permanent: true, ..
+            } => {
+                self.model.reported_permanent.insert(lease_id);
+            }
+            _ => {}
+        }
+    }
+
+    /// A committed entry, before the model applies it: an `Assign` must name a worker process
+    /// that registered the job's kind.
+    pub fn check_committed(&self, entry: &LogEntry) -> Check {
+        let Command::Assign { job_id, lease } = &entry.command else {
+            return Ok(());
+        };
+        let Some(job) = self.model.jobs.get(job_id) else {
+            return Ok(());
+        };
+        let kind = job.task.kind();
+        ensure!(
+            self.served_ever.contains(kind),
+            "task sets: job {job_id} of kind {kind:?}, which no worker serves, was assigned to {} (lease {}, entry {})",
+            lease.worker,
+            lease.id,
+            entry.index
+        );
+        let Some(set) = self
+            .worker_sets
+            .get(&(lease.worker.clone(), lease.incarnation))
+        else {
+            return Err(format!(
+                "task sets: job {job_id} was assigned to {} incarnation {}, a process that never ran (entry {})",
+                lease.worker, lease.incarnation.0, entry.index
+            ));
+        };
+        ensure!(
+            set.contains(kind),
+            "task sets: job {job_id} of kind {kind:?} was assigned to {} (lease {}, entry {}), which serves only {set:?}",
+            lease.worker,
+            lease.id,
+            entry.index
+        );
+        Ok(())
     }
 
     /// A batch became durable on coordinator `c`'s disk.
@@ -208,7 +295,61 @@ impl Checker {
             acting: false,
             leading: None,
             table_checked: None,
+            drains_heard: Vec::new(),
+            assigns_scanned: machine.replica().last_index(),
         };
+    }
+
+    /// Coordinator `c`, acting as leader, registered worker process (`worker`, `incarnation`)
+    /// as draining (a `DRAINING`, or a registration that says so), when its log ended at
+    /// `log_end`: from then on it must propose no `Assign` to that process.
+    pub fn drain_heard(
+        &mut self,
+        c: usize,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        term: Term,
+        log_end: LogIndex,
+    ) {
+        self.follow[c]
+            .drains_heard
+            .push((worker.clone(), incarnation, term, log_end));
+    }
+
+    /// A leader proposes no `Assign` to a worker process it knows is draining: every entry of
+    /// its own term that it appended since the last look is searched.
+    fn check_no_work_for_draining(&mut self, c: usize, machine: &Coordinator) -> Check {
+        let replica = machine.replica();
+        let last = replica.last_index();
+        let from = self.follow[c].assigns_scanned.min(last);
+        self.follow[c].assigns_scanned = last;
+        if !replica.is_leader() || self.follow[c].drains_heard.is_empty() {
+            return Ok(());
+        }
+        let term = replica.term();
+        let mut index = from.max(replica.log().base_index());
+        while index < last {
+            index = index.next();
+            let Some(entry) = replica.log().get(index) else {
+                continue;
+            };
+            let Command::Assign { job_id, lease } = &entry.command else {
+                continue;
+            };
+            if entry.term != term {
+                continue;
+            }
+            let heard = self.follow[c].drains_heard.iter().find(|(w, inc, t, end)| {
+                *w == lease.worker && *inc == lease.incarnation && *t == term && index > *end
+            });
+            if let Some((_, _, _, end)) = heard {
+                return Err(format!(
+                    "drain: coord-{c} proposed at entry {index} to assign job {job_id} to {} (lease {}), which it had registered as draining when its log ended at {end}",
+                    lease.worker, lease.id
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Looks at coordinator `c` after it handled an input: what it applied joins the committed
@@ -247,6 +388,7 @@ impl Checker {
         self.follow[c].applied = applied;
         while let Some((entry, _)) = self.committed.get(&self.model.applied.next()) {
             let entry = entry.clone();
+            self.check_committed(&entry)?;
             self.model.apply(&entry)?;
         }
         // At most one leader per term (paper 5.2).
@@ -294,6 +436,7 @@ impl Checker {
         }
         self.follow[c].acting = acting;
         self.check_leader_commit(c, machine)?;
+        self.check_no_work_for_draining(c, machine)?;
         // Identical tables at the same applied index: the model's.
         if applied == self.model.applied && self.follow[c].compared != Some(applied) {
             self.follow[c].compared = Some(applied);
@@ -350,6 +493,7 @@ impl Checker {
             job: *job,
             state: row.state,
             attempt: row.attempt,
+            releases: row.releases,
             purged,
         })
     }
@@ -387,8 +531,14 @@ impl Checker {
             }
             _ => return Ok(()),
         };
+        // The attempt count only grows, but for releases committed since (each gives one back).
+        let released_since = self
+            .model
+            .job_ever(&floor.job)
+            .map_or(0, |job| job.releases.saturating_sub(floor.releases));
         ensure!(
-            view.attempt >= floor.attempt && (!floor.state.is_terminal() || view.state == floor.state),
+            view.attempt + released_since >= floor.attempt
+                && (!floor.state.is_terminal() || view.state == floor.state),
             "stale read: job {} shown as {} attempt {}, but it was {} attempt {} by the committed log before the request arrived",
             view.id,
             view.state,
@@ -534,9 +684,11 @@ impl Checker {
             "TASK_ASSIGN for job {job_id} carries attempt {attempt} of {max_attempts}"
         );
         if let Some((lease, owner)) = self.attempts.get(&(job_id, attempt)) {
-            return Err(format!(
+            // A released attempt was given back to the budget: its number is assigned again.
+            ensure!(
+                self.model.released.contains(lease),
                 "attempt {attempt} of job {job_id} assigned twice: lease {lease} to {owner}, then lease {lease_id} to {worker}"
-            ));
+            );
         }
         self.attempts
             .insert((job_id, attempt), (lease_id, worker.clone()));
@@ -562,6 +714,7 @@ impl Checker {
                     lease_id,
                     attempt,
                     max_attempts,
+                    timeout_millis,
                     ..
                 } => {
                     let ConnOwner::Worker(worker) = owner else {
@@ -584,6 +737,16 @@ impl Checker {
                         index,
                         &format!("TASK_ASSIGN job {job_id} lease {lease_id}"),
                     )?;
+                    // The attempt's deadline is the one its submission chose, else the default.
+                    if let (Some(default), Some(job)) =
+                        (self.default_timeout_millis, self.model.job_ever(job_id))
+                    {
+                        let expected = job.timeout_millis.unwrap_or(default);
+                        ensure!(
+                            *timeout_millis == expected,
+                            "TASK_ASSIGN job {job_id} lease {lease_id} carries a deadline of {timeout_millis} ms, but the job's is {expected} ms"
+                        );
+                    }
                     self.observe_assign(*job_id, *lease_id, attempt.0, *max_attempts, worker)?;
                 }
                 CoordinatorToWorker::ResultAck {
@@ -749,6 +912,30 @@ impl Checker {
         if let Some(view) = terminal_view(reply) {
             self.check_view(view)?;
         }
+        match reply {
+            ClientReply::Job { job, .. }
+            | ClientReply::WaitResult { job, .. }
+            | ClientReply::CancelResult { job, .. } => self.check_unserved(job)?,
+            ClientReply::JobList { jobs, .. } => {
+                for job in jobs {
+                    self.check_unserved(job)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A job of a kind no worker serves is never assigned, so while it is not terminal it (or
+    /// a partition of it) is queued: its view must say nobody serves it.
+    fn check_unserved(&self, view: &JobView) -> Check {
+        let kind = view.task.kind();
+        ensure!(
+            view.state.is_terminal() || self.served_ever.contains(kind) || view.unserved,
+            "job {} of kind {kind:?}, which no worker serves, is shown {} without `unserved`",
+            view.id,
+            view.state
+        );
         Ok(())
     }
 
@@ -803,16 +990,6 @@ impl Checker {
     /// Whether a committed purge removed `job`.
     pub fn purged(&self, job: &JobId) -> bool {
         self.model.purged.contains_key(job)
-    }
-
-    /// Whether every acknowledged job is terminal by the committed log.
-    pub fn acked_terminal(&self) -> bool {
-        // A purged job was terminal when it went.
-        self.acked.iter().all(|id| {
-            self.model
-                .job_ever(id)
-                .is_some_and(|job| job.state.is_terminal())
-        })
     }
 
     /// Counts completions as jobs reach `COMPLETED` by the committed log (for the report).

@@ -20,21 +20,25 @@
 //!   attempt requeues or fails. A partition's end decides its parent: all completed completes
 //!   it with the sequential answer over the whole input; one failed for good fails it and
 //!   cancels the others.
-//! - A **permanent** failure fails the job at once, whatever attempts remain. **Release** (a
+//! - A **permanent** failure fails the job at once, whatever attempts remain; it must be what
+//!   the job's task gives on that attempt and what the worker reported. **Release** (a
 //!   draining worker's hand-back) of the current lease queues the job again and gives the
-//!   attempt back to the budget.
+//!   attempt back to the budget; a worker must have reported that attempt released.
+//! - A **user task** completes with what its payload says the simulated handler returns on
+//!   that attempt ([`expected_outcome`], this module's own reading of the payload rules).
 //! - **Requeue** moves `RETRY_WAIT` to `QUEUED`. **Cancel** cancels a non-terminal job (a
 //!   partition's cancel is its parent's) and every non-terminal partition of it.
 //! - **Purge** removes each named job that is terminal and not a partition, with its
 //!   partitions and its idempotency key; it skips any other id.
 //! - Terminal states never change (a purged job is gone, not changed).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use herder_core::command::{Command, LogEntry};
 use herder_core::ids::{Attempt, JobId, LeaseId, LogIndex, WorkerId};
 use herder_core::job::{Job, JobState, Lease};
-use herder_core::tasks::{self, TaskOutput, TaskSpec};
+use herder_core::tasks::{self, TaskOutput, TaskSpec, UserTask};
+use serde_json::{json, Value};
 
 use crate::checker::Check;
 
@@ -60,6 +64,12 @@ pub struct ModelJob {
     pub retry_delay_millis: u64,
     pub parent: Option<(JobId, u32)>,
     pub partitions: Vec<JobId>,
+    /// The per-attempt deadline its submission asked for.
+    pub timeout_millis: Option<u64>,
+    /// How its last attempt was settled, for messages ("released", "failed permanently", ...).
+    pub last_settled: Option<&'static str>,
+    /// Attempts handed back by a drain so far (each gave its attempt number back).
+    pub releases: u32,
 }
 
 impl ModelJob {
@@ -76,6 +86,9 @@ impl ModelJob {
             retry_delay_millis: 0,
             parent: None,
             partitions: Vec::new(),
+            timeout_millis: None,
+            last_settled: None,
+            releases: 0,
         }
     }
 
@@ -101,6 +114,59 @@ pub struct Model {
     pub purged: HashMap<JobId, (LogIndex, ModelJob)>,
     /// The highest admission limit any submission carried (the limit is fixed per run).
     pub limit: u64,
+    /// Attempts a draining worker handed back, which the budget does not count.
+    pub released: BTreeSet<LeaseId>,
+    /// Jobs a committed permanent failure of their current attempt ended, and where.
+    pub failed_permanently: HashMap<JobId, LogIndex>,
+    /// Leases some worker reported `released`, and leases it reported failed permanently (fed
+    /// by the world from what the simulated workers sent).
+    pub reported_released: HashSet<LeaseId>,
+    pub reported_permanent: HashSet<LeaseId>,
+}
+
+/// What a task must give on an attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expected {
+    Output(TaskOutput),
+    Fails { permanent: bool },
+}
+
+/// What `task` must give on `attempt`: a built-in task's answer is `tasks::execute`; a user
+/// task's follows the rules its payload states (see [`expected_user_outcome`]).
+pub fn expected_outcome(task: &TaskSpec, attempt: u32) -> Expected {
+    match task {
+        TaskSpec::User(user) => expected_user_outcome(user, attempt),
+        _ => match tasks::execute(task, Attempt(attempt)) {
+            Ok(output) => Expected::Output(output),
+            Err(failure) => Expected::Fails {
+                permanent: failure.permanent,
+            },
+        },
+    }
+}
+
+/// The payload rules of the simulated user tasks, read here on their own: from attempt
+/// `permanent_at` on the task refuses its input for good; before attempt `fail_until` it fails
+/// and may be retried; otherwise it answers its name, `n`, the attempt and `n` squared.
+pub fn expected_user_outcome(task: &UserTask, attempt: u32) -> Expected {
+    let payload = task.payload.as_object();
+    let number = |key: &str| payload.and_then(|p| p.get(key)).and_then(Value::as_u64);
+    let attempt = u64::from(attempt);
+    if let Some(from) = number("permanent_at") {
+        if attempt >= from {
+            return Expected::Fails { permanent: true };
+        }
+    }
+    if number("fail_until").unwrap_or(0) > attempt {
+        return Expected::Fails { permanent: false };
+    }
+    let n = payload
+        .and_then(|p| p.get("n"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    Expected::Output(TaskOutput::Value {
+        value: json!({"task": task.name, "n": n, "attempt": attempt, "square": n.wrapping_mul(n)}),
+    })
 }
 
 impl Model {
@@ -156,12 +222,12 @@ impl Model {
                 idempotency_key,
                 max_active_jobs,
                 partitions,
+                timeout_millis,
                 ..
             } => self.submit(
                 at,
                 *job_id,
-                task,
-                *max_attempts,
+                (task, *max_attempts, *timeout_millis),
                 idempotency_key,
                 *max_active_jobs,
                 partitions,
@@ -186,9 +252,9 @@ impl Model {
                 self.settled_at.entry(*lease_id).or_insert(at);
                 if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
                     let job = self.job(job_id)?;
-                    let expected = tasks::execute(&job.task, Attempt(job.attempt));
+                    let expected = expected_outcome(&job.task, job.attempt);
                     ensure!(
-                        expected.as_ref().ok() == Some(output),
+                        expected == Expected::Output(output.clone()),
                         "job {job_id} completed on attempt {} with {output:?}, but its task gives {expected:?}",
                         job.attempt
                     );
@@ -196,6 +262,7 @@ impl Model {
                     job.state = JobState::Completed;
                     job.lease = None;
                     job.result = Some(output.clone());
+                    job.last_settled = Some("completed");
                     self.partition_completed(*job_id)?;
                 }
             }
@@ -207,17 +274,41 @@ impl Model {
                 ..
             } => {
                 self.settled_at.entry(*lease_id).or_insert(at);
+                // Only a worker's permanent report makes a failure permanent.
+                ensure!(
+                    !permanent || self.reported_permanent.contains(lease_id),
+                    "a permanent failure of job {job_id} lease {lease_id} was committed at entry {at}, but no worker reported that attempt failed permanently"
+                );
                 if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
                     let job = self.job_mut(job_id)?;
                     job.lease = None;
-                    // A permanent failure ends the job whatever attempts remain.
-                    if job.attempt < job.max_attempts && !permanent {
+                    if *permanent {
+                        // Terminal at once, whatever attempts remain; and only when the task
+                        // really gives a permanent failure on this attempt.
+                        let expected = expected_outcome(&job.task, job.attempt);
+                        ensure!(
+                            expected == Expected::Fails { permanent: true },
+                            "job {job_id} failed permanently on attempt {} at entry {at}, but its task gives {expected:?} there",
+                            job.attempt
+                        );
+                        job.state = JobState::Failed;
+                        job.last_settled = Some("failed permanently");
+                        self.failed_permanently.insert(*job_id, at);
+                        self.partition_failed(at, *job_id);
+                    } else if job.attempt < job.max_attempts {
                         job.state = JobState::RetryWait;
                         job.retry_delay_millis = *retry_delay_millis;
+                        job.last_settled = Some("failed, to be retried");
                     } else {
                         job.state = JobState::Failed;
+                        job.last_settled = Some("failed on its last attempt");
                         self.partition_failed(at, *job_id);
                     }
+                    let state = self.job(job_id)?.state;
+                    ensure!(
+                        !permanent || state == JobState::Failed,
+                        "model: job {job_id} is {state} after a permanent failure"
+                    );
                 }
             }
             Command::Abandon { job_id, lease_id } => {
@@ -225,6 +316,7 @@ impl Model {
                 if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
                     let job = self.job_mut(job_id)?;
                     job.lease = None;
+                    job.last_settled = Some("abandoned");
                     if job.attempt < job.max_attempts {
                         job.state = JobState::Queued;
                     } else {
@@ -235,12 +327,25 @@ impl Model {
             }
             Command::Release { job_id, lease_id } => {
                 self.settled_at.entry(*lease_id).or_insert(at);
+                // A leader proposes a release only for what a worker handed back.
+                ensure!(
+                    self.reported_released.contains(lease_id),
+                    "a Release of job {job_id} lease {lease_id} was committed at entry {at}, but no worker reported that attempt released"
+                );
                 if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
                     // Handed back by a draining worker: queued again, the attempt not charged.
                     let job = self.job_mut(job_id)?;
+                    let before = job.attempt;
+                    ensure!(
+                        before >= 1,
+                        "model: running job {job_id} released with attempt 0"
+                    );
                     job.lease = None;
-                    job.attempt -= 1;
+                    job.attempt = before - 1;
+                    job.releases += 1;
                     job.state = JobState::Queued;
+                    job.last_settled = Some("released (not charged)");
+                    self.released.insert(*lease_id);
                 }
             }
             Command::Requeue { job_id } => {
@@ -315,13 +420,11 @@ impl Model {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn submit(
         &mut self,
         at: LogIndex,
         job_id: JobId,
-        task: &TaskSpec,
-        max_attempts: u32,
+        (task, max_attempts, timeout_millis): (&TaskSpec, u32, Option<u64>),
         key: &Option<String>,
         max_active_jobs: u64,
         partitions: &[JobId],
@@ -361,6 +464,7 @@ impl Model {
         );
         let mut job = ModelJob::new(task.clone(), max_attempts);
         job.key = key.clone();
+        job.timeout_millis = timeout_millis;
         if let Some(key) = key {
             self.keys.insert(key.clone(), job_id);
         }
@@ -372,6 +476,7 @@ impl Model {
             for (index, (part, piece)) in partitions.iter().zip(pieces).enumerate() {
                 let mut child = ModelJob::new(piece, max_attempts);
                 child.parent = Some((job_id, index as u32));
+                child.timeout_millis = timeout_millis;
                 self.jobs.insert(*part, child);
                 self.submitted_at.insert(*part, at);
             }
@@ -472,11 +577,12 @@ impl Model {
             && row.idempotency_key == job.key
             && row.partition_of.map(|p| (p.parent, p.index)) == job.parent
             && row.partitions == job.partitions
+            && row.timeout_millis == job.timeout_millis
             && (job.state != JobState::RetryWait
                 || row.retry_delay_millis == job.retry_delay_millis);
         ensure!(
             same,
-            "job {} is {} (attempt {}/{}, lease {:?}, result {:?}) in a coordinator's table, but the rules say {} (attempt {}/{}, lease {:?}, result {:?})",
+            "job {} is {} (attempt {}/{}, lease {:?}, result {:?}) in a coordinator's table, but the rules say {} (attempt {}/{}, lease {:?}, result {:?}; its last attempt {})",
             row.id,
             row.state,
             row.attempt,
@@ -487,7 +593,8 @@ impl Model {
             job.attempt,
             job.max_attempts,
             job.lease.as_ref().map(|l| l.id),
-            job.result
+            job.result,
+            job.last_settled.unwrap_or("not settled yet")
         );
         Ok(())
     }

@@ -5,8 +5,13 @@ use std::time::Duration;
 
 use herder_core::coordinator::{CoordinatorConfig, Retention};
 use herder_core::ids::NodeId;
+use herder_core::protocol::builtin_task_names;
 
 use crate::rng::SimRng;
+
+/// The user task names a seed's workload may submit; the simulated workers serve them with a
+/// handler of the world's (see `world::handlers`).
+pub const USER_TASKS: [&str; 3] = ["resize", "encode", "thumbnail"];
 
 /// Which faults a seed injects, and how often.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,6 +56,10 @@ pub struct Faults {
     pub disk_loss: bool,
     /// A worker crashes and never comes back (at least one worker always stays).
     pub worker_leave: bool,
+    /// A worker drains: it tells the coordinator it takes no new work, hands back what still
+    /// runs when its drain timeout ends, stops once drained (or after a bound), and usually
+    /// comes back later as a new process serving the same task kinds.
+    pub drain: bool,
 }
 
 impl Faults {
@@ -74,6 +83,7 @@ impl Faults {
             leader_faults: false,
             disk_loss: false,
             worker_leave: false,
+            drain: false,
         }
     }
 
@@ -86,6 +96,7 @@ impl Faults {
             || self.partition
             || self.disk_loss
             || self.worker_leave
+            || self.drain
     }
 }
 
@@ -117,6 +128,53 @@ pub struct Scenario {
     pub faults: Faults,
     /// Clients sometimes send `PURGE` (with a retention policy drawn for the coordinators).
     pub purge_ops: bool,
+    /// The task kinds each worker serves (built-in kinds and user task names), fixed for every
+    /// process of that worker.
+    pub worker_tasks: Vec<Vec<String>>,
+    /// The user task names the workload submits (none: built-in tasks only).
+    pub user_tasks: Vec<String>,
+    /// Some submissions carry their own per-attempt deadline (`timeout_millis`).
+    pub job_timeouts: bool,
+}
+
+/// Which kinds each of `workers` workers serves, and which user tasks the workload submits,
+/// from the seed's own stream (so drawing them shifts nothing else). In two seeds of five every
+/// worker serves every kind; otherwise each worker serves all of them or a random subset, and
+/// in a quarter of those seeds one kind (built in or a user task) is served by no worker at all.
+pub fn draw_task_sets(seed: u64, workers: usize) -> (Vec<Vec<String>>, Vec<String>) {
+    let mut rng = SimRng::new(seed, "task-sets", 0);
+    let user: Vec<String> = if rng.chance(0.6) {
+        let n = rng.range(1, USER_TASKS.len() as u64) as usize;
+        USER_TASKS[..n].iter().map(|s| s.to_string()).collect()
+    } else {
+        Vec::new()
+    };
+    let mut kinds = builtin_task_names();
+    kinds.extend(user.iter().cloned());
+    if rng.below(5) < 2 {
+        return (vec![kinds; workers], user);
+    }
+    let nobody = if rng.chance(0.25) {
+        rng.pick(&kinds).cloned()
+    } else {
+        None
+    };
+    let mut sets = Vec::new();
+    for _ in 0..workers {
+        let all = rng.chance(0.3);
+        let mut set = Vec::new();
+        for kind in &kinds {
+            if (all || rng.chance(0.6)) && Some(kind) != nobody.as_ref() {
+                set.push(kind.clone());
+            }
+        }
+        if set.is_empty() {
+            let first = kinds.iter().find(|k| Some(*k) != nobody.as_ref());
+            set.extend(first.cloned());
+        }
+        sets.push(set);
+    }
+    (sets, user)
 }
 
 impl Scenario {
@@ -131,6 +189,7 @@ impl Scenario {
         scenario.ops_per_client = 20;
         scenario.fault_span_us = 10_000_000;
         scenario.coordinator.max_active_jobs = 8;
+        (scenario.worker_tasks, scenario.user_tasks) = draw_task_sets(seed, 3);
         scenario.faults = Faults {
             tick_mean_us: 500_000,
             coordinator_crash: true,
@@ -151,6 +210,7 @@ impl Scenario {
             // Swarm seeds send undecodable bytes; this scenario stays as it was measured.
             malformed: false,
             stalled_reader: false,
+            drain: true,
         };
         scenario
     }
@@ -268,6 +328,9 @@ impl Scenario {
             codec: rng.chance(0.3),
             faults,
             purge_ops: false,
+            worker_tasks: Vec::new(),
+            user_tasks: Vec::new(),
+            job_timeouts: false,
         };
         // Network faults are drawn last so adding them did not reshuffle the draws above.
         if scenario.faults != Faults::none() {
@@ -322,6 +385,12 @@ impl Scenario {
         if scenario.faults != Faults::none() {
             scenario.faults.stalled_reader = rng.chance(0.3);
         }
+        // Task sets, user tasks, drains and per-job deadlines, drawn after everything else.
+        (scenario.worker_tasks, scenario.user_tasks) = draw_task_sets(seed, scenario.workers);
+        if scenario.faults != Faults::none() {
+            scenario.faults.drain = rng.chance(0.4);
+        }
+        scenario.job_timeouts = rng.chance(0.4);
         scenario
     }
 }

@@ -8,7 +8,7 @@ use herder_core::coordinator::{Coordinator, CoordinatorConfig, Output, Record, W
 use herder_core::ids::{
     Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, Term, WorkerId,
 };
-use herder_core::job::Lease;
+use herder_core::job::{JobState, Lease};
 use herder_core::protocol::{ClientReply, ClientRequest};
 use herder_core::tasks::{TaskOutput, TaskSpec};
 use herder_core::time::Instant;
@@ -95,6 +95,17 @@ fn five_hundred_seeds_pass_and_reach_the_interesting_cases() {
         "net: peer message lost",
         "net: peer message sent twice",
         "net: peer message cut by a partition",
+        // User tasks, task sets, drains and permanent failures.
+        "task: user task started",
+        "task: fails permanently",
+        "fault: worker drains",
+        "worker: draining",
+        "worker: attempt handed back by a drain",
+        "worker: stops once drained",
+        "coordinator: worker draining",
+        "coordinator: drained attempt released",
+        "liveness: a job waits queued, no worker serves its kind",
+        "client: a job shown unserved",
     ] {
         assert!(
             coverage.get(what).copied().unwrap_or(0) > 0,
@@ -284,10 +295,10 @@ fn the_checker_catches_a_worker_over_capacity() {
     leases.insert(lease_id(1), job_id(1));
     leases.insert(lease_id(2), job_id(2));
     let entry = WorkerEntry {
+        draining: false,
         tasks: herder_core::protocol::builtin_task_names()
             .into_iter()
             .collect(),
-        draining: false,
         id: worker(),
         incarnation: Incarnation(1),
         registration: 1,
@@ -376,4 +387,211 @@ fn the_regression_seeds_pass() {
             "known-failing seed {entry:?} passes now: move it above [known-failing]"
         );
     }
+}
+
+/// A log of commands, one entry each, from index 1.
+fn entries(commands: Vec<Command>) -> Vec<LogEntry> {
+    commands
+        .into_iter()
+        .enumerate()
+        .map(|(i, command)| LogEntry {
+            index: LogIndex(i as u64 + 1),
+            term: Term(1),
+            at: herder_core::time::UnixMillis::UNSTAMPED,
+            command,
+        })
+        .collect()
+}
+
+fn user_task(payload: serde_json::Value) -> TaskSpec {
+    TaskSpec::User(herder_core::tasks::UserTask {
+        name: "resize".into(),
+        payload,
+    })
+}
+
+fn submit(task: TaskSpec) -> Command {
+    Command::Submit {
+        timeout_millis: Some(700),
+        partitions: Vec::new(),
+        partitions_asked: None,
+        job_id: job_id(1),
+        task,
+        max_attempts: 3,
+        idempotency_key: None,
+        max_active_jobs: 10,
+    }
+}
+
+fn assign(lease: u8) -> Command {
+    Command::Assign {
+        job_id: job_id(1),
+        lease: Lease {
+            id: lease_id(lease),
+            worker: worker(),
+            incarnation: Incarnation(1),
+        },
+    }
+}
+
+fn permanent_failure(lease: u8) -> Command {
+    Command::AttemptFailed {
+        job_id: job_id(1),
+        lease_id: lease_id(lease),
+        cause: "task failed permanently".into(),
+        retry_delay_millis: 10,
+        permanent: true,
+    }
+}
+
+#[test]
+fn the_model_gives_a_released_attempt_back_only_when_a_worker_released_it() {
+    let log = entries(vec![
+        submit(user_task(serde_json::json!({"n": 3}))),
+        assign(1),
+        Command::Release {
+            job_id: job_id(1),
+            lease_id: lease_id(1),
+        },
+    ]);
+    let mut model = Model::new();
+    model.apply(&log[0]).expect("submit");
+    model.apply(&log[1]).expect("assign");
+    let mut unreported = model.clone();
+    let caught = unreported
+        .apply(&log[2])
+        .expect_err("a release no worker reported");
+    assert!(caught.contains("no worker reported"), "{caught}");
+    model.reported_released.insert(lease_id(1));
+    model.apply(&log[2]).expect("a reported release");
+    let job = &model.jobs[&job_id(1)];
+    assert_eq!(
+        (job.state, job.attempt),
+        (JobState::Queued, 0),
+        "not charged"
+    );
+    assert!(model.released.contains(&lease_id(1)));
+}
+
+#[test]
+fn the_model_ends_a_job_at_a_permanent_failure_only_when_its_task_gives_one() {
+    // Attempt 1 fails permanently by its payload: the job fails at once, with attempts left.
+    let log = entries(vec![
+        submit(user_task(serde_json::json!({"n": 3, "permanent_at": 1}))),
+        assign(1),
+        permanent_failure(1),
+    ]);
+    let mut model = Model::new();
+    for entry in &log[..2] {
+        model.apply(entry).expect("submit and assign");
+    }
+    let mut unreported = model.clone();
+    let caught = unreported
+        .apply(&log[2])
+        .expect_err("a permanent failure no worker reported");
+    assert!(caught.contains("no worker reported"), "{caught}");
+    model.reported_permanent.insert(lease_id(1));
+    model.apply(&log[2]).expect("a reported permanent failure");
+    assert_eq!(model.jobs[&job_id(1)].state, JobState::Failed);
+    assert!(model.failed_permanently.contains_key(&job_id(1)));
+
+    // A task whose payload succeeds on attempt 1 cannot fail permanently there.
+    let log = entries(vec![
+        submit(user_task(serde_json::json!({"n": 3}))),
+        assign(1),
+        permanent_failure(1),
+    ]);
+    let mut model = Model::new();
+    model.reported_permanent.insert(lease_id(1));
+    for entry in &log[..2] {
+        model.apply(entry).expect("submit and assign");
+    }
+    let caught = model.apply(&log[2]).expect_err("not what the task gives");
+    assert!(caught.contains("but its task gives"), "{caught}");
+}
+
+#[test]
+fn the_model_knows_what_a_user_task_returns() {
+    use herder_sim::model::{expected_outcome, Expected};
+    let task = user_task(serde_json::json!({"n": 4, "fail_until": 2, "permanent_at": 3}));
+    assert_eq!(
+        expected_outcome(&task, 1),
+        Expected::Fails { permanent: false }
+    );
+    assert_eq!(
+        expected_outcome(&task, 2),
+        Expected::Output(TaskOutput::Value {
+            value: serde_json::json!({"task": "resize", "n": 4, "attempt": 2, "square": 16})
+        })
+    );
+    assert_eq!(
+        expected_outcome(&task, 3),
+        Expected::Fails { permanent: true }
+    );
+}
+
+#[test]
+fn the_checker_catches_an_assignment_to_a_worker_that_does_not_serve_the_kind() {
+    let log = entries(vec![
+        submit(user_task(serde_json::json!({"n": 1}))),
+        assign(1),
+    ]);
+    let mut checker = Checker::new(1);
+    checker.worker_process(&worker(), Incarnation(1), &["sha256".to_string()]);
+    checker.model.apply(&log[0]).expect("submit");
+    let caught = checker
+        .check_committed(&log[1])
+        .expect_err("nobody serves resize");
+    assert!(caught.contains("which no worker serves"), "{caught}");
+    let other = WorkerId::parse("w1").expect("valid id");
+    checker.worker_process(&other, Incarnation(7), &["resize".to_string()]);
+    let caught = checker
+        .check_committed(&log[1])
+        .expect_err("w0 does not serve resize");
+    assert!(caught.contains("which serves only"), "{caught}");
+    checker.worker_process(
+        &worker(),
+        Incarnation(1),
+        &["sha256".to_string(), "resize".to_string()],
+    );
+    checker
+        .check_committed(&log[1])
+        .expect("w0 serves resize now");
+}
+
+#[test]
+fn the_checker_wants_a_job_no_worker_serves_shown_unserved() {
+    let task = TaskSpec::User(herder_core::tasks::UserTask {
+        name: "transcode".into(),
+        payload: serde_json::json!({}),
+    });
+    let mut table = JobTable::new();
+    let log = entries(vec![submit(task)]);
+    table.apply(log[0].index, log[0].at, &log[0].command);
+    let mut view = table.view(&job_id(1)).expect("the queued job");
+    let c = Coordinator::new(CoordinatorConfig::default(), 1).expect("valid config");
+    let mut checker = Checker::new(1);
+    checker.model.apply(&log[0]).expect("submit");
+    let reply = |view: &herder_core::protocol::JobView| Output::ToClient {
+        conn: ConnectionId(2),
+        message: ClientReply::Job {
+            request_id: RequestId(1),
+            job: Box::new(view.clone()),
+        },
+    };
+    view.unserved = false;
+    let caught = checker
+        .check_output(0, &c, &reply(&view), &ConnOwner::Client, None, 1)
+        .expect_err("a job nobody serves shown as served");
+    assert!(caught.contains("without `unserved`"), "{caught}");
+    view.unserved = true;
+    checker
+        .check_output(0, &c, &reply(&view), &ConnOwner::Client, None, 1)
+        .expect("shown unserved");
+    // Once some worker serves the kind, whether it shows unserved depends on who is live.
+    checker.worker_process(&worker(), Incarnation(1), &["transcode".to_string()]);
+    view.unserved = false;
+    checker
+        .check_output(0, &c, &reply(&view), &ConnOwner::Client, None, 1)
+        .expect("a kind some worker serves");
 }

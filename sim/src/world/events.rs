@@ -61,6 +61,16 @@ pub(super) enum Ev {
     WorkerResume {
         worker: usize,
     },
+    /// A draining worker's drain timeout ends: what still runs is handed back.
+    DrainTimeout {
+        worker: usize,
+        gen: u64,
+    },
+    /// The driver of a draining worker looks whether it is drained (then the process stops).
+    DrainCheck {
+        worker: usize,
+        gen: u64,
+    },
     CoordResume {
         coord: usize,
     },
@@ -135,7 +145,9 @@ impl World {
                 peer: Peer::Worker(w),
                 ..
             } => NodeRef::Worker(*w),
-            Ev::TaskDone { worker, .. } => NodeRef::Worker(*worker),
+            Ev::TaskDone { worker, .. }
+            | Ev::DrainTimeout { worker, .. }
+            | Ev::DrainCheck { worker, .. } => NodeRef::Worker(*worker),
             // A paused worker sends nothing, repeats included.
             Ev::ResendUp { conn, .. } => match self.conns[*conn].peer {
                 Peer::Worker(w) => NodeRef::Worker(w),
@@ -233,6 +245,12 @@ impl World {
             }
             Ev::WorkerRestart { worker } => (NodeRef::Worker(worker), self.restart_worker(worker)),
             Ev::WorkerResume { worker } => (NodeRef::Worker(worker), self.resume_worker(worker)),
+            Ev::DrainTimeout { worker, gen } => {
+                (NodeRef::Worker(worker), self.drain_timeout(worker, gen))
+            }
+            Ev::DrainCheck { worker, gen } => {
+                (NodeRef::Worker(worker), self.drain_check(worker, gen))
+            }
             Ev::CoordResume { coord } => {
                 (NodeRef::Coordinator(coord), self.resume_coordinator(coord))
             }

@@ -11,12 +11,15 @@ use herder_core::worker::Worker;
 
 use super::events::Ev;
 use super::network::{Close, Dir, Partition, Peer, Up, RETRANSMIT_US};
-use super::nodes::{clock_for, coordinator_config};
+use super::nodes::{clock_for, coordinator_config, Drain, DrainPhase};
 use super::{NodeRef, World};
 use crate::checker::{Check, Disk};
 
 /// The longest a crashed coordinator stays down.
 pub(super) const COORDINATOR_DOWN_MAX_US: u64 = 3_000_000;
+
+/// How often a draining worker's driver looks whether it is drained.
+const DRAIN_POLL_US: u64 = 20_000;
 
 impl World {
     pub(super) fn fault_tick(&mut self) -> Check {
@@ -54,6 +57,9 @@ impl World {
         }
         if faults.stalled_reader {
             kinds.push(9);
+        }
+        if faults.drain {
+            kinds.push(10);
         }
         let kind = self.fault_rng.pick(&kinds).copied();
         let result = match kind {
@@ -124,6 +130,7 @@ impl World {
                 }
                 Ok(())
             }
+            Some(10) => self.begin_drain(),
             _ => Ok(()),
         };
         let gap = self
@@ -334,6 +341,184 @@ impl World {
         self.drain_coord(c)
     }
 
+    /// A worker begins a graceful shutdown, as the runtime's driver runs one: it tells the
+    /// coordinator it takes no new work; its running attempts may finish until the drain
+    /// timeout, are then asked to stop and handed back as each one does, and whatever still runs
+    /// after the stop wait is handed back anyway; the process stops once drained (every result
+    /// acknowledged, and not before a linger, so an assignment crossing the drain is handed
+    /// back), or when the wait for acknowledgements runs out. Usually a new process serving the
+    /// same kinds starts a while later; sometimes the worker leaves for good (one always stays).
+    /// Crashes, pauses and partitions may strike meanwhile.
+    fn begin_drain(&mut self) -> Check {
+        let candidates: Vec<usize> = (0..self.workers.len())
+            .filter(|&w| {
+                let node = &self.workers[w];
+                !node.paused
+                    && node.drain.is_none()
+                    && node.machine.as_ref().is_some_and(|m| !m.is_draining())
+            })
+            .collect();
+        // Mostly a worker that is running something, so there is something to hand back.
+        let busy: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&w| !self.workers[w].tasks.is_empty())
+            .collect();
+        let pool = if !busy.is_empty() && self.fault_rng.chance(0.7) {
+            &busy
+        } else {
+            &candidates
+        };
+        let Some(&w) = self.fault_rng.pick(pool) else {
+            return Ok(());
+        };
+        let staying = (0..self.workers.len())
+            .filter(|w| !self.left.contains(w))
+            .count();
+        // Scaled to the simulated timings, as the runtime's 30 s, 10 s, 5 s and 1 s are to its
+        // own; half the time short enough that attempts are still running when it ends.
+        let timeout = match self.fault_rng.below(4) {
+            0 | 1 => self.fault_rng.range(0, 30_000),
+            2 => self.fault_rng.range(30_000, 300_000),
+            _ => self.fault_rng.range(300_000, 2_000_000),
+        };
+        let stop_wait = self.fault_rng.range(50_000, 2_000_000);
+        let ack_wait = 2 * self.heartbeat_timeout_micros() + self.fault_rng.range(0, 1_000_000);
+        let linger = self.fault_rng.range(0, 1_000_000);
+        let leaves = staying >= 2 && self.fault_rng.chance(0.25);
+        let restart_after = (!leaves).then(|| self.fault_rng.range(100_000, 3_000_000));
+        if leaves {
+            self.left.insert(w);
+        }
+        let now = self.now;
+        let node = &mut self.workers[w];
+        node.drain = Some(Drain {
+            phase: DrainPhase::Finishing,
+            linger_until: now + linger,
+            stop_wait,
+            ack_wait,
+            restart_after,
+        });
+        let local = node.clock.local(now);
+        let gen = node.gen;
+        if let Some(m) = &mut node.machine {
+            m.begin_drain(local);
+        }
+        self.count("fault: worker drains");
+        self.note(
+            NodeRef::Worker(w),
+            format_args!(
+                "FAULT drain: running attempts get {timeout} us, then {stop_wait} us to stop; stops once drained{}",
+                if leaves {
+                    ", then leaves for good"
+                } else {
+                    ", then restarts"
+                }
+            ),
+        );
+        self.push(now + timeout, Ev::DrainTimeout { worker: w, gen });
+        self.push(now + DRAIN_POLL_US, Ev::DrainCheck { worker: w, gen });
+        self.drain_worker(w)
+    }
+
+    /// The drain timeout ended: every attempt still running is asked to stop, and is handed
+    /// back (not charged) once it has.
+    pub(super) fn drain_timeout(&mut self, w: usize, gen: u64) -> Check {
+        let now = self.now;
+        let node = &mut self.workers[w];
+        if node.gen != gen {
+            return Ok(());
+        }
+        let local = node.clock.local(now);
+        let (Some(m), Some(drain)) = (&mut node.machine, &mut node.drain) else {
+            return Ok(());
+        };
+        if drain.phase != DrainPhase::Finishing {
+            return Ok(());
+        }
+        drain.phase = DrainPhase::Stopping {
+            force_at: now + drain.stop_wait,
+        };
+        let running = m.running().count();
+        m.stop_running(local);
+        self.note(
+            NodeRef::Worker(w),
+            format_args!("drain timeout: {running} running attempts asked to stop"),
+        );
+        self.drain_worker(w)
+    }
+
+    /// The draining worker's driver looks where its drain stands: it stops once drained (and
+    /// done lingering), forces the hand-back when the stop wait runs out, and stops anyway when
+    /// the wait for acknowledgements does.
+    pub(super) fn drain_check(&mut self, w: usize, gen: u64) -> Check {
+        let now = self.now;
+        let node = &mut self.workers[w];
+        if node.gen != gen {
+            return Ok(());
+        }
+        let local = node.clock.local(now);
+        let (Some(m), Some(drain)) = (&mut node.machine, &mut node.drain) else {
+            return Ok(());
+        };
+        let drained = m.is_drained();
+        let stop = match drain.phase {
+            _ if drained => now >= drain.linger_until,
+            DrainPhase::Stopping { force_at } if now >= force_at => {
+                drain.phase = DrainPhase::Acknowledging {
+                    give_up_at: now + drain.ack_wait,
+                };
+                let running = m.running().count();
+                m.release_running(local);
+                if running > 0 {
+                    self.count("worker: a drain forces the hand-back of what ignored its stop");
+                }
+                self.note(
+                    NodeRef::Worker(w),
+                    format_args!("drain stop wait over: {running} attempts handed back anyway"),
+                );
+                self.drain_worker(w)?;
+                false
+            }
+            DrainPhase::Acknowledging { give_up_at } => now >= give_up_at,
+            _ => false,
+        };
+        if !stop {
+            self.push(now + DRAIN_POLL_US, Ev::DrainCheck { worker: w, gen });
+            return Ok(());
+        }
+        let restart_after = self.workers[w].drain.and_then(|d| d.restart_after);
+        self.count(if drained {
+            "worker: stops once drained"
+        } else {
+            "worker: stops with results unacknowledged after its drain"
+        });
+        self.note(
+            NodeRef::Worker(w),
+            format_args!(
+                "stops after its drain ({})",
+                if drained {
+                    "drained"
+                } else {
+                    "not drained: results unacknowledged"
+                }
+            ),
+        );
+        let node = &mut self.workers[w];
+        node.machine = None;
+        node.gen += 1;
+        node.tasks.clear();
+        node.attempt = None;
+        node.drain = None;
+        if let Some(conn) = node.conn.take() {
+            self.close_conn(conn, Close::ByPeer);
+        }
+        if let Some(after) = restart_after {
+            self.push(self.now + after, Ev::WorkerRestart { worker: w });
+        }
+        Ok(())
+    }
+
     fn crash_worker(&mut self, w: usize) -> Check {
         if self.workers[w].machine.is_none() {
             return Ok(());
@@ -346,6 +531,7 @@ impl World {
         node.stalled.clear();
         node.tasks.clear();
         node.attempt = None;
+        node.drain = None;
         let conn = node.conn.take();
         self.count("fault: worker crash");
         self.note(
@@ -391,8 +577,12 @@ impl World {
         let machine = Worker::new(node.config.clone(), seed, local)
             .map_err(|e| format!("worker restart failed: {e}"))?;
         let incarnation = machine.incarnation();
+        let id = node.config.worker_id.clone();
         node.machine = Some(machine);
         node.timer_floor = 0;
+        let tasks = node.config.tasks.clone();
+        self.checker.worker_process(&id, incarnation, &tasks);
+        self.incarnations.insert((w, process), incarnation);
         self.note(
             NodeRef::Worker(w),
             format_args!("restarted as a new process (incarnation {incarnation})"),

@@ -13,6 +13,7 @@
 //! - `disk`: the coordinators' simulated disks.
 //! - `faults`: the fault tick and every fault action.
 //! - `workload`: what clients ask, and when.
+//! - `handlers`: the simulated handlers of user tasks.
 //! - `nodes`: coordinators, workers and clients, and the drivers that drain their outputs.
 //!
 //! This module holds the world itself, its construction, the run loop, the checks made after
@@ -21,6 +22,7 @@
 mod disk;
 mod events;
 mod faults;
+mod handlers;
 mod network;
 mod nodes;
 mod timers;
@@ -31,7 +33,8 @@ use std::fmt::{self, Write as _};
 
 use herder_core::client::{Client, ClientConfig};
 use herder_core::coordinator::Coordinator;
-use herder_core::ids::{JobId, LeaseId, LogIndex, RequestId, WorkerId};
+use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerId};
+use herder_core::job::JobState;
 use herder_core::protocol::{CoordinatorToWorker, WorkerToCoordinator};
 use herder_core::tasks::TaskSpec;
 use herder_core::time::Instant;
@@ -119,6 +122,10 @@ pub struct World {
     wiped: usize,
     /// Workers that crashed for good.
     left: BTreeSet<usize>,
+    /// (worker, process) -> that process's incarnation.
+    incarnations: HashMap<(usize, u64), Incarnation>,
+    /// Lease -> when its first `TASK_ASSIGN` left, and the deadline it carried (ms).
+    assign_sent: HashMap<LeaseId, (u64, u64)>,
     /// When every call was first seen answered (the quiet phase before the last checks).
     quiet_from: Option<u64>,
     /// Since when every job has been terminal, in the quiet phase.
@@ -127,7 +134,8 @@ pub struct World {
     created_by: HashMap<(usize, RequestId), JobId>,
     /// Results an acting leader found stale on arrival: (coordinator, process, lease).
     stale_results: HashSet<(usize, u64, LeaseId)>,
-    key_specs: BTreeMap<String, TaskSpec>,
+    /// What each idempotency key was first used for: the task and its deadline.
+    key_specs: BTreeMap<String, (TaskSpec, Option<u64>)>,
     hash: Fnv,
     trace: Option<Vec<String>>,
     steps: u64,
@@ -181,14 +189,24 @@ impl World {
                 stalled: Vec::new(),
             });
         }
+        let mut checker = Checker::new(scenario.coordinators);
+        checker.set_default_timeout(
+            u64::try_from(scenario.coordinator.task_timeout.as_millis()).unwrap_or(u64::MAX),
+        );
         let mut workers = Vec::new();
+        let mut incarnations = HashMap::new();
         for w in 0..scenario.workers {
             let id = WorkerId::parse(&format!("w{w}")).map_err(|e| e.to_string())?;
-            let config = WorkerConfig::new(id, scenario.worker_capacity[w], addresses.clone());
+            let mut config = WorkerConfig::new(id, scenario.worker_capacity[w], addresses.clone());
+            if let Some(tasks) = scenario.worker_tasks.get(w) {
+                config.tasks = tasks.clone();
+            }
             let mut seeds = SimRng::new(seed, "worker-process", w as u64);
             let clock = clock_for(seed, NodeRef::Worker(w), 0, 0, &scenario);
             let machine = Worker::new(config.clone(), seeds.next_u64(), clock.local(0))
                 .map_err(|e| format!("bad worker config: {e}"))?;
+            checker.worker_process(&config.worker_id, machine.incarnation(), &config.tasks);
+            incarnations.insert((w, 0), machine.incarnation());
             workers.push(WorkerNode {
                 config,
                 machine: Some(machine),
@@ -203,6 +221,7 @@ impl World {
                 seeds,
                 timer_floor: 0,
                 stuck: None,
+                drain: None,
             });
         }
         let mut clients = Vec::new();
@@ -241,7 +260,7 @@ impl World {
             net: SimRng::new(seed, "network", 0),
             disk_rng: SimRng::new(seed, "disk", 0),
             fault_rng: SimRng::new(seed, "faults", 0),
-            checker: Checker::new(scenario.coordinators),
+            checker,
             faults_active: scenario.faults.any(),
             fault_end,
             deadline,
@@ -257,6 +276,8 @@ impl World {
             read_floors: HashMap::new(),
             wiped: 0,
             left: BTreeSet::new(),
+            incarnations,
+            assign_sent: HashMap::new(),
             quiet_from: None,
             all_terminal_from: None,
             created_by: HashMap::new(),
@@ -387,11 +408,12 @@ impl World {
             if self.now >= self.fault_end && self.all_done() {
                 let answered = *self.quiet_from.get_or_insert(self.now);
                 // Quiet: every job has been terminal for a while (what its end set in motion
-                // has landed).
-                if self.checker.model.active() > 0 {
+                // has landed), but for those left queued because no worker serves their kind.
+                let unsettled = self.unsettled_jobs();
+                if unsettled > 0 {
                     self.all_terminal_from = None;
                 }
-                let terminal = self.checker.model.active() == 0;
+                let terminal = unsettled == 0;
                 let since = *self.all_terminal_from.get_or_insert(self.now);
                 let quiet = terminal && self.now >= since + self.quiet_span_us();
                 let waited_enough = self.now >= answered + QUIET_WAIT_MAX_US;
@@ -404,9 +426,19 @@ impl World {
                         self.check_worker_slots()?;
                     }
                     let acked = self.checker.acked().len();
+                    let waiting = self
+                        .checker
+                        .model
+                        .jobs
+                        .values()
+                        .filter(|j| !j.state.is_terminal() && j.parent.is_none())
+                        .count();
+                    if waiting > 0 {
+                        self.count("liveness: a job waits queued, no worker serves its kind");
+                    }
                     self.note(
                         NodeRef::World,
-                        format_args!("liveness reached: {acked} acknowledged jobs terminal, every operation done"),
+                        format_args!("liveness reached: {acked} acknowledged jobs terminal or waiting for a worker that serves them ({waiting} waiting), every operation done"),
                     );
                     return Ok(());
                 }
@@ -516,11 +548,59 @@ impl World {
         let Some(machine) = self.acting_leader() else {
             return false;
         };
-        self.checker.acked_terminal()
-            && self.checker.acked().iter().all(|id| match machine.job(id) {
-                Some(job) => job.state.is_terminal(),
-                None => self.checker.purged(id),
-            })
+        self.checker.acked().iter().all(|id| {
+            self.at_rest(id)
+                && match machine.job(id) {
+                    Some(job) => {
+                        job.state.is_terminal()
+                            || self.checker.model.jobs.get(id).map(|j| j.state) == Some(job.state)
+                    }
+                    None => self.checker.purged(id),
+                }
+        })
+    }
+
+    /// Whether no worker that stays serves `kind`. A job of that kind, once queued, waits for
+    /// good (it is never assigned), and the liveness phase accepts that.
+    fn stranded(&self, kind: &str) -> bool {
+        !(0..self.workers.len())
+            .filter(|w| !self.left.contains(w))
+            .any(|w| self.workers[w].config.tasks.iter().any(|k| k == kind))
+    }
+
+    /// Whether a job is at rest by the committed log: terminal, or queued (a data-parallel
+    /// parent: each unfinished partition queued) with a kind no staying worker serves.
+    fn at_rest(&self, id: &JobId) -> bool {
+        let model = &self.checker.model;
+        let Some(job) = model.job_ever(id) else {
+            return false;
+        };
+        if job.state.is_terminal() {
+            return true;
+        }
+        if !self.stranded(job.task.kind()) {
+            return false;
+        }
+        match job.state {
+            JobState::Queued => true,
+            JobState::Running if !job.partitions.is_empty() => job.partitions.iter().all(|p| {
+                model
+                    .jobs
+                    .get(p)
+                    .is_some_and(|j| j.state.is_terminal() || j.state == JobState::Queued)
+            }),
+            _ => false,
+        }
+    }
+
+    /// Jobs of the committed log that are not at rest yet.
+    fn unsettled_jobs(&self) -> usize {
+        self.checker
+            .model
+            .jobs
+            .keys()
+            .filter(|id| !self.at_rest(id))
+            .count()
     }
 
     fn liveness_failure(&mut self, why: &str) -> Check {
@@ -550,12 +630,13 @@ impl World {
             Some(machine) => {
                 for id in self.checker.acked() {
                     match machine.job(id) {
-                        Some(job) if !job.state.is_terminal() => problems.push(format!(
-                            "acknowledged job {id} is still {} (attempt {}, lease {:?})",
-                            job.state,
-                            job.attempt,
-                            job.lease.as_ref().map(|l| (l.id, l.worker.clone()))
-                        )),
+                        Some(job) if !job.state.is_terminal() && !self.at_rest(id) => problems
+                            .push(format!(
+                                "acknowledged job {id} is still {} (attempt {}, lease {:?})",
+                                job.state,
+                                job.attempt,
+                                job.lease.as_ref().map(|l| (l.id, l.worker.clone()))
+                            )),
                         Some(_) => {}
                         None if self.checker.purged(id) => {}
                         None => problems.push(format!("acknowledged job {id} is missing")),

@@ -9,7 +9,9 @@ use std::fmt;
 use herder_core::client::{Client, ClientOutput, ConnectAttempt, Operation};
 use herder_core::coordinator::{Coordinator, CoordinatorConfig, Event, Output, PersistBatch};
 use herder_core::ids::{ConnectionId, JobId, LeaseId, NodeId};
-use herder_core::protocol::{AttemptOutcome, ClientReply, CoordinatorToWorker};
+use herder_core::protocol::{
+    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, WorkerToCoordinator,
+};
 use herder_core::tasks::{self, TaskSpec};
 use herder_core::time::{Instant, UnixMillis};
 use herder_core::worker::{Worker, WorkerConfig, WorkerEvent, WorkerOutput};
@@ -116,6 +118,33 @@ pub(super) struct WorkerNode {
     pub(super) seeds: SimRng,
     pub(super) timer_floor: u64,
     pub(super) stuck: Option<Instant>,
+    /// A drain of the current process, if one began.
+    pub(super) drain: Option<Drain>,
+}
+
+/// A drain in progress, driven as the runtime's driver drives one: running attempts may finish
+/// until the drain timeout; then they are asked to stop, and each is handed back as it does,
+/// for up to `stop_wait`; then whatever still runs is handed back anyway, and the driver waits
+/// up to `ack_wait` for the last acknowledgements. The process stops as soon as it is drained
+/// (but not before `linger_until`), or when the last wait runs out; then a new process comes
+/// back after `restart_after`, unless the worker leaves for good.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Drain {
+    pub(super) phase: DrainPhase,
+    pub(super) linger_until: u64,
+    pub(super) stop_wait: u64,
+    pub(super) ack_wait: u64,
+    pub(super) restart_after: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum DrainPhase {
+    /// Running attempts may finish (until the drain timeout event).
+    Finishing,
+    /// They were asked to stop; at `force_at` whatever still runs is handed back anyway.
+    Stopping { force_at: u64 },
+    /// Everything was handed back; the process stops at `give_up_at` at the latest.
+    Acknowledging { give_up_at: u64 },
 }
 
 pub(super) struct ClientNode {
@@ -201,6 +230,17 @@ pub(super) fn address_coordinator(address: &str) -> usize {
         .strip_prefix("coord-")
         .and_then(|i| i.parse().ok())
         .unwrap_or(0)
+}
+
+/// A built-in task's outcome on `attempt`.
+fn builtin_outcome(task: &TaskSpec, attempt: herder_core::ids::Attempt) -> AttemptOutcome {
+    match tasks::execute(task, attempt) {
+        Ok(output) => AttemptOutcome::Succeeded { output },
+        Err(failure) => AttemptOutcome::Failed {
+            permanent: failure.permanent,
+            error: failure.message,
+        },
+    }
 }
 
 fn event_name(event: &Event) -> &'static str {
@@ -320,10 +360,18 @@ impl World {
             match output {
                 Output::ToWorker { conn, message } => {
                     self.note(node, format_args!("-> conn {conn} {message:?}"));
+                    self.check_deadline(&message)?;
                     self.send_down(conn.0 as usize, Down::Worker(message))?;
                 }
                 Output::ToClient { conn, message } => {
                     self.note(node, format_args!("-> conn {conn} {message:?}"));
+                    if let ClientReply::Job { job, .. } | ClientReply::WaitResult { job, .. } =
+                        &message
+                    {
+                        if job.unserved {
+                            self.count("client: a job shown unserved");
+                        }
+                    }
                     self.check_one_job_per_submission(conn, &message)?;
                     if let Some(request) = message.request_id() {
                         if let Some(floor) = self.read_floors.remove(&(conn.0 as usize, request)) {
@@ -347,6 +395,41 @@ impl World {
                 }
             }
         }
+    }
+
+    /// No attempt is revoked for its deadline before that deadline has passed since it was
+    /// first assigned: the job's own `timeout_millis`, or the default (less the leader's clock
+    /// drift, at most 0.1%).
+    fn check_deadline(&mut self, message: &CoordinatorToWorker) -> Check {
+        match message {
+            CoordinatorToWorker::TaskAssign {
+                lease_id,
+                timeout_millis,
+                ..
+            } => {
+                self.assign_sent
+                    .entry(*lease_id)
+                    .or_insert((self.now, *timeout_millis));
+            }
+            CoordinatorToWorker::TaskCancel {
+                job_id,
+                lease_id,
+                reason: CancelReason::DeadlineExpired,
+                ..
+            } => {
+                if let Some(&(sent, millis)) = self.assign_sent.get(lease_id) {
+                    let least = millis * 1_000 - millis;
+                    if self.now - sent < least {
+                        return Err(format!(
+                            "deadline: job {job_id} lease {lease_id} revoked for its deadline {} us after it was assigned, but its deadline is {millis} ms",
+                            self.now - sent
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     pub(super) fn drain_worker(&mut self, w: usize) -> Check {
@@ -374,6 +457,32 @@ impl World {
                 }
                 WorkerOutput::Send(message) => {
                     self.note(node, format_args!("-> {message:?}"));
+                    // What the worker says of an attempt: a `Release` or a permanent failure
+                    // in the log must come from such a report.
+                    if let WorkerToCoordinator::TaskResult {
+                        job_id,
+                        lease_id,
+                        outcome,
+                    } = &message
+                    {
+                        self.checker.worker_reported(*lease_id, outcome);
+                        // A drain hands an attempt back only once it has stopped, so the job
+                        // never runs on two workers because of a drain; only the forced
+                        // hand-back at the end of the stop wait (the process exits right
+                        // after, ending it) may release one that still runs.
+                        let node = &self.workers[w];
+                        let forced = node
+                            .drain
+                            .is_some_and(|d| matches!(d.phase, DrainPhase::Acknowledging { .. }));
+                        if matches!(outcome, AttemptOutcome::Released {})
+                            && node.tasks.contains_key(lease_id)
+                            && !forced
+                        {
+                            return Err(format!(
+                                "drain: worker w{w} reported job {job_id} lease {lease_id} released while the attempt still runs"
+                            ));
+                        }
+                    }
                     if let Some(conn) = self.workers[w].conn {
                         self.send_up(conn, Up::Worker(message), true)?;
                     }
@@ -386,28 +495,56 @@ impl World {
                     }
                 }
                 WorkerOutput::StartTask {
+                    max_attempts: _,
                     job_id,
                     lease_id,
                     attempt,
                     task,
                     timeout,
-                    ..
                 } => {
-                    let outcome = match tasks::execute(&task, attempt) {
-                        Ok(output) => AttemptOutcome::Succeeded { output },
-                        Err(failure) => AttemptOutcome::Failed {
-                            permanent: failure.permanent,
-                            error: failure.message,
-                        },
+                    // Judged on the worker itself: it runs only the kinds it registered.
+                    let kind = task.kind();
+                    let serves = &self.workers[w].config.tasks;
+                    if !serves.iter().any(|k| k == kind) {
+                        return Err(format!(
+                            "task sets: worker w{w} was started on job {job_id} (lease {lease_id}) of kind {kind:?}, which it does not serve ({serves:?})"
+                        ));
+                    }
+                    // A permanent failure is terminal at once: no attempt is assigned after it
+                    // (a late assignment from before it may still arrive, and its result will
+                    // not count).
+                    let model = &self.checker.model;
+                    if let Some(&at) = model.failed_permanently.get(&job_id) {
+                        let assigned = model.assigned_at.get(&lease_id).map(|a| a.0);
+                        if assigned.is_none_or(|index| index > at) {
+                            return Err(format!(
+                                "permanent failure: job {job_id} failed permanently at entry {at}, but worker w{w} was started on it again (attempt {attempt}, lease {lease_id}, assigned at {assigned:?})"
+                            ));
+                        }
+                    }
+                    let (outcome, runs_us) = match &task {
+                        TaskSpec::User(user) => {
+                            self.count("task: user task started");
+                            super::handlers::run_user_task(user, attempt)
+                        }
+                        TaskSpec::Sleep { milliseconds } => {
+                            (builtin_outcome(&task, attempt), milliseconds * 1_000)
+                        }
+                        _ => (builtin_outcome(&task, attempt), 0),
                     };
-                    let sleep = match task {
-                        TaskSpec::Sleep { milliseconds } => milliseconds * 1_000,
-                        _ => 0,
-                    };
+                    if matches!(
+                        outcome,
+                        AttemptOutcome::Failed {
+                            permanent: true,
+                            ..
+                        }
+                    ) {
+                        self.count("task: fails permanently");
+                    }
                     let hang_p = self.scenario.faults.task_hang;
                     let faults = self.faults_active;
                     let worker = &mut self.workers[w];
-                    let mut duration = sleep + worker.rng.range(100, 20_000);
+                    let mut duration = runs_us + worker.rng.range(100, 20_000);
                     let timeout_us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX / 4);
                     let hang = faults && worker.rng.chance(hang_p);
                     if hang {
@@ -470,6 +607,13 @@ impl World {
                 }
                 WorkerOutput::Event(event) => {
                     self.note(node, format_args!("event: {event}"));
+                    match &event {
+                        WorkerEvent::Draining { .. } => self.count("worker: draining"),
+                        WorkerEvent::TaskReleased { .. } => {
+                            self.count("worker: attempt handed back by a drain")
+                        }
+                        _ => {}
+                    }
                     // Judged against the worker itself, not the coordinator's registry: an
                     // assignment it has no free slot for means the leader's count is wrong.
                     if let WorkerEvent::TaskRefused { job_id, reason, .. } = &event {
@@ -570,11 +714,21 @@ impl World {
     /// the job it named, and for a submission the job that holds the submitted task.
     fn check_answer(&self, op: u64, asked: &Operation, reply: &ClientReply) -> Check {
         let fits = match (asked, reply) {
-            (Operation::Submit { task, .. }, ClientReply::SubmitAccepted { job_id, .. }) => {
+            (
+                Operation::Submit {
+                    task,
+                    timeout_millis,
+                    ..
+                },
+                ClientReply::SubmitAccepted { job_id, .. },
+            ) => {
                 let submitted = TaskSpec::from_json(task).ok();
-                // (It may have been purged since, in the same step.)
+                // (It may have been purged since, in the same step.) A keyed resend that asks
+                // another deadline is a conflict, not this job.
                 let committed = self.checker.model.job_ever(job_id);
-                committed.is_some_and(|job| Some(&job.task) == submitted.as_ref())
+                committed.is_some_and(|job| {
+                    Some(&job.task) == submitted.as_ref() && job.timeout_millis == *timeout_millis
+                })
             }
             (Operation::Status { job_id }, ClientReply::Job { job, .. })
             | (Operation::Wait { job_id, .. }, ClientReply::WaitResult { job, .. })

@@ -1,11 +1,13 @@
 //! The workload: when each client starts its next operation and what it asks for — a
-//! submission of a random task (sometimes keyed, sometimes data-parallel), or the status of,
-//! a wait for, or the cancellation of a job it knows, or a list of jobs.
+//! submission of a random task (sometimes keyed, sometimes data-parallel, sometimes a user task
+//! whose payload decides how each attempt ends, sometimes with its own deadline), or the status
+//! of, a wait for, or the cancellation of a job it knows, or a list of jobs.
 
 use herder_core::client::Operation;
 use herder_core::job::JobState;
 use herder_core::protocol::Partitions;
-use herder_core::tasks::TaskSpec;
+use herder_core::tasks::{TaskSpec, UserTask};
+use serde_json::json;
 
 use super::events::Ev;
 use super::{NodeRef, World};
@@ -50,7 +52,29 @@ fn random_parallel_spec(rng: &mut SimRng) -> TaskSpec {
     }
 }
 
-fn random_spec(rng: &mut SimRng) -> TaskSpec {
+/// A user task of one of `names`, whose payload says how each attempt ends (see
+/// `handlers`): some fail a few times first, some fail permanently from some attempt on
+/// (before or after their attempts run out), and each runs up to 150 ms.
+fn random_user_spec(rng: &mut SimRng, names: &[String]) -> TaskSpec {
+    let name = rng.pick(names).cloned().unwrap_or_else(|| "resize".into());
+    let mut payload = json!({
+        "n": rng.range(0, 1_000),
+        "ms": rng.range(0, 150),
+    });
+    if rng.chance(0.4) {
+        payload["fail_until"] = json!(rng.range(2, 4));
+    }
+    if rng.chance(0.3) {
+        payload["permanent_at"] = json!(rng.range(1, 3));
+    }
+    TaskSpec::User(UserTask { name, payload })
+}
+
+fn random_spec(rng: &mut SimRng, user_tasks: &[String]) -> TaskSpec {
+    // (Drawn only when the seed has user tasks, so other seeds draw what they always drew.)
+    if !user_tasks.is_empty() && rng.chance(0.35) {
+        return random_user_spec(rng, user_tasks);
+    }
     if rng.chance(0.2) {
         return random_parallel_spec(rng);
     }
@@ -99,6 +123,8 @@ impl World {
 
     fn next_op(&mut self, c: usize) -> Operation {
         let purge_ops = self.scenario.purge_ops;
+        let user_tasks = &self.scenario.user_tasks;
+        let job_timeouts = self.scenario.job_timeouts;
         let client = &mut self.clients[c];
         let rng = &mut client.rng;
         let pick = rng.below(100);
@@ -123,25 +149,29 @@ impl World {
             },
             _ => {
                 let key = rng.chance(0.3).then(|| format!("key-{}", rng.below(4)));
-                let spec = match &key {
+                // A deadline of its own, sometimes shorter than the task runs.
+                let timeout = |rng: &mut SimRng| {
+                    (job_timeouts && rng.chance(0.4)).then(|| rng.range(100, 2_000))
+                };
+                let (spec, timeout_millis) = match &key {
                     Some(key) => match self.key_specs.get(key) {
-                        Some(spec) if rng.chance(0.7) => spec.clone(),
+                        Some(first) if rng.chance(0.7) => first.clone(),
                         _ => {
-                            let spec = random_spec(rng);
+                            let spec = (random_spec(rng, user_tasks), timeout(rng));
                             self.key_specs
                                 .entry(key.clone())
                                 .or_insert_with(|| spec.clone());
                             spec
                         }
                     },
-                    None => random_spec(rng),
+                    None => (random_spec(rng, user_tasks), timeout(rng)),
                 };
                 let partitions = spec.is_data_parallel().then(|| match rng.below(3) {
                     0 => Partitions::Auto,
                     _ => Partitions::Count(rng.range(1, 5) as u32),
                 });
                 Operation::Submit {
-                    timeout_millis: None,
+                    timeout_millis,
                     task: spec.to_json(),
                     max_attempts: rng.chance(0.5).then(|| rng.range(1, 4) as u32),
                     idempotency_key: key,

@@ -3,7 +3,7 @@
 
 use herder_core::client::ConnectAttempt;
 use herder_core::coordinator::Link;
-use herder_core::ids::ConnectionId;
+use herder_core::ids::{ConnectionId, LogIndex, Term};
 use herder_core::protocol::{ClientRequest, Partitions, WorkerToCoordinator};
 use herder_core::tasks::TaskSpec;
 
@@ -130,7 +130,17 @@ impl World {
                         self.stale_results.insert((coord, coord_gen, *lease_id));
                     }
                 }
-                machine.handle_worker_message(local, id, message)
+                let says_draining = matches!(
+                    message,
+                    WorkerToCoordinator::Draining {}
+                        | WorkerToCoordinator::Register { draining: true, .. }
+                );
+                let leading = machine.is_acting_leader();
+                let (term, log_end) = (machine.replica().term(), machine.replica().last_index());
+                machine.handle_worker_message(local, id, message);
+                if says_draining && leading {
+                    self.heard_draining(coord, conn, term, log_end)?;
+                }
             }
             Up::Garbage(error) => {
                 let link = match peer {
@@ -180,6 +190,44 @@ impl World {
             }
         }
         self.drain_coord(coord)
+    }
+
+    /// An acting leader handled a worker's word that it drains. If its registry now holds that
+    /// process on this connection, it must mark it draining, and assign it nothing from here.
+    fn heard_draining(
+        &mut self,
+        coord: usize,
+        conn: usize,
+        term: Term,
+        log_end: LogIndex,
+    ) -> Check {
+        let Peer::Worker(w) = self.conns[conn].peer else {
+            return Ok(());
+        };
+        let Some(&incarnation) = self.incarnations.get(&(w, self.conns[conn].peer_gen)) else {
+            return Ok(());
+        };
+        let worker = self.workers[w].config.worker_id.clone();
+        let Some(machine) = &self.coords[coord].machine else {
+            return Ok(());
+        };
+        let entry = machine.workers().find(|e| {
+            e.id == worker
+                && e.incarnation == incarnation
+                && e.conn == Some(ConnectionId(conn as u64))
+        });
+        let Some(entry) = entry else {
+            return Ok(());
+        };
+        if !entry.draining {
+            return Err(format!(
+                "drain: coord-{coord} registers {worker} (incarnation {}) on conn {conn} after it said it drains, but not as draining",
+                incarnation.0
+            ));
+        }
+        self.checker
+            .drain_heard(coord, &worker, incarnation, term, log_end);
+        Ok(())
     }
 
     pub(in crate::world) fn deliver_down(&mut self, conn: usize, msg: Down) -> Check {
