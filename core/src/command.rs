@@ -979,21 +979,26 @@ impl JobTable {
         }
     }
 
+    /// The lease a settling command names, if current; otherwise the `Stale` outcome saying
+    /// why, which changes nothing.
+    fn lease_to_settle(&self, job_id: JobId, lease_id: LeaseId) -> Result<Lease, Applied> {
+        self.current_lease(job_id, lease_id)
+            .map_err(|reason| Applied::Stale {
+                job_id,
+                lease_id,
+                reason,
+            })
+    }
+
     /// True if `lease_id` is the current lease of `job_id` (a result carrying it would count).
     pub fn is_current_lease(&self, job_id: JobId, lease_id: LeaseId) -> bool {
         self.current_lease(job_id, lease_id).is_ok()
     }
 
     fn apply_complete(&mut self, job_id: JobId, lease_id: LeaseId, output: &TaskOutput) -> Applied {
-        let lease = match self.current_lease(job_id, lease_id) {
+        let lease = match self.lease_to_settle(job_id, lease_id) {
             Ok(lease) => lease,
-            Err(reason) => {
-                return Applied::Stale {
-                    job_id,
-                    lease_id,
-                    reason,
-                }
-            }
+            Err(stale) => return stale,
         };
         let job = self.job_mut(job_id);
         transition(job, JobState::Completed);
@@ -1013,15 +1018,9 @@ impl JobTable {
         cause: &str,
         retry_delay_millis: Option<u64>,
     ) -> Applied {
-        let lease = match self.current_lease(job_id, lease_id) {
+        let lease = match self.lease_to_settle(job_id, lease_id) {
             Ok(lease) => lease,
-            Err(reason) => {
-                return Applied::Stale {
-                    job_id,
-                    lease_id,
-                    reason,
-                }
-            }
+            Err(stale) => return stale,
         };
         let job = self.job_mut(job_id);
         job.lease = None;
@@ -1048,15 +1047,9 @@ impl JobTable {
     }
 
     fn apply_release(&mut self, job_id: JobId, lease_id: LeaseId) -> Applied {
-        let lease = match self.current_lease(job_id, lease_id) {
+        let lease = match self.lease_to_settle(job_id, lease_id) {
             Ok(lease) => lease,
-            Err(reason) => {
-                return Applied::Stale {
-                    job_id,
-                    lease_id,
-                    reason,
-                }
-            }
+            Err(stale) => return stale,
         };
         let job = self.job_mut(job_id);
         assert!(job.attempt.0 >= 1, "running job {job_id} with attempt 0");
@@ -1120,15 +1113,9 @@ impl JobTable {
     }
 
     fn apply_abandon(&mut self, job_id: JobId, lease_id: LeaseId) -> Applied {
-        let lease = match self.current_lease(job_id, lease_id) {
+        let lease = match self.lease_to_settle(job_id, lease_id) {
             Ok(lease) => lease,
-            Err(reason) => {
-                return Applied::Stale {
-                    job_id,
-                    lease_id,
-                    reason,
-                }
-            }
+            Err(stale) => return stale,
         };
         let job = self.job_mut(job_id);
         let cause = format!(

@@ -29,6 +29,25 @@ fn status(h: &mut Harness, job_id: JobId) -> JobView {
     }
 }
 
+/// Submits `task` with a deadline of its own (and `key`, if any); the coordinator's reply.
+fn submit_timed(
+    h: &mut Harness,
+    task: serde_json::Value,
+    key: Option<&str>,
+    timeout_millis: u64,
+) -> ClientReply {
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::Submit {
+        request_id,
+        task,
+        max_attempts: Some(2),
+        idempotency_key: key.map(str::to_owned),
+        partitions: None,
+        timeout_millis: Some(timeout_millis),
+    });
+    h.reply_to(request_id)
+}
+
 fn resize(width: u32) -> serde_json::Value {
     json!({"kind": "resize", "payload": {"width": width}})
 }
@@ -119,16 +138,9 @@ fn an_oversized_result_fails_the_job_for_good() {
 fn a_job_timeout_overrides_the_default_deadline_and_travels_with_the_assignment() {
     let mut h = Harness::new();
     h.register("w1", 1);
-    let request_id = h.request_id();
-    h.client_says(ClientRequest::Submit {
-        request_id,
-        task: sha("slow"),
-        max_attempts: Some(2),
-        idempotency_key: Some("k".into()),
-        partitions: None,
-        timeout_millis: Some(500),
-    });
-    let ClientReply::SubmitAccepted { job_id, .. } = h.reply_to(request_id) else {
+    let ClientReply::SubmitAccepted { job_id, .. } =
+        submit_timed(&mut h, sha("slow"), Some("k"), 500)
+    else {
         panic!("not accepted");
     };
     let timeouts: Vec<u64> = h
@@ -147,30 +159,12 @@ fn a_job_timeout_overrides_the_default_deadline_and_travels_with_the_assignment(
     h.advance_with_heartbeats(2, &["w1"]);
     assert_eq!(h.state(job_id), JobState::RetryWait);
     // A keyed resend must ask for the same deadline.
-    let request_id = h.request_id();
-    h.client_says(ClientRequest::Submit {
-        request_id,
-        task: sha("slow"),
-        max_attempts: Some(2),
-        idempotency_key: Some("k".into()),
-        partitions: None,
-        timeout_millis: Some(600),
-    });
-    match h.reply_to(request_id) {
+    match submit_timed(&mut h, sha("slow"), Some("k"), 600) {
         ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::IdempotencyConflict),
         other => panic!("expected a conflict, got {other:?}"),
     }
     for bad in [0, crate::limits::JOB_TIMEOUT_MILLIS_MAX + 1] {
-        let request_id = h.request_id();
-        h.client_says(ClientRequest::Submit {
-            request_id,
-            task: sha("x"),
-            max_attempts: None,
-            idempotency_key: None,
-            partitions: None,
-            timeout_millis: Some(bad),
-        });
-        match h.reply_to(request_id) {
+        match submit_timed(&mut h, sha("x"), None, bad) {
             ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
             other => panic!("timeout {bad}: expected a refusal, got {other:?}"),
         }
