@@ -1141,16 +1141,22 @@ impl JobTable {
 
     fn enqueue(&mut self, job_id: JobId) {
         let queue_seq = self.take_queue_seq();
-        let job = self.job_mut(job_id);
+        let job = self
+            .jobs
+            .get_mut(&job_id)
+            .unwrap_or_else(|| panic!("job {job_id} vanished during apply"));
         transition(job, JobState::Queued);
         job.queue_seq = queue_seq;
-        let kind = job.task.kind().to_owned();
-        self.queue_insert(queue_seq, job_id, &kind);
+        Self::queue_into(&mut self.queue, queue_seq, job_id, job.task.kind());
     }
 
     fn queue_insert(&mut self, seq: u64, job_id: JobId, kind: &str) {
+        Self::queue_into(&mut self.queue, seq, job_id, kind);
+    }
+
+    fn queue_into(queue: &mut JobQueue, seq: u64, job_id: JobId, kind: &str) {
         assert!(
-            self.queue.insert(seq, job_id, kind),
+            queue.insert(seq, job_id, kind),
             "queue position {seq} handed out twice"
         );
     }

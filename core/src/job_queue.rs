@@ -19,10 +19,16 @@ impl JobQueue {
             return false;
         }
         self.all.insert(seq, job_id);
-        self.by_kind
-            .entry(kind.to_owned())
-            .or_default()
-            .insert(seq, job_id);
+        // Look the kind up before allocating its name: almost every insert finds it.
+        match self.by_kind.get_mut(kind) {
+            Some(of_kind) => {
+                of_kind.insert(seq, job_id);
+            }
+            None => {
+                self.by_kind
+                    .insert(kind.to_owned(), BTreeMap::from([(seq, job_id)]));
+            }
+        }
         true
     }
 
