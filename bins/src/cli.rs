@@ -82,6 +82,11 @@ pub struct CoordinatorArgs {
     /// --worker-port. Leave out for a group of one.
     #[arg(long)]
     pub peers: Option<String>,
+    /// Address for the HTTP API, dashboard and /metrics (host part optional; loopback unless
+    /// given), or `off`. Default 7080; if the default is taken, the coordinator runs without
+    /// HTTP and says so.
+    #[arg(long)]
+    pub http_port: Option<String>,
     #[command(flatten)]
     pub tuning: CoordinatorTuning,
 }
@@ -636,6 +641,11 @@ pub struct DevArgs {
     /// The first coordinator's peer port (a group of 3 or 5 only).
     #[arg(long, default_value = "127.0.0.1:7072")]
     pub peer_port: String,
+    /// The HTTP API, dashboard and /metrics, or `off`. Default 127.0.0.1:7080; in a group,
+    /// member N serves it 3 ports above its worker port (7073, 7083, 7093) unless this is
+    /// given, then 10 ports above member N-1.
+    #[arg(long)]
+    pub http_port: Option<String>,
     /// Submit a demonstration set of jobs, print what happened, and exit.
     #[arg(long)]
     pub demo: bool,

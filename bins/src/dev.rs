@@ -20,9 +20,12 @@ use crate::cli::DevArgs;
 use crate::exit;
 use crate::output::{job_for_people, report_error, usage_error};
 use crate::verbs::{coordinator_config, parse_listen_addr, terminated};
+use crate::web::HttpListen;
 
 /// Ports between one member of a dev group and the next (7071, 7081, 7091, ...).
 const DEV_PORT_STRIDE: u16 = 10;
+/// In a dev group, how far above its worker port each member serves HTTP by default.
+const DEV_GROUP_HTTP_ABOVE_WORKERS: u16 = 3;
 /// How long a dev group may take to elect a leader and register its workers.
 const DEV_READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Pause between two looks at whether the dev group is ready.
@@ -33,6 +36,8 @@ pub async fn run(args: DevArgs) -> u8 {
         Ok(members) => members,
         Err(error) => return usage_error(&error, false),
     };
+    let http_plan: Vec<(NodeId, HttpListen)> =
+        members.iter().map(|m| (m.id.clone(), m.http)).collect();
     let coordinators = match start_group(&args, members).await {
         Ok(coordinators) => coordinators,
         Err(code) => return code,
@@ -44,6 +49,35 @@ pub async fn run(args: DevArgs) -> u8 {
     let client_addrs: Vec<String> = coordinators
         .iter()
         .map(|c| reachable(c.client_addr()))
+        .collect();
+    let mut http_servers = Vec::new();
+    for (n, ((node_id, listen), coordinator)) in
+        http_plan.into_iter().zip(&coordinators).enumerate()
+    {
+        // Its own member first, then the others: a follower relays to the leader.
+        let mut dial = vec![client_addrs[n].clone()];
+        dial.extend(
+            client_addrs
+                .iter()
+                .filter(|a| **a != client_addrs[n])
+                .cloned(),
+        );
+        let max_frame = args.tuning.max_frame_bytes;
+        match crate::web::start(listen, node_id, coordinator, dial, max_frame).await {
+            Ok(Some(server)) => http_servers.push(server),
+            Ok(None) => {}
+            Err(error) => {
+                eprintln!("herder: {error}");
+                for coordinator in coordinators {
+                    let _ = coordinator.shutdown().await;
+                }
+                return exit::SERVER;
+            }
+        }
+    }
+    let dashboards: Vec<String> = http_servers
+        .iter()
+        .map(|s| format!("http://{}/", reachable(s.local_addr())))
         .collect();
     let mut workers = Vec::new();
     for n in 1..=args.workers {
@@ -84,6 +118,9 @@ pub async fn run(args: DevArgs) -> u8 {
             coordinators.len()
         );
     }
+    if !dashboards.is_empty() {
+        eprintln!("Dashboard and HTTP API at {}", dashboards.join(", "));
+    }
     let mut code = exit::OK;
     if coordinators.len() > 1 {
         code = ready(&client_addrs, args.workers).await;
@@ -119,6 +156,9 @@ pub async fn run(args: DevArgs) -> u8 {
         let _ = drain.await;
     }
     impatient.abort();
+    for server in http_servers {
+        server.shutdown();
+    }
     for coordinator in coordinators {
         if let Err(error) = coordinator.shutdown().await {
             eprintln!("herder: {error}");
@@ -135,6 +175,7 @@ struct Planned {
     worker_addr: SocketAddr,
     client_addr: SocketAddr,
     peer_addr: Option<SocketAddr>,
+    http: HttpListen,
 }
 
 /// Every member's id, data dir and listen addresses. A single coordinator is exactly the
@@ -142,6 +183,8 @@ struct Planned {
 fn plan(args: &DevArgs) -> Result<Vec<Planned>, String> {
     let worker = parse_listen_addr(&args.worker_port, "127.0.0.1")?;
     let client = parse_listen_addr(&args.client_port, "127.0.0.1")?;
+    let http_default = SocketAddr::from(([127, 0, 0, 1], herder_http::HTTP_PORT_DEFAULT));
+    let http = HttpListen::parse(args.http_port.as_deref(), http_default)?;
     if args.coordinators <= 1 {
         return Ok(vec![Planned {
             id: NodeId("dev".to_owned()),
@@ -149,8 +192,26 @@ fn plan(args: &DevArgs) -> Result<Vec<Planned>, String> {
             worker_addr: worker,
             client_addr: client,
             peer_addr: None,
+            http,
         }]);
     }
+    // In a group the default 7080 is the second member's worker port: each member serves HTTP
+    // just above its own ports instead.
+    let member_http = |n: u32, worker_addr: SocketAddr| -> Result<HttpListen, String> {
+        Ok(match http {
+            HttpListen::Off => HttpListen::Off,
+            HttpListen::Given(addr) => HttpListen::Given(offset(addr, n)?),
+            HttpListen::Default(_) if worker_addr.port() == 0 => {
+                HttpListen::Default(SocketAddr::new(worker_addr.ip(), 0))
+            }
+            HttpListen::Default(_) => HttpListen::Default(SocketAddr::new(
+                worker_addr.ip(),
+                worker_addr
+                    .port()
+                    .saturating_add(DEV_GROUP_HTTP_ABOVE_WORKERS),
+            )),
+        })
+    };
     let peer = parse_listen_addr(&args.peer_port, "127.0.0.1")?;
     (0..args.coordinators)
         .map(|n| {
@@ -160,6 +221,7 @@ fn plan(args: &DevArgs) -> Result<Vec<Planned>, String> {
                 worker_addr: offset(worker, n)?,
                 client_addr: offset(client, n)?,
                 peer_addr: Some(offset(peer, n)?),
+                http: member_http(n, offset(worker, n)?)?,
             })
         })
         .collect()

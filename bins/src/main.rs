@@ -7,6 +7,7 @@ mod group;
 mod output;
 mod retention;
 mod verbs;
+mod web;
 
 use std::process::ExitCode;
 

@@ -11,6 +11,37 @@ use serde_json::json;
 use crate::exit;
 
 /// The human-readable `status` layout.
+/// A wall time as people read it: `2026-12-01 21:29:05.616 UTC`.
+pub fn utc(unix_ms: u64) -> String {
+    let (days, ms_of_day) = (unix_ms / 86_400_000, unix_ms % 86_400_000);
+    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m, sec, ms) = (
+        ms_of_day / 3_600_000,
+        ms_of_day / 60_000 % 60,
+        ms_of_day / 1_000 % 60,
+        ms_of_day % 1_000,
+    );
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{sec:02}.{ms:03} UTC")
+}
+
+/// A duration in milliseconds as people read it.
+fn millis(ms: u64) -> String {
+    if ms < 10_000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
 pub fn job_for_people(job: &JobView) -> String {
     let mut out = format!("Job {}\n", job.id);
     if job.unserved {
@@ -44,6 +75,44 @@ pub fn job_for_people(job: &JobView) -> String {
     }
     if let Some(of) = &job.partition_of {
         out += &format!("  Part of:  job {} (partition {})\n", of.parent, of.index);
+    }
+    if let Some(created) = job.created_at_unix_ms {
+        out += &format!("  Created:  {}\n", utc(created));
+    }
+    if let Some(started) = job.first_started_at_unix_ms {
+        out += &format!("  Started:  {}\n", utc(started));
+    }
+    if let Some(finished) = job.finished_at_unix_ms {
+        let took = job.created_at_unix_ms.map_or(String::new(), |c| {
+            format!(
+                " ({} after it was created)",
+                millis(finished.saturating_sub(c))
+            )
+        });
+        out += &format!("  Finished: {}{took}\n", utc(finished));
+    }
+    if !job.history.is_empty() {
+        let dropped = if job.history_dropped > 0 {
+            format!(" ({} older not kept)", job.history_dropped)
+        } else {
+            String::new()
+        };
+        out += &format!("  History:{dropped}\n");
+        for record in &job.history {
+            let ended = match (record.outcome, record.ran_millis()) {
+                (Some(outcome), Some(ran)) => format!("{outcome} after {}", millis(ran)),
+                _ => "running".to_owned(),
+            };
+            out += &format!(
+                "    attempt {:<3} {:<12} started {}  {ended}\n",
+                record.attempt,
+                record.worker.as_str(),
+                utc(record.started_at_unix_ms.0)
+            );
+            if let Some(error) = &record.error {
+                out += &format!("                {error}\n");
+            }
+        }
     }
     if let Some(parts) = &job.partitions {
         out += &format!("  Partitions: {}/{} done\n", parts.done, parts.total);
@@ -88,7 +157,7 @@ fn describe_task(job: &JobView) -> String {
 }
 
 pub fn job_json(job: &JobView) -> serde_json::Value {
-    serde_json::to_value(job).unwrap_or_else(|e| json!({ "error": e.to_string() }))
+    herder_http::views::job(job)
 }
 
 pub fn workers_for_people(workers: &[WorkerView]) -> String {
@@ -201,12 +270,7 @@ pub fn report_error_as(error: &CallError, as_json: bool, kind: &str, code: u8) -
 }
 
 /// The member whose view says it leads in the highest term, if any.
-fn leader_view(views: &[ClusterView]) -> Option<&ClusterView> {
-    views
-        .iter()
-        .filter(|v| v.role == "leader")
-        .max_by_key(|v| v.term)
-}
+use herder_http::views::leader_view;
 
 /// One line per member that answered (and one per member listed that did not), then how long
 /// ago the leader heard from each member.
@@ -269,16 +333,7 @@ pub fn cluster_for_people(views: &[ClusterView], unreachable: &[(String, String)
 /// `herder cluster --json`: the leader and term, every member's view, and the addresses that
 /// did not answer.
 pub fn cluster_json(views: &[ClusterView], unreachable: &[(String, String)]) -> serde_json::Value {
-    let leader = leader_view(views);
-    json!({
-        "leader": leader.map(|v| &v.node_id),
-        "term": leader.map(|v| v.term),
-        "members": views,
-        "unreachable": unreachable
-            .iter()
-            .map(|(address, error)| json!({ "address": address, "error": error }))
-            .collect::<Vec<_>>(),
-    })
+    herder_http::views::cluster(views, unreachable)
 }
 
 /// A usage problem found before anything was sent.
@@ -292,4 +347,16 @@ pub fn usage_error(message: &str, as_json: bool) -> u8 {
         eprintln!("herder: {message}");
     }
     exit::USAGE
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::utc;
+
+    #[test]
+    fn wall_times_read_as_utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000 UTC");
+        assert_eq!(utc(951_782_400_123), "2000-02-29 00:00:00.123 UTC");
+        assert_eq!(utc(1_796_160_545_616), "2026-12-01 21:29:05.616 UTC");
+    }
 }

@@ -194,6 +194,15 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
             }
         }
     }
+    let http = match crate::web::HttpListen::parse(
+        args.http_port.as_deref(),
+        SocketAddr::from(([127, 0, 0, 1], herder_http::HTTP_PORT_DEFAULT)),
+    ) {
+        Ok(http) => http,
+        Err(e) => return usage_error(&e, false),
+    };
+    let max_frame_bytes = config.max_frame_bytes;
+    let node_id = config.node_id.clone();
     warn_if_reachable_from_elsewhere(&[Some(worker_addr), Some(client_addr), peer_addr]);
     let mut options = coordinator::CoordinatorOptions {
         config,
@@ -220,6 +229,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         options.config.worker_address =
             format!("{}:{}", group.me.host, port(listeners.worker_addr()));
     }
+    let own_client = options.config.client_address.clone();
     let handle = match coordinator::start_on(listeners, options).await {
         Ok(handle) => handle,
         Err(error) => {
@@ -227,6 +237,21 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
             return exit::SERVER;
         }
     };
+    let own_client = if own_client.is_empty() {
+        handle.client_addr().to_string()
+    } else {
+        own_client
+    };
+    // Redirects teach the HTTP server's client where the leader is.
+    let _http =
+        match crate::web::start(http, node_id, &handle, vec![own_client], max_frame_bytes).await {
+            Ok(server) => server,
+            Err(error) => {
+                eprintln!("herder: {error}");
+                let _ = handle.shutdown().await;
+                return exit::SERVER;
+            }
+        };
     stop_on_signal(handle.shutdown_sender());
     match handle.wait().await {
         Ok(()) => exit::OK,
@@ -333,10 +358,7 @@ pub async fn submit(args: SubmitArgs) -> u8 {
     };
     if !args.wait {
         if as_json {
-            println!(
-                "{}",
-                json!({ "job_id": submitted.job_id, "existing": submitted.existing })
-            );
+            println!("{}", herder_http::views::submitted(&submitted));
         } else if submitted.existing {
             println!("{} (existing job for idempotency key)", submitted.job_id);
         } else {
@@ -397,11 +419,7 @@ pub async fn wait(args: WaitArgs) -> u8 {
     match answer {
         Ok((job, timed_out)) => {
             if as_json {
-                let mut value = job_json(&job);
-                if let Some(object) = value.as_object_mut() {
-                    object.insert("timed_out".into(), json!(timed_out));
-                }
-                println!("{value}");
+                println!("{}", herder_http::views::waited(&job, timed_out));
             } else {
                 print!("{}", job_for_people(&job));
                 if timed_out {
@@ -482,10 +500,7 @@ pub async fn cancel(args: JobArgs) -> u8 {
     match client_for(&args.client).cancel(job_id).await {
         Ok((job, cancelled)) => {
             if as_json {
-                println!(
-                    "{}",
-                    json!({ "cancelled": cancelled, "job": job_json(&job) })
-                );
+                println!("{}", herder_http::views::cancelled(&job, cancelled));
             } else if cancelled {
                 println!("Cancelled job {}", job.id);
             } else {
@@ -523,10 +538,7 @@ pub async fn list(args: ListArgs) -> u8 {
             if as_json {
                 println!(
                     "{}",
-                    json!({
-                        "jobs": jobs.iter().map(job_json).collect::<Vec<_>>(),
-                        "truncated": more || maybe_more,
-                    })
+                    herder_http::views::job_list(&jobs, more || maybe_more)
                 );
             } else {
                 print!("{}", jobs_for_people(&jobs));
@@ -596,7 +608,7 @@ pub async fn workers(args: ClientArgs) -> u8 {
     match client_for(&args).workers().await {
         Ok(workers) => {
             if args.json {
-                println!("{}", json!({ "workers": workers }));
+                println!("{}", herder_http::views::workers(&workers));
             } else {
                 print!("{}", workers_for_people(&workers));
             }
@@ -713,6 +725,9 @@ mod tests {
             partitions: None,
             created_at_unix_ms: None,
             finished_at_unix_ms: None,
+            first_started_at_unix_ms: None,
+            history: Vec::new(),
+            history_dropped: 0,
         }
     }
 

@@ -114,6 +114,8 @@ pub enum Operation {
     List {
         state: Option<JobState>,
         limit: Option<u32>,
+        /// Only jobs submitted before this one (the next page of a listing).
+        before: Option<JobId>,
     },
     Workers,
     /// The group as the member this client is connected to sees it (any member answers).
@@ -175,10 +177,15 @@ impl Operation {
                 timeout_millis,
             },
             Operation::Cancel { job_id } => ClientRequest::Cancel { request_id, job_id },
-            Operation::List { state, limit } => ClientRequest::List {
+            Operation::List {
+                state,
+                limit,
+                before,
+            } => ClientRequest::List {
                 request_id,
                 state,
                 limit,
+                before,
             },
             Operation::Workers => ClientRequest::Workers { request_id },
             Operation::Cluster => ClientRequest::Cluster { request_id },

@@ -25,9 +25,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Attempt, JobId, LeaseId, LogIndex, NodeId, Term};
-use crate::job::{Job, JobState, Lease, PartitionOf};
+use crate::job::{AttemptEnd, AttemptRecord, FailureKind, Job, JobState, Lease, PartitionOf};
 use crate::job_queue::JobQueue;
-use crate::limits::QUEUE_POSITIONS_PER_ENTRY;
+use crate::limits::{
+    ATTEMPT_HISTORY_ERROR_BYTES_MAX, ATTEMPT_HISTORY_MAX, QUEUE_POSITIONS_PER_ENTRY,
+};
 use crate::protocol::Partitions;
 use crate::tasks::{aggregate, TaskOutput, TaskSpec};
 use crate::time::UnixMillis;
@@ -86,6 +88,9 @@ pub enum Command {
         retry_delay_millis: u64,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         permanent: bool,
+        /// What kind of failure it was, for the job's history and for operators.
+        #[serde(default, skip_serializing_if = "FailureKind::is_default")]
+        kind: FailureKind,
     },
     /// A draining worker handed back the attempt holding `lease_id` unfinished: the job is
     /// queued again at once and the attempt is not charged.
@@ -336,6 +341,8 @@ pub struct JobTable {
     /// rebuilt from rows (whatever was purged) hands out exactly the positions a table that
     /// applied every entry does.
     enqueued_in_entry: u64,
+    /// The wall-time stamp of the entry being applied, for the attempt history.
+    entry_at: UnixMillis,
     /// Idempotency key -> job, for the job's whole life.
     idempotency: BTreeMap<String, JobId>,
     /// Jobs in submission order (for listing).
@@ -483,10 +490,16 @@ impl JobTable {
 
     /// Jobs in submission order, newest first.
     pub fn newest_first(&self) -> impl Iterator<Item = &Job> {
+        self.newest_first_before(None)
+    }
+
+    /// Jobs submitted before log index `before` (all of them for `None`), newest first.
+    pub fn newest_first_before(&self, before: Option<LogIndex>) -> impl Iterator<Item = &Job> {
+        let end = before.unwrap_or(LogIndex(u64::MAX));
         self.by_submission
-            .values()
+            .range(..end)
             .rev()
-            .filter_map(|id| self.jobs.get(id))
+            .filter_map(|(_, id)| self.jobs.get(id))
     }
 
     /// What clients see of a job; a data-parallel parent's view lists its partitions.
@@ -557,6 +570,7 @@ impl JobTable {
         );
         self.applied = index;
         self.enqueued_in_entry = 0;
+        self.entry_at = at;
         let mut follow_on = Vec::new();
         let applied = self.apply_command(index, at, command, &mut follow_on);
         let outcome = Outcome { applied, follow_on };
@@ -620,10 +634,10 @@ impl JobTable {
                 cause,
                 retry_delay_millis,
                 permanent,
+                kind,
             } => self.apply_attempt_failed(
-                *job_id,
-                *lease_id,
-                cause,
+                (*job_id, *lease_id),
+                (*kind, cause),
                 (!permanent).then_some(*retry_delay_millis),
             ),
             Command::Release { job_id, lease_id } => self.apply_release(*job_id, *lease_id),
@@ -745,6 +759,9 @@ impl JobTable {
             created_at: at,
             finished_at: None,
             timeout_millis,
+            first_started_at: None,
+            history: Vec::new(),
+            history_dropped: 0,
         };
         let queue_seq = self.take_queue_seq();
         let mut job = new_job(job_id, task.clone(), queue_seq);
@@ -956,6 +973,25 @@ impl JobTable {
         transition(job, JobState::Running);
         job.attempt = Attempt(job.attempt.0 + 1);
         job.lease = Some(lease.clone());
+        if job.history.is_empty() {
+            // A row from before jobs kept a history: its earlier attempts went unrecorded.
+            job.history_dropped = job.attempt.0 - 1;
+        }
+        let started = self.entry_at.max(job.created_at);
+        job.first_started_at.get_or_insert(started);
+        if job.history.len() >= ATTEMPT_HISTORY_MAX {
+            job.history.remove(0);
+            job.history_dropped += 1;
+        }
+        job.history.push(AttemptRecord {
+            attempt: job.attempt.0,
+            lease_id: lease.id,
+            worker: lease.worker.clone(),
+            started_at_unix_ms: started,
+            ended_at_unix_ms: None,
+            outcome: None,
+            error: None,
+        });
         // The previous attempt's error stays visible while the retry runs.
         job.last_worker = Some(lease.worker.clone());
         Applied::Assigned {
@@ -1000,7 +1036,9 @@ impl JobTable {
             Ok(lease) => lease,
             Err(stale) => return stale,
         };
+        let at = self.entry_at;
         let job = self.job_mut(job_id);
+        close_attempt(job, lease.id, at, AttemptEnd::Completed, None);
         transition(job, JobState::Completed);
         job.lease = None;
         job.result = Some(output.clone());
@@ -1013,16 +1051,17 @@ impl JobTable {
     /// attempts remain.
     fn apply_attempt_failed(
         &mut self,
-        job_id: JobId,
-        lease_id: LeaseId,
-        cause: &str,
+        (job_id, lease_id): (JobId, LeaseId),
+        (kind, cause): (FailureKind, &str),
         retry_delay_millis: Option<u64>,
     ) -> Applied {
         let lease = match self.lease_to_settle(job_id, lease_id) {
             Ok(lease) => lease,
             Err(stale) => return stale,
         };
+        let at = self.entry_at;
         let job = self.job_mut(job_id);
+        close_attempt(job, lease_id, at, kind.end(), Some(cause));
         job.lease = None;
         job.error = Some(cause.to_owned());
         if let Some(retry_delay_millis) = retry_delay_millis.filter(|_| job.attempts_remain()) {
@@ -1051,8 +1090,10 @@ impl JobTable {
             Ok(lease) => lease,
             Err(stale) => return stale,
         };
+        let at = self.entry_at;
         let job = self.job_mut(job_id);
         assert!(job.attempt.0 >= 1, "running job {job_id} with attempt 0");
+        close_attempt(job, lease_id, at, AttemptEnd::Released, None);
         job.lease = None;
         // Not charged: the attempt it handed back never happened as far as the budget goes.
         job.attempt = Attempt(job.attempt.0 - 1);
@@ -1103,6 +1144,9 @@ impl JobTable {
         }
         transition(job, JobState::Cancelled);
         let revoked = job.lease.take();
+        if let Some(lease) = &revoked {
+            close_attempt(job, lease.id, self.entry_at, AttemptEnd::Cancelled, None);
+        }
         job.error = Some(why.to_owned());
         self.active -= 1;
         Some(Applied::Cancelled {
@@ -1117,11 +1161,13 @@ impl JobTable {
             Ok(lease) => lease,
             Err(stale) => return stale,
         };
+        let at = self.entry_at;
         let job = self.job_mut(job_id);
         let cause = format!(
             "attempt {} on worker {} was interrupted by a coordinator restart and could not be re-adopted",
             job.attempt, lease.worker
         );
+        close_attempt(job, lease_id, at, AttemptEnd::Abandoned, Some(&cause));
         job.lease = None;
         job.error = Some(cause.clone());
         if job.attempts_remain() {
@@ -1335,7 +1381,101 @@ struct Submission<'a> {
 
 /// The per-row invariants: lease exactly while running, attempt within budget, a result exactly
 /// when completed. A data-parallel parent never holds a lease or starts an attempt.
+/// Ends the running attempt's history record: the one `lease_id` opened, which is the last.
+/// A row written before jobs kept a history has none to end.
+fn close_attempt(
+    job: &mut Job,
+    lease_id: LeaseId,
+    at: UnixMillis,
+    end: AttemptEnd,
+    error: Option<&str>,
+) {
+    let Some(record) = job.history.last_mut() else {
+        assert!(
+            job.history_dropped == 0,
+            "job {} dropped history records but holds none",
+            job.id
+        );
+        return;
+    };
+    assert!(
+        record.lease_id == lease_id && record.outcome.is_none(),
+        "job {}: ending attempt {lease_id}, but its latest record is {} ({:?})",
+        job.id,
+        record.lease_id,
+        record.outcome
+    );
+    record.ended_at_unix_ms = Some(at.max(record.started_at_unix_ms));
+    record.outcome = Some(end);
+    record.error = error.map(|e| cut_chars(e, ATTEMPT_HISTORY_ERROR_BYTES_MAX).to_owned());
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub fn cut_chars(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// A job's history agrees with its state: only the last record may be open, and it is open
+/// exactly while the job runs under that record's lease; no record ends before it starts.
+/// (A row written before jobs kept a history has none, and is not checked.)
+fn check_history(job: &Job) -> Result<(), String> {
+    if job.history.len() > ATTEMPT_HISTORY_MAX {
+        return Err(format!("{} history records", job.history.len()));
+    }
+    let Some(last) = job.history.last() else {
+        return Ok(());
+    };
+    for record in &job.history[..job.history.len() - 1] {
+        if record.outcome.is_none() {
+            return Err(format!(
+                "attempt {} is open but not the latest",
+                record.lease_id
+            ));
+        }
+    }
+    for record in &job.history {
+        if record.outcome.is_some() != record.ended_at_unix_ms.is_some()
+            || record
+                .ended_at_unix_ms
+                .is_some_and(|end| end < record.started_at_unix_ms)
+        {
+            return Err(format!(
+                "attempt {} ends at {:?} with outcome {:?}",
+                record.lease_id, record.ended_at_unix_ms, record.outcome
+            ));
+        }
+    }
+    match (&job.lease, last.outcome) {
+        (Some(lease), None) if lease.id == last.lease_id && lease.worker == last.worker => {}
+        (None, Some(_)) => {}
+        (lease, outcome) => {
+            return Err(format!(
+                "lease {:?} but the latest record is {} ({outcome:?})",
+                lease.as_ref().map(|l| l.id),
+                last.lease_id
+            ))
+        }
+    }
+    // Every charged attempt has a record (released ones have records too, uncharged).
+    let records = job.history.len() + job.history_dropped as usize;
+    if (job.attempt.0 as usize) > records {
+        return Err(format!(
+            "attempt {} with only {records} attempts recorded",
+            job.attempt
+        ));
+    }
+    if job.first_started_at.is_none() {
+        return Err("attempts recorded but no first start".into());
+    }
+    Ok(())
+}
+
 fn check_row(job: &Job) -> Result<(), String> {
+    check_history(job)?;
     if job.max_attempts == 0 {
         return Err("max_attempts is 0".into());
     }

@@ -115,6 +115,109 @@ pub struct Lease {
     pub incarnation: Incarnation,
 }
 
+/// How an attempt ended, as the job's history records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptEnd {
+    /// Its result was accepted.
+    Completed,
+    /// It ended badly, for a reason `FailureKind` names (see there).
+    TaskFailed,
+    WorkerLost,
+    DeadlineExpired,
+    /// A coordinator restart or leader change interrupted it and it could not be re-adopted.
+    Abandoned,
+    /// A draining worker handed it back unfinished; it was not charged.
+    Released,
+    /// The job was cancelled while it ran.
+    Cancelled,
+}
+
+impl AttemptEnd {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptEnd::Completed => "completed",
+            AttemptEnd::TaskFailed => "task_failed",
+            AttemptEnd::WorkerLost => "worker_lost",
+            AttemptEnd::DeadlineExpired => "deadline_expired",
+            AttemptEnd::Abandoned => "abandoned",
+            AttemptEnd::Released => "released",
+            AttemptEnd::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for AttemptEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an attempt failed, as the leader decided when it proposed the failure. It travels in
+/// the log so every member's history (and every operator's metric) says the same.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The task reported failure, or the worker misbehaved with the attempt (a result too
+    /// large, a hand-back without draining, a stop nobody asked for). Entries written before
+    /// the kind was recorded read as this.
+    #[default]
+    TaskFailed,
+    /// Its worker was lost (connection closed, heartbeats stopped, or it came back without it).
+    WorkerLost,
+    /// The attempt's deadline passed.
+    DeadlineExpired,
+}
+
+impl FailureKind {
+    pub fn is_default(&self) -> bool {
+        *self == FailureKind::TaskFailed
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.end().as_str()
+    }
+
+    /// The history's name for an attempt that failed this way.
+    pub fn end(self) -> AttemptEnd {
+        match self {
+            FailureKind::TaskFailed => AttemptEnd::TaskFailed,
+            FailureKind::WorkerLost => AttemptEnd::WorkerLost,
+            FailureKind::DeadlineExpired => AttemptEnd::DeadlineExpired,
+        }
+    }
+}
+
+/// One attempt of a job: who ran it, under which lease, when, and how it ended. Both times are
+/// the wall-clock stamps of the log entries that started and ended it, so every member holds
+/// the same history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// The attempt number as charged when it started (a released attempt's number is given
+    /// back, so the next attempt carries it again).
+    pub attempt: u32,
+    pub lease_id: LeaseId,
+    pub worker: WorkerId,
+    pub started_at_unix_ms: UnixMillis,
+    /// Absent while the attempt runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_unix_ms: Option<UnixMillis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<AttemptEnd>,
+    /// Why it failed, cut to `ATTEMPT_HISTORY_ERROR_BYTES_MAX` (the job's `error` keeps the
+    /// latest in full).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl AttemptRecord {
+    /// How long it ran, once it has ended (zero if stamps from two leaders' clocks disagree).
+    pub fn ran_millis(&self) -> Option<u64> {
+        self.ended_at_unix_ms
+            .map(|end| end.0.saturating_sub(self.started_at_unix_ms.0))
+    }
+}
+
 /// Where a partition job sits in its data-parallel parent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PartitionOf {
@@ -171,6 +274,19 @@ pub struct Job {
     /// Each attempt's deadline, as the submission asked (`None`: the leader's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_millis: Option<u64>,
+    /// The wall time its first attempt started (`None` until one has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_started_at: Option<UnixMillis>,
+    /// Its attempts, oldest first: the latest `ATTEMPT_HISTORY_MAX` of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<AttemptRecord>,
+    /// Older attempts dropped from `history` to keep it within its bound.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub history_dropped: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Job {
@@ -215,6 +331,9 @@ impl Job {
             timeout_millis: self.timeout_millis,
             unserved: false,
             progress: None,
+            first_started_at_unix_ms: self.first_started_at.map(|at| at.0).filter(|&ms| ms != 0),
+            history: self.history.clone(),
+            history_dropped: self.history_dropped,
         }
     }
 }
@@ -244,6 +363,9 @@ mod tests {
             created_at: UnixMillis::UNSTAMPED,
             finished_at: None,
             timeout_millis: None,
+            first_started_at: None,
+            history: Vec::new(),
+            history_dropped: 0,
         }
     }
 

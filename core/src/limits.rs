@@ -101,6 +101,11 @@ pub const INLINE_NUMBERS_MAX: usize = 1_000;
 /// Longest failure message a worker reports for an attempt (longer ones are cut), so every result
 /// fits a frame.
 pub const ATTEMPT_ERROR_BYTES_MAX: usize = 4096;
+/// Attempts a job's history keeps (the latest; older ones are only counted). Drain hand-backs
+/// are not charged, so a job can have more attempts than its budget.
+pub const ATTEMPT_HISTORY_MAX: usize = 16;
+/// Longest failure message one history record keeps (the job's latest error is kept in full).
+pub const ATTEMPT_HISTORY_ERROR_BYTES_MAX: usize = 512;
 /// Job rows changed since the last materialization that force the next one.
 pub const MATERIALIZE_DIRTY_JOBS_MAX: usize = 2048;
 /// Log entries beyond the materialized rows that force the next materialization (the most a

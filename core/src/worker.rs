@@ -161,6 +161,7 @@ pub enum WorkerEvent {
         job_id: JobId,
         lease_id: LeaseId,
         attempt: Attempt,
+        kind: String,
     },
     TaskRefused {
         job_id: JobId,
@@ -175,6 +176,7 @@ pub enum WorkerEvent {
         job_id: JobId,
         lease_id: LeaseId,
         outcome: String,
+        ran_millis: u64,
     },
     ResultAcknowledged {
         job_id: JobId,
@@ -224,9 +226,10 @@ impl fmt::Display for WorkerEvent {
                 job_id,
                 lease_id,
                 attempt,
+                kind,
             } => write!(
                 f,
-                "Task started: jobId={job_id} attempt={attempt} attemptId={lease_id}"
+                "Task started: jobId={job_id} task={kind} attempt={attempt} attemptId={lease_id}"
             ),
             WorkerEvent::TaskRefused {
                 job_id,
@@ -243,9 +246,10 @@ impl fmt::Display for WorkerEvent {
                 job_id,
                 lease_id,
                 outcome,
+                ran_millis,
             } => write!(
                 f,
-                "Task finished: jobId={job_id} attemptId={lease_id} outcome=\"{outcome}\""
+                "Task finished: jobId={job_id} attemptId={lease_id} runMillis={ran_millis} outcome=\"{outcome}\""
             ),
             WorkerEvent::ResultAcknowledged {
                 job_id,
@@ -281,6 +285,8 @@ struct RunningTask {
     cancel_requested: bool,
     /// A drain asked it to stop: unless it succeeds after all, it is reported `released`.
     releasing: bool,
+    /// When the assignment arrived, by the driver's clock (for the log's run time).
+    started: Instant,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -637,6 +643,7 @@ impl Worker {
                 max_attempts,
                 ..
             } => self.on_assign(
+                now,
                 job_id,
                 (lease_id, attempt, max_attempts),
                 task,
@@ -730,6 +737,7 @@ impl Worker {
 
     fn on_assign(
         &mut self,
+        now: Instant,
         job_id: JobId,
         (lease_id, attempt, max_attempts): (LeaseId, Attempt, u32),
         task: TaskSpec,
@@ -774,12 +782,14 @@ impl Worker {
                 job_id,
                 cancel_requested: false,
                 releasing: false,
+                started: now,
             },
         );
         self.event(WorkerEvent::TaskStarted {
             job_id,
             lease_id,
             attempt,
+            kind: task.kind().to_owned(),
         });
         self.outputs.push_back(WorkerOutput::StartTask {
             job_id,
@@ -794,7 +804,7 @@ impl Worker {
     /// The driver finished (or stopped) an attempt.
     pub fn handle_task_finished(
         &mut self,
-        _now: Instant,
+        now: Instant,
         lease_id: LeaseId,
         outcome: AttemptOutcome,
     ) {
@@ -838,6 +848,7 @@ impl Worker {
             job_id,
             lease_id,
             outcome: summary,
+            ran_millis: as_millis_u64(now.saturating_since(task.started)),
         });
         self.unacked.insert(lease_id, (job_id, outcome.clone()));
         if self.is_registered() {

@@ -566,6 +566,7 @@ fn a_partition_failing_for_good_fails_the_parent_and_cancels_the_rest() {
         lease_id: lease(2, "w3").id,
         cause: "the worker ran out of memory".into(),
         retry_delay_millis: 10,
+        kind: Default::default(),
     });
     assert_eq!(
         outcome.applied,
@@ -652,6 +653,7 @@ fn a_retry_left_does_not_fail_the_parent() {
         lease_id: lease(0, "w1").id,
         cause: "lost".into(),
         retry_delay_millis: 5,
+        kind: Default::default(),
     });
     assert!(matches!(outcome.applied, Applied::RetryScheduled { .. }));
     assert!(outcome.follow_on.is_empty());
@@ -695,6 +697,7 @@ fn cancelling_the_parent_cancels_every_unfinished_partition() {
         lease_id: lease(2, "w3").id,
         cause: "lost".into(),
         retry_delay_millis: 100,
+        kind: Default::default(),
     });
     assert_eq!(t.get(parts[2]).state, JobState::RetryWait);
 
@@ -852,6 +855,7 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
         lease_id: lease(12, "w3").id,
         cause: "task failed".into(),
         retry_delay_millis: 40,
+        kind: Default::default(),
     });
     t.run_to_completion(b_parts[1], &lease(21, "w2"));
     t.run_to_completion(b_parts[0], &lease(20, "w1"));
@@ -1503,6 +1507,7 @@ fn a_split_job_runs_to_its_aggregate_through_the_coordinator() {
         request_id: list,
         state: None,
         limit: None,
+        before: None,
     });
     match h.reply_to(list) {
         ClientReply::JobList { jobs, .. } => {

@@ -287,6 +287,7 @@ fn a_leader_that_loses_its_majority_answers_what_it_owed_as_uncertain() {
         request_id,
         state: None,
         limit: None,
+        before: None,
     });
     g.run(100);
     assert!(

@@ -255,6 +255,9 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     partitions,
                     created_at_unix_ms: None,
                     finished_at_unix_ms: None,
+                    first_started_at_unix_ms: None,
+                    history: Vec::new(),
+                    history_dropped: 0,
                 }
             },
         )
@@ -397,6 +400,7 @@ fn command() -> impl Strategy<Value = Command> {
                 lease_id,
                 cause,
                 retry_delay_millis,
+                kind: Default::default(),
             }
         ),
         job_id().prop_map(|job_id| Command::Requeue { job_id }),
@@ -595,11 +599,13 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
             request_id(),
             proptest::option::of(job_state()),
             proptest::option::of(any::<u32>()),
+            proptest::option::of(job_id()),
         )
-            .prop_map(|(request_id, state, limit)| ClientRequest::List {
+            .prop_map(|(request_id, state, limit, before)| ClientRequest::List {
                 request_id,
                 state,
                 limit,
+                before,
             }),
         request_id().prop_map(|request_id| ClientRequest::Workers { request_id }),
         request_id().prop_map(|request_id| ClientRequest::Cluster { request_id }),
@@ -1531,6 +1537,7 @@ fn other_client_request_wire_forms() {
             request_id: RequestId(4),
             state: Some(JobState::RetryWait),
             limit: Some(10),
+            before: None,
         },
         json!({"type": "LIST", "request_id": 4, "state": "RETRY_WAIT", "limit": 10}),
     );
@@ -1593,6 +1600,9 @@ fn client_reply_wire_forms() {
                 partitions: None,
                 created_at_unix_ms: None,
                 finished_at_unix_ms: None,
+                first_started_at_unix_ms: None,
+                history: Vec::new(),
+                history_dropped: 0,
             }),
         },
         json!({
@@ -1699,6 +1709,9 @@ fn client_reply_wire_forms() {
                 partitions: None,
                 created_at_unix_ms: None,
                 finished_at_unix_ms: None,
+                first_started_at_unix_ms: None,
+                history: Vec::new(),
+                history_dropped: 0,
             }),
             cancelled: true,
         },

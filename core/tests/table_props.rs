@@ -237,6 +237,7 @@ impl Concretizer {
                     lease_id: self.lease(table, job_id, lease),
                     cause: "task failed".to_owned(),
                     retry_delay_millis: *delay,
+                    kind: Default::default(),
                 }
             }
             Op::Release { job, lease } => {
@@ -837,6 +838,7 @@ fn a_result_for_the_previous_attempt_is_stale_after_a_retry() {
                 lease_id: pool_lease(0),
                 cause: "boom".into(),
                 retry_delay_millis: 10,
+                kind: Default::default(),
             },
             Command::Requeue { job_id: job },
             assign(1, 1),

@@ -269,7 +269,22 @@ impl HerderClient {
         state: Option<JobState>,
         limit: Option<u32>,
     ) -> Result<Vec<JobView>, CallError> {
-        match self.call(Operation::List { state, limit }).await? {
+        self.list_before(state, limit, None).await
+    }
+
+    /// Like `list`, with only the jobs submitted before `before` (the next page).
+    pub async fn list_before(
+        &self,
+        state: Option<JobState>,
+        limit: Option<u32>,
+        before: Option<JobId>,
+    ) -> Result<Vec<JobView>, CallError> {
+        let op = Operation::List {
+            state,
+            limit,
+            before,
+        };
+        match self.call(op).await? {
             ClientReply::JobList { jobs, .. } => Ok(jobs),
             other => Err(unexpected(&other)),
         }

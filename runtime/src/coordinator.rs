@@ -29,16 +29,18 @@ use herder_core::coordinator::{
     BatchId, Coordinator, CoordinatorConfig, Event, Link, Output, PersistBatch, RecoveryError,
 };
 use herder_core::ids::{ConnectionId, NodeId};
+use herder_core::job::JobState;
 use herder_core::protocol::codec::{encode_frame, FrameError};
 use herder_core::protocol::{
     ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, PeerMessage, WorkerToCoordinator,
 };
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::clock::{os_seed, sleep_until, Clock};
+use crate::metrics::{Metrics, Observation, WorkerObservation};
 use crate::net::{
     open_connection_within, ConnectionSlots, Inbound, InputBudget, InputBytes, Outbound,
     OutboundTotal, ReaderLimits, SendError, Unanswered,
@@ -148,6 +150,25 @@ enum Input {
     Client(ConnectionId, Inbound<ClientRequest>, InputBytes),
     /// A message from another member, tagged with the member its connection's `HELLO` named.
     Peer(NodeId, PeerMessage),
+    /// A scrape wants the gauges as they are now.
+    Observe(oneshot::Sender<Observation>),
+}
+
+/// Reads a running coordinator's metrics (for the HTTP server's `/metrics`). Cloneable.
+#[derive(Clone)]
+pub struct Observer {
+    inputs: mpsc::Sender<Input>,
+    metrics: Arc<Metrics>,
+}
+
+impl Observer {
+    /// The metrics in the Prometheus text format, or `None` once the coordinator has stopped.
+    pub async fn metrics_text(&self) -> Option<String> {
+        let (tx, rx) = oneshot::channel();
+        self.inputs.send(Input::Observe(tx)).await.ok()?;
+        let now = rx.await.ok()?;
+        Some(self.metrics.encode(&now))
+    }
 }
 
 /// A coordinator's listening sockets, bound before it starts, so that the members of a group
@@ -197,6 +218,7 @@ pub struct CoordinatorHandle {
     peer_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<Result<(), CoordinatorError>>,
+    observer: Observer,
 }
 
 impl CoordinatorHandle {
@@ -225,6 +247,11 @@ impl CoordinatorHandle {
             Ok(result) => result,
             Err(join) => Err(CoordinatorError::StoreThread(join.to_string())),
         }
+    }
+
+    /// What reads its metrics.
+    pub fn observer(&self) -> Observer {
+        self.observer.clone()
     }
 
     /// A sender that stops the coordinator when `true` is sent (for signal handlers).
@@ -321,6 +348,11 @@ pub async fn start_on(
     let (client_tx, client_rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let next_conn = Arc::new(AtomicU64::new(1));
+    let metrics = Arc::new(Metrics::new());
+    let observer = Observer {
+        inputs: input_tx.clone(),
+        metrics: metrics.clone(),
+    };
     let outbound_total = OutboundTotal::new(limits.outbound_bytes);
     let worker_accept = tokio::spawn(
         accept_loop(
@@ -372,9 +404,10 @@ pub async fn start_on(
 
     let (batch_tx, batch_rx) = std::sync::mpsc::channel::<PersistBatch>();
     let (durable_tx, durable_rx) = mpsc::unbounded_channel::<Result<BatchId, String>>();
+    let store_metrics = metrics.clone();
     let store_thread = std::thread::Builder::new()
         .name("herder-store".into())
-        .spawn(move || store_loop(store, batch_rx, durable_tx))
+        .spawn(move || store_loop(store, batch_rx, durable_tx, &store_metrics))
         .map_err(|e| CoordinatorError::StoreThread(e.to_string()))?;
 
     let stopped = shutdown_tx.clone();
@@ -387,6 +420,7 @@ pub async fn start_on(
                 unanswered: HashMap::new(),
                 batches: batch_tx,
                 peers: peer_links,
+                metrics,
             };
             let result = driver
                 .run(input_rx, client_rx, durable_rx, shutdown_rx)
@@ -413,6 +447,7 @@ pub async fn start_on(
         peer_addr,
         shutdown: shutdown_tx,
         task,
+        observer,
     })
 }
 
@@ -617,6 +652,7 @@ fn store_loop(
     mut store: Store,
     batches: std::sync::mpsc::Receiver<PersistBatch>,
     durable: mpsc::UnboundedSender<Result<BatchId, String>>,
+    metrics: &Metrics,
 ) {
     while let Ok(first) = batches.recv() {
         // Group commit: everything queued while the last transaction was committing goes into
@@ -627,7 +663,10 @@ fn store_loop(
         }
         let last = group.last().map(|b| b.id);
         let records = group.iter().flat_map(|batch| batch.records.iter());
+        let count = group.iter().map(|batch| batch.records.len()).sum();
+        let started = std::time::Instant::now();
         let result = store.write(records).map_err(|e| e.to_string());
+        metrics.storage_commit(started.elapsed(), count);
         let failed = result.is_err();
         let report = result.and_then(|()| last.ok_or_else(|| "empty group".to_owned()));
         if durable.send(report).is_err() || failed {
@@ -644,6 +683,7 @@ struct Driver {
     unanswered: HashMap<ConnectionId, Unanswered>,
     batches: std::sync::mpsc::Sender<PersistBatch>,
     peers: PeerLinks,
+    metrics: Arc<Metrics>,
 }
 
 impl Driver {
@@ -743,6 +783,40 @@ impl Driver {
                 self.coordinator.handle_closed(now, conn);
             }
             Input::Peer(from, message) => self.coordinator.handle_peer_message(now, &from, message),
+            Input::Observe(answer) => {
+                let _ = answer.send(self.observe());
+            }
+        }
+    }
+
+    /// The gauges a scrape reports, read now.
+    fn observe(&self) -> Observation {
+        let now = self.clock.now();
+        let mut jobs_by_state = [0u64; 6];
+        for job in self.coordinator.table().jobs() {
+            if let Some(slot) = JobState::ALL.iter().position(|s| *s == job.state) {
+                jobs_by_state[slot] += 1;
+            }
+        }
+        let replica = self.coordinator.replica();
+        Observation {
+            jobs_by_state,
+            term: replica.term().0,
+            last_index: replica.last_index().0,
+            commit_index: replica.committed_index().0,
+            applied_index: replica.applied_index().0,
+            is_leader: self.coordinator.is_acting_leader(),
+            workers: self
+                .coordinator
+                .workers()
+                .map(|w| WorkerObservation {
+                    id: w.id.0.clone(),
+                    alive: w.alive,
+                    capacity: w.capacity,
+                    running: u32::try_from(w.leases.len()).unwrap_or(u32::MAX),
+                    heartbeat_age: now.saturating_since(w.last_heartbeat),
+                })
+                .collect(),
         }
     }
 
@@ -767,7 +841,10 @@ impl Driver {
                         return Err(CoordinatorError::StoreThread("store thread exited".into()));
                     }
                 }
-                Output::Event(event) => log_event(&event),
+                Output::Event(event) => {
+                    self.metrics.event(&event);
+                    log_event(&event);
+                }
                 Output::ToPeer { to, message } => self.peers.send(&to, message),
             }
         }
@@ -836,9 +913,9 @@ fn log_event(event: &Event) {
         }
         // A member cut off from the others pre-votes every election timeout; only real
         // elections are news.
-        Event::ElectionStarted { pre_vote: true, .. }
-        | Event::SubmitRejected { .. }
-        | Event::JobSubmitted { .. } => tracing::debug!("{event}"),
+        Event::ElectionStarted { pre_vote: true, .. } | Event::SubmitRejected { .. } => {
+            tracing::debug!("{event}")
+        }
         // Everything else, leader elected, took over, stepped down, elections, transfers and
         // snapshots included, is the story an operator follows.
         _ => tracing::info!("{event}"),

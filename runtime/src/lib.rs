@@ -29,6 +29,7 @@ pub mod clock;
 pub mod coordinator;
 pub mod exec;
 pub mod handlers;
+pub mod metrics;
 pub mod net;
 pub mod peer;
 pub mod store;

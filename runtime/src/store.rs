@@ -443,6 +443,9 @@ mod tests {
             partitions_asked: None,
             created_at: herder_core::time::UnixMillis(1_700_000_000_000),
             finished_at: None,
+            first_started_at: None,
+            history: Vec::new(),
+            history_dropped: 0,
         }
     }
 

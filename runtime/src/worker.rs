@@ -478,14 +478,13 @@ fn outcome_of(result: Result<TaskOutput, TaskFailure>, cancelled: bool) -> Attem
     }
 }
 
-/// Connection-level events are worth an operator's attention; per-task ones are detail (the
-/// coordinator's log already tells each job's story).
+/// Each task's start and end is logged, as is anything wrong; acknowledgements and dialling
+/// are detail.
 fn log_event(worker: &WorkerId, event: &WorkerEvent) {
     match event {
-        WorkerEvent::TaskStarted { .. }
-        | WorkerEvent::TaskFinished { .. }
-        | WorkerEvent::ResultAcknowledged { .. }
-        | WorkerEvent::Connecting { .. } => tracing::debug!(%worker, "{event}"),
+        WorkerEvent::ResultAcknowledged { .. } | WorkerEvent::Connecting { .. } => {
+            tracing::debug!(%worker, "{event}")
+        }
         WorkerEvent::RegistrationRejected { .. }
         | WorkerEvent::CoordinatorError { .. }
         | WorkerEvent::TaskRefused { .. } => {

@@ -441,6 +441,7 @@ fn permanent_failure(lease: u8) -> Command {
         cause: "task failed permanently".into(),
         retry_delay_millis: 10,
         permanent: true,
+        kind: Default::default(),
     }
 }
 

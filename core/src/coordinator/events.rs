@@ -7,7 +7,7 @@ use std::fmt;
 use crate::ids::{
     Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, NodeId, Term, WorkerId,
 };
-use crate::job::JobState;
+use crate::job::{AttemptEnd, JobState};
 
 /// Why a worker was declared lost.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +79,8 @@ pub enum Event {
         attempt: Attempt,
         max_attempts: u32,
         lease_id: LeaseId,
+        /// How long the job waited for this attempt, by the log's stamps (see `queued_millis`).
+        queued_millis: Option<u64>,
     },
     LeaseExpired {
         job_id: JobId,
@@ -91,6 +93,8 @@ pub enum Event {
         max_attempts: u32,
         delay_millis: u64,
         cause: String,
+        /// How the attempt that failed ended (the cause's class).
+        ended: AttemptEnd,
     },
     JobRequeued {
         job_id: JobId,
@@ -111,6 +115,8 @@ pub enum Event {
         job_id: JobId,
         worker: WorkerId,
         attempts: Attempt,
+        /// How long the successful attempt ran, by the log's stamps.
+        ran_millis: Option<u64>,
     },
     JobFailed {
         job_id: JobId,
@@ -258,10 +264,17 @@ impl fmt::Display for Event {
                 attempt,
                 max_attempts,
                 lease_id,
-            } => write!(
-                f,
-                "Job assigned: jobId={job_id} workerId={worker} attempt={attempt}/{max_attempts} attemptId={lease_id}"
-            ),
+                queued_millis,
+            } => {
+                write!(
+                    f,
+                    "Job assigned: jobId={job_id} workerId={worker} attempt={attempt}/{max_attempts} attemptId={lease_id}"
+                )?;
+                match queued_millis {
+                    Some(ms) => write!(f, " queuedMillis={ms}"),
+                    None => Ok(()),
+                }
+            }
             Event::LeaseExpired {
                 job_id,
                 lease_id,
@@ -276,9 +289,10 @@ impl fmt::Display for Event {
                 max_attempts,
                 delay_millis,
                 cause,
+                ended,
             } => write!(
                 f,
-                "Retry scheduled: jobId={job_id} attempt={attempt}/{max_attempts} delayMillis={delay_millis} cause=\"{cause}\""
+                "Retry scheduled: jobId={job_id} attempt={attempt}/{max_attempts} delayMillis={delay_millis} ended={ended} cause=\"{cause}\""
             ),
             Event::JobRequeued {
                 job_id,
@@ -297,7 +311,14 @@ impl fmt::Display for Event {
                 job_id,
                 worker,
                 attempts,
-            } => write!(f, "Job completed: jobId={job_id} workerId={worker} attempts={attempts}"),
+                ran_millis,
+            } => {
+                write!(f, "Job completed: jobId={job_id} workerId={worker} attempts={attempts}")?;
+                match ran_millis {
+                    Some(ms) => write!(f, " runMillis={ms}"),
+                    None => Ok(()),
+                }
+            }
             Event::JobSplit {
                 job_id,
                 partitions,

@@ -7,7 +7,7 @@ use crate::command::LogEntry;
 use crate::ids::{
     Attempt, Incarnation, JobId, LeaseId, LogIndex, NodeId, RequestId, Term, WorkerId,
 };
-use crate::job::{JobState, PartitionOf};
+use crate::job::{AttemptRecord, JobState, PartitionOf};
 use crate::tasks::{TaskOutput, TaskSpec};
 
 /// Implements `WireMessage` for a `type`-tagged enum by listing its variants once.
@@ -281,6 +281,9 @@ pub enum ClientRequest {
         state: Option<JobState>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
+        /// Only jobs submitted before this one: the next page, newest first.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before: Option<JobId>,
     },
     Workers {
         request_id: RequestId,
@@ -480,6 +483,9 @@ pub struct JobView {
     /// When the job was submitted, in milliseconds since the Unix epoch by the leader's clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at_unix_ms: Option<u64>,
+    /// When its first attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_started_at_unix_ms: Option<u64>,
     /// When it became terminal (absent while it is not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at_unix_ms: Option<u64>,
@@ -493,6 +499,16 @@ pub struct JobView {
     /// only: absent after a leader change until the worker reports again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
+    /// Its attempts, oldest first (the latest 16): worker, lease, start, end, outcome, error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<AttemptRecord>,
+    /// Older attempts left out of `history`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub history_dropped: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// How many partitions a data-parallel job asks for: a number, or `"auto"` (one per live

@@ -146,6 +146,7 @@ impl World {
             (98..=99, _) => Operation::List {
                 state: None,
                 limit: Some(10),
+                before: None,
             },
             _ => {
                 let key = rng.chance(0.3).then(|| format!("key-{}", rng.below(4)));

@@ -559,8 +559,8 @@ impl LeaderState {
         m: &mut Member,
         conn: ConnectionId,
         request_id: RequestId,
-        state: Option<JobState>,
-        limit: Option<u32>,
+        (state, limit): (Option<JobState>, Option<u32>),
+        before: Option<JobId>,
     ) {
         let limit = limit.unwrap_or(LIST_LIMIT_DEFAULT);
         if limit > LIST_LIMIT_MAX {
@@ -571,9 +571,21 @@ impl LeaderState {
                 format!("list limit must be at most {LIST_LIMIT_MAX} (got {limit})"),
             );
         }
+        let before = match before.map(|id| m.table.get(&id).map(|job| job.submitted_at)) {
+            None => None,
+            Some(Some(index)) => Some(index),
+            Some(None) => {
+                return m.client_error(
+                    conn,
+                    request_id,
+                    ErrorCode::JobNotFound,
+                    "the job a listing pages from (`before`) is unknown (purged?); list from the newest again".to_owned(),
+                )
+            }
+        };
         let jobs = m
             .table
-            .newest_first()
+            .newest_first_before(before)
             .filter(|job| state.is_none_or(|s| job.state == s))
             .take(limit as usize)
             .filter_map(|job| self.job_view(m, &job.id))

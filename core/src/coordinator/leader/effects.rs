@@ -10,7 +10,7 @@ use crate::coordinator::member::Member;
 use crate::coordinator::timers::Timer;
 use crate::coordinator::Event;
 use crate::ids::{ConnectionId, JobId, LeaseId};
-use crate::job::Lease;
+use crate::job::{AttemptEnd, FailureKind, Job, Lease};
 use crate::protocol::{CancelReason, ClientReply, CoordinatorToWorker, ErrorCode};
 use crate::time::as_millis_u64;
 
@@ -164,15 +164,16 @@ impl LeaderState {
             }
             Applied::Completed { job_id, lease } => {
                 self.disarm_lease_deadline(lease.id);
-                let attempts = m
-                    .table
-                    .get(&job_id)
-                    .map(|job| job.attempt)
-                    .unwrap_or_default();
+                let job = m.table.get(&job_id);
+                let attempts = job.map(|job| job.attempt).unwrap_or_default();
+                let ran_millis = job
+                    .and_then(|job| job.history.last())
+                    .and_then(|record| record.ran_millis());
                 m.event(Event::JobCompleted {
                     job_id,
                     worker: lease.worker.clone(),
                     attempts,
+                    ran_millis,
                 });
                 self.ack_result(m, pending, job_id, lease.id, true);
                 self.wake_waiters(m, job_id);
@@ -185,13 +186,19 @@ impl LeaderState {
                 cause,
             } => {
                 self.disarm_lease_deadline(lease.id);
-                let max_attempts = m.table.get(&job_id).map_or(0, |job| job.max_attempts);
+                let job = m.table.get(&job_id);
+                let max_attempts = job.map_or(0, |job| job.max_attempts);
+                let ended = job
+                    .and_then(|job| job.history.last())
+                    .and_then(|record| record.outcome)
+                    .unwrap_or(AttemptEnd::TaskFailed);
                 m.event(Event::RetryScheduled {
                     job_id,
                     attempt,
                     max_attempts,
                     delay_millis,
                     cause,
+                    ended,
                 });
                 let at = m.now.saturating_add(Duration::from_millis(delay_millis));
                 self.timers.arm(at, Timer::RetryDue(job_id));
@@ -296,7 +303,7 @@ impl LeaderState {
                 "worker {} lost before the assignment reached it",
                 lease.worker
             );
-            self.fail_attempt(m, job_id, lease.id, cause, None);
+            self.fail_attempt(m, job_id, lease.id, (FailureKind::WorkerLost, cause), None);
             return;
         };
         let Some(job) = m.table.get(&job_id) else {
@@ -312,6 +319,7 @@ impl LeaderState {
             timeout_millis: as_millis_u64(super::workers::task_timeout(m, job_id)),
         };
         let max_attempts = job.max_attempts;
+        let queued_millis = queued_millis(job);
         self.arm_lease_deadline(m, job_id, lease.id);
         m.event(Event::JobAssigned {
             job_id,
@@ -319,6 +327,7 @@ impl LeaderState {
             attempt,
             max_attempts,
             lease_id: lease.id,
+            queued_millis,
         });
         m.send_worker(conn, message);
     }
@@ -514,4 +523,16 @@ impl LeaderState {
             Err(_) => false,
         }
     }
+}
+
+/// How long the attempt that just started waited: since the previous attempt ended, or since
+/// the submission for the first (unknown once older records were dropped).
+fn queued_millis(job: &Job) -> Option<u64> {
+    let (started, earlier) = match job.history.as_slice() {
+        [] => return None,
+        [only] if job.history_dropped == 0 => (only, job.created_at),
+        [.., previous, started] => (started, previous.ended_at_unix_ms?),
+        [_] => return None,
+    };
+    Some(started.started_at_unix_ms.0.saturating_sub(earlier.0))
 }

@@ -577,7 +577,8 @@ impl LeaderState {
                 request_id,
                 state,
                 limit,
-            } => self.list(m, conn, request_id, state, limit),
+                before,
+            } => self.list(m, conn, request_id, (state, limit), before),
             ClientRequest::Purge {
                 request_id,
                 state,

@@ -12,6 +12,7 @@ use crate::coordinator::member::Member;
 use crate::coordinator::timers::Timer;
 use crate::coordinator::{Event, LossReason, WorkerEntry};
 use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
+use crate::job::FailureKind;
 use crate::limits::{
     ATTEMPT_ERROR_BYTES_MAX, PROGRESS_NOTE_BYTES_MAX, REPORTED_FINISHED_MAX, TASKS_PER_WORKER_MAX,
     WORKERS_MAX, WORKER_CAPACITY_MAX,
@@ -269,7 +270,7 @@ impl LeaderState {
             let cause = format!(
                 "worker {worker_id} reconnected without attempt {lease_id}: its assignment was lost with the old connection"
             );
-            self.fail_attempt(m, job_id, lease_id, cause, None);
+            self.fail_attempt(m, job_id, lease_id, (FailureKind::WorkerLost, cause), None);
         }
     }
 
@@ -454,7 +455,13 @@ impl LeaderState {
         });
         for (lease_id, job_id) in leases {
             // Attempts with an `Assign` still in flight are failed when it applies (see `on_assigned`).
-            self.fail_attempt(m, job_id, lease_id, cause.clone(), None);
+            self.fail_attempt(
+                m,
+                job_id,
+                lease_id,
+                (FailureKind::WorkerLost, cause.clone()),
+                None,
+            );
         }
     }
 
@@ -464,10 +471,10 @@ impl LeaderState {
         m: &mut Member,
         job_id: JobId,
         lease_id: LeaseId,
-        cause: String,
+        failure: (FailureKind, String),
         pending: Option<Pending>,
     ) -> bool {
-        self.propose_failure(m, (job_id, lease_id), cause, false, pending)
+        self.propose_failure(m, (job_id, lease_id), failure, false, pending)
     }
 
     /// Proposes `AttemptFailed` for a current, not-yet-settling lease; a `permanent` failure
@@ -476,7 +483,7 @@ impl LeaderState {
         &mut self,
         m: &mut Member,
         (job_id, lease_id): (JobId, LeaseId),
-        cause: String,
+        (kind, cause): (FailureKind, String),
         permanent: bool,
         pending: Option<Pending>,
     ) -> bool {
@@ -494,6 +501,7 @@ impl LeaderState {
                 cause,
                 retry_delay_millis,
                 permanent,
+                kind,
             },
             pending,
         );
@@ -527,7 +535,13 @@ impl LeaderState {
         let revoke = Pending::Revoke {
             reason: CancelReason::DeadlineExpired,
         };
-        if self.fail_attempt(m, job_id, lease_id, cause, Some(revoke)) {
+        if self.fail_attempt(
+            m,
+            job_id,
+            lease_id,
+            (FailureKind::DeadlineExpired, cause),
+            Some(revoke),
+        ) {
             m.event(Event::LeaseExpired {
                 job_id,
                 lease_id,
@@ -607,7 +621,13 @@ impl LeaderState {
                 let cause = format!(
                     "task on worker {worker} returned a result of {bytes} bytes as JSON; at most {max} bytes are kept (store large results elsewhere and return a reference)"
                 );
-                self.propose_failure(m, (job_id, lease_id), cause, true, pending);
+                self.propose_failure(
+                    m,
+                    (job_id, lease_id),
+                    (FailureKind::TaskFailed, cause),
+                    true,
+                    pending,
+                );
             }
             AttemptOutcome::Succeeded { output } => {
                 self.settling.insert(lease_id);
@@ -630,7 +650,13 @@ impl LeaderState {
                 } else {
                     format!("task failed on worker {worker}: {error}")
                 };
-                self.propose_failure(m, (job_id, lease_id), cause, permanent, pending);
+                self.propose_failure(
+                    m,
+                    (job_id, lease_id),
+                    (FailureKind::TaskFailed, cause),
+                    permanent,
+                    pending,
+                );
             }
             AttemptOutcome::Released {}
                 if self.registry.get(&worker).is_some_and(|w| w.draining) =>
@@ -642,11 +668,23 @@ impl LeaderState {
                 // Only a drain hands an attempt back for free; otherwise a worker could keep
                 // a job forever without it ever costing an attempt.
                 let cause = format!("worker {worker} handed the attempt back without draining");
-                self.fail_attempt(m, job_id, lease_id, cause, pending);
+                self.fail_attempt(
+                    m,
+                    job_id,
+                    lease_id,
+                    (FailureKind::TaskFailed, cause),
+                    pending,
+                );
             }
             AttemptOutcome::Cancelled {} => {
                 let cause = format!("worker {worker} stopped the attempt unasked");
-                self.fail_attempt(m, job_id, lease_id, cause, pending);
+                self.fail_attempt(
+                    m,
+                    job_id,
+                    lease_id,
+                    (FailureKind::TaskFailed, cause),
+                    pending,
+                );
             }
         }
     }
@@ -709,9 +747,5 @@ pub(super) fn task_timeout(m: &Member, job_id: JobId) -> Duration {
 
 /// `text` cut to at most `max` bytes, at a character boundary.
 fn cut_to(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    crate::command::cut_chars(text, max)
 }

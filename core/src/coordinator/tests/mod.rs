@@ -975,6 +975,7 @@ fn the_lease_check_lives_in_apply() {
             lease_id: lease(10).id,
             cause: "lost".into(),
             retry_delay_millis: 0,
+            kind: Default::default(),
         },
         Command::Requeue { job_id },
         Command::Assign {

@@ -256,6 +256,7 @@ fn list_and_workers_report_the_table_and_registry() {
         request_id,
         state: None,
         limit: None,
+        before: None,
     });
     match h.reply_to(request_id) {
         ClientReply::JobList { jobs, .. } => {
@@ -272,6 +273,7 @@ fn list_and_workers_report_the_table_and_registry() {
         request_id,
         state: Some(JobState::Cancelled),
         limit: Some(10),
+        before: None,
     });
     match h.reply_to(request_id) {
         ClientReply::JobList { jobs, .. } => {
@@ -290,6 +292,48 @@ fn list_and_workers_report_the_table_and_registry() {
             );
         }
         other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn a_listing_pages_from_the_job_it_stopped_at() {
+    let mut h = Harness::new();
+    let jobs: Vec<JobId> = (0..5).map(|i| h.submit(sha(&format!("{i}")), 3)).collect();
+    let page = |h: &mut Harness, before: Option<JobId>| {
+        let request_id = h.request_id();
+        h.client_says(ClientRequest::List {
+            request_id,
+            state: None,
+            limit: Some(2),
+            before,
+        });
+        match h.reply_to(request_id) {
+            ClientReply::JobList { jobs, .. } => jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let first = page(&mut h, None);
+    assert_eq!(first, vec![jobs[4], jobs[3]]);
+    let second = page(&mut h, first.last().copied());
+    assert_eq!(second, vec![jobs[2], jobs[1]]);
+    let third = page(&mut h, second.last().copied());
+    assert_eq!(third, vec![jobs[0]]);
+    assert!(
+        page(&mut h, Some(jobs[0])).is_empty(),
+        "nothing before the oldest"
+    );
+
+    let request_id = h.request_id();
+    let unknown = JobId(uuid::Uuid::from_u128(99));
+    h.client_says(ClientRequest::List {
+        request_id,
+        state: None,
+        limit: None,
+        before: Some(unknown),
+    });
+    match h.reply_to(request_id) {
+        ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::JobNotFound),
+        other => panic!("an unknown cursor is a typed error, got {other:?}"),
     }
 }
 

@@ -1,0 +1,431 @@
+//! The routes: each turns one HTTP request into one client-protocol call and its answer into
+//! the JSON the CLI prints, or a typed error with the status that fits it.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use herder_core::client::ClientError;
+use herder_core::ids::{JobId, NodeId};
+use herder_core::job::JobState;
+use herder_core::limits::{LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
+use herder_core::protocol::{ClusterView, ErrorCode, Partitions};
+use herder_runtime::client::CallError;
+use herder_runtime::coordinator::Observer;
+use herder_runtime::{HerderClient, SubmitOptions, Submitted};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{Mutex, Semaphore};
+
+use crate::views::{self, Failure};
+use crate::{HTTP_REQUESTS_IN_FLIGHT_MAX, WAIT_MILLIS_DEFAULT, WAIT_MILLIS_MAX};
+
+pub struct Gateway {
+    /// Dials this member first and follows redirects to the leader.
+    pub group: HerderClient,
+    /// This member alone (its own view of the group).
+    pub own: Option<HerderClient>,
+    /// One client per other member, made when first asked for its view.
+    pub members: Mutex<HashMap<String, HerderClient>>,
+    pub node_id: NodeId,
+    pub observer: Option<Observer>,
+}
+
+type Shared = State<Arc<Gateway>>;
+
+pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
+    let in_flight = Arc::new(Semaphore::new(HTTP_REQUESTS_IN_FLIGHT_MAX));
+    let node = HeaderValue::from_str(&gateway.node_id.0).ok();
+    Router::new()
+        .route("/", get(crate::assets::index))
+        .route("/assets/{name}", get(crate::assets::asset))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/jobs", post(submit).get(list))
+        .route("/api/v1/jobs/{id}", get(status))
+        .route("/api/v1/jobs/{id}/wait", get(wait))
+        .route("/api/v1/jobs/{id}/cancel", post(cancel))
+        .route("/api/v1/jobs/{id}/retry", post(retry))
+        .route("/api/v1/workers", get(workers))
+        .route("/api/v1/cluster", get(cluster))
+        .route("/api/v1/purge", post(purge))
+        .fallback(|| async { ApiError::not_found("no such route".to_owned()) })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "METHOD_NOT_ALLOWED",
+                "this route does not take that method".to_owned(),
+            )
+        })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            let in_flight = in_flight.clone();
+            let node = node.clone();
+            async move {
+                let Ok(_permit) = in_flight.try_acquire() else {
+                    let mut busy = ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "TOO_MANY_REQUESTS",
+                        format!("this coordinator is already serving {HTTP_REQUESTS_IN_FLIGHT_MAX} HTTP requests; retry shortly"),
+                    );
+                    busy.retryable = true;
+                    return busy.into_response();
+                };
+                let mut response = next.run(request).await;
+                if let Some(node) = node {
+                    response.headers_mut().insert("x-herder-node", node);
+                }
+                response
+            }
+        }))
+        .with_state(gateway)
+}
+
+/// A typed error answer: `{"error": {"kind", "code", "retryable", "message"}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    failure: Failure,
+    retryable: bool,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &str, message: String) -> ApiError {
+        ApiError {
+            status,
+            failure: Failure {
+                kind: "invalid",
+                code: Some(code.to_owned()),
+                retryable: false,
+                message,
+            },
+            retryable: false,
+        }
+    }
+
+    pub fn invalid(message: String) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
+    }
+
+    pub fn not_found(message: String) -> ApiError {
+        let mut error = ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", message);
+        error.failure.kind = "not_found";
+        error
+    }
+}
+
+impl From<CallError> for ApiError {
+    fn from(error: CallError) -> ApiError {
+        let failure = Failure::of(&error);
+        let status = match &error {
+            CallError::Client(ClientError::Server { code, .. }) => match code {
+                ErrorCode::InvalidTask | ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
+                ErrorCode::JobNotFound => StatusCode::NOT_FOUND,
+                ErrorCode::IdempotencyConflict => StatusCode::CONFLICT,
+                ErrorCode::TooManyWaiters | ErrorCode::TooManyConnections => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                ErrorCode::ReplyTooLarge | ErrorCode::FrameTooLarge => {
+                    StatusCode::PAYLOAD_TOO_LARGE
+                }
+                _ => StatusCode::BAD_GATEWAY,
+            },
+            CallError::Client(ClientError::Rejected { .. }) => StatusCode::TOO_MANY_REQUESTS,
+            CallError::Client(
+                ClientError::Unreachable { .. } | ClientError::TooManyRedirects(_),
+            )
+            | CallError::Closed => StatusCode::SERVICE_UNAVAILABLE,
+            CallError::Client(ClientError::Unsendable { .. }) | CallError::Invalid(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            CallError::Client(ClientError::Ambiguous { .. }) | CallError::UnexpectedReply(_) => {
+                StatusCode::BAD_GATEWAY
+            }
+            CallError::TimedOut { .. } => StatusCode::GATEWAY_TIMEOUT,
+        };
+        let retryable = failure.retryable;
+        ApiError {
+            status,
+            failure,
+            retryable,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut failure = self.failure;
+        failure.retryable = self.retryable;
+        (self.status, Json(failure.json())).into_response()
+    }
+}
+
+type Answer = Result<Response, ApiError>;
+
+fn ok(value: Value) -> Answer {
+    Ok((StatusCode::OK, Json(value)).into_response())
+}
+
+fn job_id(raw: &str) -> Result<JobId, ApiError> {
+    JobId::from_str(raw).map_err(|_| ApiError::invalid(format!("{raw:?} is not a job id (a UUID)")))
+}
+
+fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+    body.map(|Json(value)| value).map_err(|rejection| {
+        // A body that is JSON but not a request's shape is as bad a request as one that is
+        // not JSON at all.
+        let status = match rejection.status() {
+            StatusCode::UNPROCESSABLE_ENTITY => StatusCode::BAD_REQUEST,
+            other => other,
+        };
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "PAYLOAD_TOO_LARGE"
+        } else {
+            "INVALID_REQUEST"
+        };
+        ApiError::new(status, code, rejection.body_text())
+    })
+}
+
+fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    query
+        .map(|Query(value)| value)
+        .map_err(|rejection| ApiError::invalid(rejection.body_text()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitBody {
+    task: Value,
+    max_attempts: Option<u32>,
+    idempotency_key: Option<String>,
+    partitions: Option<Partitions>,
+    timeout_millis: Option<u64>,
+}
+
+async fn submit(State(g): Shared, request: Result<Json<SubmitBody>, JsonRejection>) -> Answer {
+    let request = body(request)?;
+    let options = SubmitOptions {
+        max_attempts: request.max_attempts,
+        idempotency_key: request.idempotency_key,
+        partitions: request.partitions,
+        timeout_millis: request.timeout_millis,
+    };
+    let submitted = g.group.submit_json(request.task, options).await?;
+    Ok(created(&submitted, views::submitted(&submitted)))
+}
+
+/// 201 for a new job, 200 when an idempotency key named one that existed.
+fn created(submitted: &Submitted, body: Value) -> Response {
+    let status = if submitted.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let location = format!("/api/v1/jobs/{}", submitted.job_id);
+    let mut response = (status, Json(body)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+async fn status(State(g): Shared, Path(id): Path<String>) -> Answer {
+    let job = g.group.status(job_id(&id)?).await?;
+    ok(views::job(&job))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitQuery {
+    timeout_millis: Option<u64>,
+}
+
+async fn wait(
+    State(g): Shared,
+    Path(id): Path<String>,
+    params: Result<Query<WaitQuery>, QueryRejection>,
+) -> Answer {
+    let job_id = job_id(&id)?;
+    let timeout = query(params)?.timeout_millis.unwrap_or(WAIT_MILLIS_DEFAULT);
+    if timeout > WAIT_MILLIS_MAX {
+        return Err(ApiError::invalid(format!(
+            "timeout_millis must be at most {WAIT_MILLIS_MAX} (got {timeout}); wait again for longer"
+        )));
+    }
+    let (job, timed_out) = g.group.wait(job_id, Some(timeout)).await?;
+    ok(views::waited(&job, timed_out))
+}
+
+async fn cancel(State(g): Shared, Path(id): Path<String>) -> Answer {
+    let (job, cancelled) = g.group.cancel(job_id(&id)?).await?;
+    ok(views::cancelled(&job, cancelled))
+}
+
+/// Submits a failed or cancelled job's task again, as a new job with the same options.
+async fn retry(State(g): Shared, Path(id): Path<String>) -> Answer {
+    let original = g.group.status(job_id(&id)?).await?;
+    let not_retryable = |why: String| ApiError::new(StatusCode::CONFLICT, "NOT_RETRYABLE", why);
+    if !matches!(original.state, JobState::Failed | JobState::Cancelled) {
+        return Err(not_retryable(format!(
+            "job {} is {}; only a FAILED or CANCELLED job can be retried as a new job",
+            original.id, original.state
+        )));
+    }
+    if let Some(of) = original.partition_of {
+        return Err(not_retryable(format!(
+            "job {} is partition {} of job {}; retry that job instead",
+            original.id, of.index, of.parent
+        )));
+    }
+    let options = SubmitOptions {
+        max_attempts: Some(original.max_attempts),
+        idempotency_key: None,
+        partitions: original
+            .partitions
+            .as_ref()
+            .map(|p| Partitions::Count(p.total.max(1))),
+        timeout_millis: original.timeout_millis,
+    };
+    let submitted = g
+        .group
+        .submit_json(original.task.to_json(), options)
+        .await?;
+    let mut answer = views::submitted(&submitted);
+    answer["retry_of"] = json!(original.id);
+    Ok(created(&submitted, answer))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<String>,
+    limit: Option<u32>,
+    before: Option<String>,
+}
+
+async fn list(State(g): Shared, params: Result<Query<ListQuery>, QueryRejection>) -> Answer {
+    let params = query(params)?;
+    let state = match params.state.as_deref() {
+        None | Some("") => None,
+        Some(raw) => Some(JobState::parse(raw).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "unknown state {raw:?}; one of QUEUED, RUNNING, RETRY_WAIT, COMPLETED, FAILED, CANCELLED"
+            ))
+        })?),
+    };
+    let limit = params.limit.unwrap_or(LIST_LIMIT_DEFAULT);
+    if limit == 0 || limit > LIST_LIMIT_MAX {
+        return Err(ApiError::invalid(format!(
+            "limit must be between 1 and {LIST_LIMIT_MAX} (got {limit})"
+        )));
+    }
+    let before = match params.before.as_deref() {
+        None | Some("") => None,
+        Some(raw) => Some(job_id(raw)?),
+    };
+    // One more than asked says whether the page stopped at the limit.
+    let fetch = (limit + 1).min(LIST_LIMIT_MAX);
+    let mut jobs = g.group.list_before(state, Some(fetch), before).await?;
+    let truncated = jobs.len() > limit as usize;
+    jobs.truncate(limit as usize);
+    ok(views::job_list(&jobs, truncated))
+}
+
+async fn workers(State(g): Shared) -> Answer {
+    let workers = g.group.workers().await?;
+    ok(views::workers(&workers))
+}
+
+/// Every member's own view: this member's first, then each member it names.
+async fn cluster(State(g): Shared) -> Answer {
+    let own = g.own.as_ref().unwrap_or(&g.group);
+    let mine = own.cluster().await?;
+    let mut views: Vec<ClusterView> = vec![mine.clone()];
+    let mut unreachable = Vec::new();
+    for member in mine.members.iter().filter(|m| m.node_id != mine.node_id) {
+        let Some(address) = member.client_address.clone() else {
+            unreachable.push((
+                member.node_id.0.clone(),
+                "its client address is not known yet".to_owned(),
+            ));
+            continue;
+        };
+        let client = {
+            let mut members = g.members.lock().await;
+            members
+                .entry(address.clone())
+                .or_insert_with(|| {
+                    HerderClient::connect([address.clone()]).with_call_timeout(MEMBER_VIEW_TIMEOUT)
+                })
+                .clone()
+        };
+        match client.cluster().await {
+            Ok(view) => views.push(view),
+            Err(error) => unreachable.push((address, error.to_string())),
+        }
+    }
+    ok(views::cluster(&views, &unreachable))
+}
+
+/// How long the cluster view waits for each other member's own view.
+const MEMBER_VIEW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PurgeBody {
+    state: Option<String>,
+    older_than_millis: u64,
+}
+
+/// One batch: how many went and how many more match (ask again to purge them).
+async fn purge(State(g): Shared, request: Result<Json<PurgeBody>, JsonRejection>) -> Answer {
+    let request = body(request)?;
+    let state = match request.state.as_deref() {
+        None => None,
+        Some(raw) => match JobState::parse(raw) {
+            Some(state) if state.is_terminal() => Some(state),
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "state must be COMPLETED, FAILED or CANCELLED (got {raw:?})"
+                )))
+            }
+        },
+    };
+    let older_than = std::time::Duration::from_millis(request.older_than_millis);
+    let (purged, remaining) = g.group.purge(state, older_than).await?;
+    ok(json!({ "purged": purged, "remaining": remaining }))
+}
+
+async fn metrics(State(g): Shared) -> Response {
+    let text = match &g.observer {
+        Some(observer) => observer.metrics_text().await,
+        None => None,
+    };
+    match text {
+        Some(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        None => {
+            let mut error = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "UNAVAILABLE",
+                "this process has no running coordinator to report on".to_owned(),
+            );
+            error.retryable = true;
+            error.into_response()
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! # herder-http
+//!
+//! The HTTP face of a coordinator: a JSON API over the client protocol, the web dashboard,
+//! and Prometheus metrics, on one port (`--http-port`).
+//!
+//! The API holds no state and makes no decisions. Each request becomes one client-protocol
+//! call made through a [`HerderClient`] that dials this member first and follows the group's
+//! redirects, so a follower's port relays to the leader and every member answers alike; the
+//! answers are the very JSON that `herder <verb> --json` prints ([`views`]). Metrics are read
+//! from this member's own coordinator, since they describe this process.
+//!
+//! Every bound is named: connections ([`HTTP_CONNECTIONS_MAX`]), requests being served
+//! ([`HTTP_REQUESTS_IN_FLIGHT_MAX`]), body size (the coordinator's frame limit), list pages
+//! and long-polls ([`WAIT_MILLIS_MAX`]).
+
+mod api;
+mod assets;
+mod listener;
+pub mod views;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use herder_core::ids::NodeId;
+use herder_runtime::coordinator::Observer;
+use herder_runtime::HerderClient;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// HTTP connections one coordinator keeps open; a further one waits in the kernel's backlog
+/// until another closes.
+pub const HTTP_CONNECTIONS_MAX: usize = 256;
+/// Requests served at once; beyond them a request is answered 503 at once.
+pub const HTTP_REQUESTS_IN_FLIGHT_MAX: usize = 1024;
+/// Longest long-poll `GET /api/v1/jobs/{id}/wait` may ask for, and what it gets by default.
+pub const WAIT_MILLIS_MAX: u64 = 60_000;
+pub const WAIT_MILLIS_DEFAULT: u64 = 30_000;
+/// Longest any one call to the group may take (a wait gets its own timeout on top).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default port, as the CLI offers it.
+pub const HTTP_PORT_DEFAULT: u16 = 7080;
+
+/// What the server needs to know about the coordinator it fronts.
+#[derive(Clone)]
+pub struct HttpOptions {
+    /// This member's id (every answer says which member served it).
+    pub node_id: NodeId,
+    /// Client-protocol addresses: this member's own first, then the other members'.
+    pub coordinators: Vec<String>,
+    /// Reads this member's metrics (`None`: `/metrics` answers 503).
+    pub observer: Option<Observer>,
+    /// Largest request body (the coordinator's frame limit: a larger one could not be relayed).
+    pub max_body_bytes: usize,
+}
+
+/// A running HTTP server.
+pub struct HttpServer {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl HttpServer {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving at once (long-polls in progress are cut off).
+    pub fn shutdown(self) {
+        self.task.abort();
+    }
+}
+
+/// Binds `addr` for [`serve`].
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serves the API, the dashboard and the metrics on `listener` until shut down. Must be called
+/// on a tokio runtime.
+pub fn serve(listener: TcpListener, options: HttpOptions) -> std::io::Result<HttpServer> {
+    let addr = listener.local_addr()?;
+    let own = options.coordinators.first().cloned();
+    let gateway = api::Gateway {
+        group: HerderClient::connect(options.coordinators.clone()).with_call_timeout(CALL_TIMEOUT),
+        own: own.map(|address| HerderClient::connect([address]).with_call_timeout(CALL_TIMEOUT)),
+        members: Default::default(),
+        node_id: options.node_id,
+        observer: options.observer,
+    };
+    let app = api::router(Arc::new(gateway), options.max_body_bytes);
+    let listener = listener::Bounded::new(listener, HTTP_CONNECTIONS_MAX);
+    let task = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "HTTP server stopped");
+        }
+    });
+    tracing::info!(%addr, "HTTP API listening (dashboard at /, metrics at /metrics)");
+    Ok(HttpServer { addr, task })
+}

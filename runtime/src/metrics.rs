@@ -1,0 +1,497 @@
+//! A coordinator's metrics, in the Prometheus text format.
+//!
+//! Counters and histograms follow the core's events as the driver performs them (so they count
+//! what this member did, from when its process started, as Prometheus counters do); the store
+//! thread times each group commit. Gauges (jobs by state, the consensus indices, each worker's
+//! heartbeat age) are read from the coordinator when a scrape asks, as an [`Observation`] the
+//! driver takes between two inputs, so they are never stale and cost nothing between scrapes.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use herder_core::coordinator::Event;
+use herder_core::job::{AttemptEnd, JobState};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Workers a scrape reports one by one; beyond them only the totals (a registry can hold
+/// thousands of worker ids, and a scrape must stay small).
+pub const WORKERS_REPORTED_MAX: usize = 256;
+
+/// What a scrape reads from the coordinator at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// Jobs in each state, in `JobState::ALL` order.
+    pub jobs_by_state: [u64; 6],
+    pub term: u64,
+    pub last_index: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    /// Whether this member leads (and has caught up): only a leader tracks workers.
+    pub is_leader: bool,
+    pub workers: Vec<WorkerObservation>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerObservation {
+    pub id: String,
+    pub alive: bool,
+    pub capacity: u32,
+    pub running: u32,
+    pub heartbeat_age: Duration,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabel {
+    cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkerLabel {
+    worker: String,
+}
+
+/// Every metric a coordinator exports.
+pub struct Metrics {
+    registry: Registry,
+    /// One scrape at a time sets the gauges and encodes.
+    scrape: Mutex<()>,
+    jobs: Family<StateLabel, Gauge>,
+    submissions: Family<ResultLabel, Counter>,
+    assignments: Counter,
+    retries: Family<CauseLabel, Counter>,
+    rescued: Counter,
+    finished: Family<StateLabel, Counter>,
+    stale_results: Counter,
+    lease_expiries: Counter,
+    released: Counter,
+    workers_lost: Counter,
+    queue_wait: Histogram,
+    run_time: Histogram,
+    term: Gauge,
+    last_index: Gauge,
+    commit_index: Gauge,
+    applied_index: Gauge,
+    is_leader: Gauge,
+    leader_changes: Counter,
+    heartbeat_age: Family<WorkerLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    worker_running: Family<WorkerLabel, Gauge>,
+    worker_capacity: Family<WorkerLabel, Gauge>,
+    workers: Family<StateLabel, Gauge>,
+    commit_seconds: Histogram,
+    commit_records: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("herder");
+        let jobs = Family::<StateLabel, Gauge>::default();
+        registry.register("jobs", "Jobs in the job table, by state", jobs.clone());
+        let submissions = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "submissions",
+            "Submissions that reached the log: accepted, replayed (an idempotency key matched) or rejected by admission control",
+            submissions.clone(),
+        );
+        let assignments = Counter::default();
+        registry.register(
+            "assignments",
+            "Attempts started on a worker",
+            assignments.clone(),
+        );
+        let retries = Family::<CauseLabel, Counter>::default();
+        registry.register(
+            "retries",
+            "Failed attempts that will be retried, by how the attempt ended",
+            retries.clone(),
+        );
+        let rescued = Counter::default();
+        registry.register(
+            "jobs_rescued",
+            "Jobs whose worker was lost mid-attempt and that will run again elsewhere",
+            rescued.clone(),
+        );
+        let finished = Family::<StateLabel, Counter>::default();
+        registry.register(
+            "jobs_finished",
+            "Jobs that became terminal, by terminal state",
+            finished.clone(),
+        );
+        let stale_results = Counter::default();
+        registry.register(
+            "stale_results_rejected",
+            "Results refused because their attempt's lease was no longer current",
+            stale_results.clone(),
+        );
+        let lease_expiries = Counter::default();
+        registry.register(
+            "lease_expiries",
+            "Attempts whose deadline passed before a result came",
+            lease_expiries.clone(),
+        );
+        let released = Counter::default();
+        registry.register(
+            "attempts_released",
+            "Attempts handed back unfinished by a draining worker (not charged)",
+            released.clone(),
+        );
+        let workers_lost = Counter::default();
+        registry.register(
+            "workers_lost",
+            "Workers declared lost (connection closed or heartbeats stopped)",
+            workers_lost.clone(),
+        );
+        let queue_wait = Histogram::new(exponential_buckets(0.0005, 2.0, 20));
+        registry.register(
+            "queue_wait_seconds",
+            "How long a job waited for each attempt: from its submission, or from the end of its previous attempt",
+            queue_wait.clone(),
+        );
+        let run_time = Histogram::new(exponential_buckets(0.0005, 2.0, 20));
+        registry.register(
+            "run_seconds",
+            "How long a successful attempt ran, from its assignment to its result",
+            run_time.clone(),
+        );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let gauge = Gauge::default();
+            registry.register(name, help, gauge.clone());
+            gauge
+        };
+        let term = gauge(
+            &mut registry,
+            "consensus_term",
+            "The term this member is in",
+        );
+        let last_index = gauge(
+            &mut registry,
+            "last_log_index",
+            "The last entry in this member's log",
+        );
+        let commit_index = gauge(
+            &mut registry,
+            "commit_index",
+            "The last log entry this member knows is committed",
+        );
+        let applied_index = gauge(
+            &mut registry,
+            "applied_index",
+            "The last log entry applied to this member's job table",
+        );
+        let is_leader = gauge(
+            &mut registry,
+            "is_leader",
+            "1 while this member leads and has caught up with its term, else 0",
+        );
+        let leader_changes = Counter::default();
+        registry.register(
+            "leader_changes",
+            "Times this member saw a new leader (itself elected, or another made itself known)",
+            leader_changes.clone(),
+        );
+        let heartbeat_age =
+            Family::<WorkerLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "worker_heartbeat_age_seconds",
+            "Time since the leader last heard from each worker",
+            heartbeat_age.clone(),
+        );
+        let worker_running = Family::<WorkerLabel, Gauge>::default();
+        registry.register(
+            "worker_running",
+            "Slots in use on each worker",
+            worker_running.clone(),
+        );
+        let worker_capacity = Family::<WorkerLabel, Gauge>::default();
+        registry.register(
+            "worker_capacity",
+            "Slots each worker offers",
+            worker_capacity.clone(),
+        );
+        let workers = Family::<StateLabel, Gauge>::default();
+        registry.register(
+            "workers",
+            "Workers the leader knows, alive or lost",
+            workers.clone(),
+        );
+        let commit_seconds = Histogram::new(exponential_buckets(0.000_1, 2.0, 16));
+        registry.register(
+            "storage_commit_seconds",
+            "Time one group commit to SQLite took (write and fsync)",
+            commit_seconds.clone(),
+        );
+        let commit_records = Histogram::new(exponential_buckets(1.0, 2.0, 14));
+        registry.register(
+            "storage_batch_records",
+            "Records (log entries, job rows, metadata) one group commit wrote",
+            commit_records.clone(),
+        );
+        Metrics {
+            registry,
+            scrape: Mutex::new(()),
+            jobs,
+            submissions,
+            assignments,
+            retries,
+            rescued,
+            finished,
+            stale_results,
+            lease_expiries,
+            released,
+            workers_lost,
+            queue_wait,
+            run_time,
+            term,
+            last_index,
+            commit_index,
+            applied_index,
+            is_leader,
+            leader_changes,
+            heartbeat_age,
+            worker_running,
+            worker_capacity,
+            workers,
+            commit_seconds,
+            commit_records,
+        }
+    }
+
+    /// Counts what one event says happened.
+    pub fn event(&self, event: &Event) {
+        match event {
+            Event::JobSubmitted { .. } => self.count_submission("accepted"),
+            Event::SubmitRejected { .. } => self.count_submission("rejected"),
+            Event::JobAssigned { queued_millis, .. } => {
+                self.assignments.inc();
+                if let Some(ms) = queued_millis {
+                    self.queue_wait.observe(seconds(*ms));
+                }
+            }
+            Event::RetryScheduled { ended, .. } => {
+                self.retries
+                    .get_or_create(&CauseLabel {
+                        cause: ended.as_str(),
+                    })
+                    .inc();
+                if *ended == AttemptEnd::WorkerLost {
+                    self.rescued.inc();
+                }
+            }
+            Event::JobCompleted { ran_millis, .. } => {
+                self.count_finished(JobState::Completed);
+                if let Some(ms) = ran_millis {
+                    self.run_time.observe(seconds(*ms));
+                }
+            }
+            Event::ParentCompleted { .. } => self.count_finished(JobState::Completed),
+            Event::JobFailed { .. } | Event::ParentFailed { .. } => {
+                self.count_finished(JobState::Failed)
+            }
+            Event::JobCancelled { .. } => self.count_finished(JobState::Cancelled),
+            Event::StaleResultRejected { .. } => {
+                self.stale_results.inc();
+            }
+            Event::LeaseExpired { .. } => {
+                self.lease_expiries.inc();
+            }
+            Event::AttemptReleased { .. } => {
+                self.released.inc();
+            }
+            Event::WorkerLost { .. } => {
+                self.workers_lost.inc();
+            }
+            Event::LeaderElected { .. } | Event::LeaderKnown { .. } => {
+                self.leader_changes.inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// One group commit: how long it took and how many records it wrote.
+    pub fn storage_commit(&self, took: Duration, records: usize) {
+        self.commit_seconds.observe(took.as_secs_f64());
+        self.commit_records.observe(records as f64);
+    }
+
+    /// The metrics in the Prometheus text format, with the gauges set from `now`.
+    pub fn encode(&self, now: &Observation) -> String {
+        let _one_at_a_time = self
+            .scrape
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (state, count) in JobState::ALL.iter().zip(now.jobs_by_state) {
+            self.jobs
+                .get_or_create(&StateLabel {
+                    state: state.as_str(),
+                })
+                .set(saturating_i64(count));
+        }
+        self.term.set(saturating_i64(now.term));
+        self.last_index.set(saturating_i64(now.last_index));
+        self.commit_index.set(saturating_i64(now.commit_index));
+        self.applied_index.set(saturating_i64(now.applied_index));
+        self.is_leader.set(i64::from(now.is_leader));
+        // Workers come and go: only those known now are reported.
+        self.heartbeat_age.clear();
+        self.worker_running.clear();
+        self.worker_capacity.clear();
+        let alive = now.workers.iter().filter(|w| w.alive).count();
+        let counts = [("alive", alive), ("lost", now.workers.len() - alive)];
+        for (state, count) in counts {
+            self.workers
+                .get_or_create(&StateLabel { state })
+                .set(saturating_i64(count as u64));
+        }
+        for worker in now.workers.iter().take(WORKERS_REPORTED_MAX) {
+            let label = WorkerLabel {
+                worker: worker.id.clone(),
+            };
+            self.heartbeat_age
+                .get_or_create(&label)
+                .set(worker.heartbeat_age.as_secs_f64());
+            self.worker_running
+                .get_or_create(&label)
+                .set(i64::from(worker.running));
+            self.worker_capacity
+                .get_or_create(&label)
+                .set(i64::from(worker.capacity));
+        }
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+
+    fn count_submission(&self, result: &'static str) {
+        self.submissions
+            .get_or_create(&ResultLabel { result })
+            .inc();
+    }
+
+    fn count_finished(&self, state: JobState) {
+        self.finished
+            .get_or_create(&StateLabel {
+                state: state.as_str(),
+            })
+            .inc();
+    }
+}
+
+fn seconds(millis: u64) -> f64 {
+    millis as f64 / 1000.0
+}
+
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herder_core::ids::{Attempt, JobId, LeaseId, WorkerId};
+
+    fn sample_line<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+        text.lines().find(|line| line.starts_with(name))
+    }
+
+    #[test]
+    fn events_move_the_counters_they_name() {
+        let metrics = Metrics::new();
+        let job_id: JobId = id(1);
+        metrics.event(&Event::JobAssigned {
+            job_id,
+            worker: WorkerId("w1".into()),
+            attempt: Attempt(1),
+            max_attempts: 3,
+            lease_id: id::<LeaseId>(2),
+            queued_millis: Some(1500),
+        });
+        metrics.event(&Event::RetryScheduled {
+            job_id,
+            attempt: Attempt(1),
+            max_attempts: 3,
+            delay_millis: 10,
+            cause: "worker w1 lost".into(),
+            ended: AttemptEnd::WorkerLost,
+        });
+        metrics.event(&Event::RetryScheduled {
+            job_id,
+            attempt: Attempt(2),
+            max_attempts: 3,
+            delay_millis: 10,
+            cause: "boom".into(),
+            ended: AttemptEnd::TaskFailed,
+        });
+        let text = metrics.encode(&Observation::default());
+        assert_eq!(
+            sample_line(&text, "herder_assignments_total"),
+            Some("herder_assignments_total 1")
+        );
+        assert!(text.contains("herder_retries_total{cause=\"worker_lost\"} 1"));
+        assert!(text.contains("herder_retries_total{cause=\"task_failed\"} 1"));
+        assert_eq!(
+            sample_line(&text, "herder_jobs_rescued_total"),
+            Some("herder_jobs_rescued_total 1"),
+            "only the retry after a lost worker is a rescue"
+        );
+        assert!(text.contains("herder_queue_wait_seconds_count 1"));
+        assert!(text.contains("herder_queue_wait_seconds_sum 1.5"));
+    }
+
+    #[test]
+    fn gauges_show_the_observation_and_forget_workers_that_left() {
+        let metrics = Metrics::new();
+        let mut now = Observation {
+            jobs_by_state: [4, 1, 0, 7, 0, 2],
+            term: 3,
+            last_index: 40,
+            commit_index: 39,
+            applied_index: 38,
+            is_leader: true,
+            workers: vec![WorkerObservation {
+                id: "w1".into(),
+                alive: true,
+                capacity: 4,
+                running: 1,
+                heartbeat_age: Duration::from_millis(250),
+            }],
+        };
+        let text = metrics.encode(&now);
+        assert!(text.contains("herder_jobs{state=\"QUEUED\"} 4"));
+        assert!(text.contains("herder_jobs{state=\"COMPLETED\"} 7"));
+        assert!(text.contains("herder_consensus_term 3"));
+        assert!(text.contains("herder_commit_index 39"));
+        assert!(text.contains("herder_worker_heartbeat_age_seconds{worker=\"w1\"} 0.25"));
+        now.workers.clear();
+        let text = metrics.encode(&now);
+        assert!(!text.contains("worker=\"w1\""), "{text}");
+    }
+
+    fn id<T: std::str::FromStr>(n: u64) -> T
+    where
+        T::Err: std::fmt::Debug,
+    {
+        T::from_str(&format!("00000000-0000-4000-8000-{n:012}")).expect("a valid id")
+    }
+}
