@@ -6,6 +6,8 @@ Usage: check-metrics.py URL
 Parses the body with prometheus_client's own OpenMetrics parser (the format /metrics serves) and fails (exit 1) if parsing raises,
 if fewer than MIN_FAMILIES metric families come back, or if a required family is missing.
 Family names are as the parser reports them: a counter's family loses its `_total` suffix.
+When the server declares OpenMetrics (content-type application/openmetrics-text), the body
+must also pass prometheus_client's stricter OpenMetrics parser.
 """
 
 import importlib
@@ -77,9 +79,7 @@ def fetch(url):
         fail(f"GET {url}: the body is not UTF-8: {err}")
     if status != 200:
         fail(f"GET {url} answered {status}")
-    if not content_type.startswith("text/plain"):
-        print(f"check-metrics: note: content-type is {content_type!r}, not text/plain", file=sys.stderr)
-    return body
+    return body, content_type
 
 
 def main(argv):
@@ -88,11 +88,24 @@ def main(argv):
         return 2
     url = argv[1]
     parse = load_parser()
-    body = fetch(url)
+    body, content_type = fetch(url)
     try:
         families = list(parse(body))
     except Exception as err:  # the parser raises ValueError and others on malformed input
         fail(f"the body does not parse as Prometheus text: {type(err).__name__}: {err}")
+
+    media_type = content_type.split(";")[0].strip().lower()
+    if media_type == "application/openmetrics-text":
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+        try:
+            om_families = list(parse_om(body))
+        except Exception as err:
+            fail(f"the body is served as OpenMetrics but does not parse as OpenMetrics: {type(err).__name__}: {err}")
+        fmt = f"OpenMetrics, {len(om_families)} families by its parser"
+    elif media_type == "text/plain":
+        fmt = "Prometheus text"
+    else:
+        fail(f"unexpected content-type {content_type!r}")
 
     names = [family.name for family in families]
     duplicates = sorted({name for name in names if names.count(name) > 1})
@@ -109,7 +122,7 @@ def main(argv):
     for family in families:
         by_type[family.type] = by_type.get(family.type, 0) + 1
     types = ", ".join(f"{count} {kind}" for kind, count in sorted(by_type.items()))
-    print(f"check-metrics: OK: {len(families)} families ({types}), {samples} samples: {', '.join(sorted(names))}")
+    print(f"check-metrics: OK ({fmt}): {len(families)} families ({types}), {samples} samples: {', '.join(sorted(names))}")
     return 0
 
 

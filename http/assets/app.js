@@ -122,6 +122,19 @@
     return id ? String(id).slice(0, 8) : DASH;
   }
 
+  /** A lease id for a table cell: numbers as they are, long ids (UUIDs) cut to 8 characters. */
+  function shortLease(lease) {
+    if (lease === null || lease === undefined || lease === '') return DASH;
+    const text = String(lease);
+    return text.length > 12 ? text.slice(0, 8) : text;
+  }
+
+  /** A value on one line, for table cells. */
+  function fmtCompact(value) {
+    if (value === null || value === undefined) return DASH;
+    return typeof value === 'string' ? value : JSON.stringify(value);
+  }
+
   function fmtValue(value) {
     if (value === null || value === undefined) return '';
     if (typeof value === 'string') return value;
@@ -589,7 +602,8 @@
 
     const cancelBtn = $('cancel-button');
     const retryBtn = $('retry-button');
-    cancelBtn.hidden = TERMINAL.has(state);
+    // A partition is cancelled through its parent job.
+    cancelBtn.hidden = TERMINAL.has(state) || Boolean(job.partition_of);
     retryBtn.hidden = !(RETRYABLE_STATES.has(state) && !job.partition_of);
 
     const key = JSON.stringify(job);
@@ -658,7 +672,7 @@
         el('td', { className: 'state' }, stateBadge(p.state)),
         el('td', { className: 'num mono', text: p.attempt ?? DASH }),
         el('td', { className: 'mono', text: p.worker || DASH }),
-        el('td', { className: 'mono ellipsis', text: p.result === null || p.result === undefined ? DASH : fmtValue(p.result) }),
+        el('td', { className: 'mono ellipsis', text: fmtCompact(p.result), title: fmtCompact(p.result) }),
       );
       tr.addEventListener('click', () => openJob(p.job_id));
       tr.addEventListener('keydown', (ev) => {
@@ -671,7 +685,7 @@
 
   function renderHistory(job) {
     const history = Array.isArray(job.history) ? job.history : [];
-    const rows = history.map((h) => {
+    const rows = history.flatMap((h) => {
       const ongoing = !h.ended_at_unix_ms;
       const duration = el('td', { className: 'num' });
       if (h.started_at_unix_ms) {
@@ -681,19 +695,25 @@
         setText(duration, DASH);
       }
       const outcome = h.outcome || (ongoing && !TERMINAL.has(job.state) ? 'running' : '');
-      return el('tr', { data: { attempt: h.attempt, outcome } },
+      const row = el('tr', { data: { attempt: h.attempt, outcome }, className: h.error ? 'has-error' : '' },
         el('td', { className: 'num mono', text: h.attempt ?? DASH }),
         el('td', { className: 'mono', text: h.worker || DASH }),
-        el('td', { className: 'num mono', text: h.lease_id ?? DASH }),
+        el('td', { className: 'mono', text: shortLease(h.lease_id), title: h.lease_id ?? '' }),
         el('td', { text: fmtClock(h.started_at_unix_ms), title: h.started_at_unix_ms ? fmtDateTime(h.started_at_unix_ms) : '' }),
         el('td', { text: fmtClock(h.ended_at_unix_ms), title: h.ended_at_unix_ms ? fmtDateTime(h.ended_at_unix_ms) : '' }),
         duration,
         el('td', { className: 'outcome' }, el('span', { className: `badge outcome-${outcome.replace(/[^a-z_]/gi, '') || 'none'}`, text: outcome || DASH })),
-        el('td', { className: 'error-text', text: h.error || '' }),
       );
+      if (!h.error) return [row];
+      // The error gets a full-width row of its own under its attempt, so long ones stay readable.
+      const errorRow = el('tr', { className: 'history-error', data: { attempt: h.attempt } },
+        el('td', { attrs: { colspan: '7' } },
+          el('span', { className: 'error-label', text: `Attempt ${h.attempt ?? '?'} error: ` }),
+          el('span', { className: 'error-text', text: h.error })));
+      return [row, errorRow];
     });
     fill($('detail-history').tBodies[0], ...rows);
-    $('history-empty').hidden = rows.length > 0;
+    $('history-empty').hidden = history.length > 0;
     const dropped = Number(job.history_dropped) || 0;
     $('history-dropped').hidden = dropped === 0;
     setText($('history-dropped'), dropped ? `${dropped} earlier attempt${dropped === 1 ? ' is' : 's are'} not shown (history is capped).` : '');
@@ -901,6 +921,12 @@
     const task = $('submit-task');
     if (!task.value.trim()) task.value = DEFAULT_TASK;
     $('submit-form').addEventListener('submit', onSubmit);
+    $('submit-example').addEventListener('change', (ev) => {
+      if (!ev.target.value) return;
+      task.value = ev.target.value;
+      ev.target.value = '';
+      task.focus();
+    });
     $('cancel-button').addEventListener('click', onCancel);
     $('retry-button').addEventListener('click', onRetry);
     $('detail-close').addEventListener('click', closeJob);
