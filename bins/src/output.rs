@@ -1,7 +1,6 @@
 //! What the CLI prints: a human-readable layout by default, one JSON object with `--json`.
 
-use herder_core::client::ClientError;
-use herder_core::protocol::{ClusterView, ErrorCode, JobView, WorkerView};
+use herder_core::protocol::{ClusterView, JobView, WorkerView};
 use herder_runtime::client::CallError;
 use std::collections::BTreeSet;
 
@@ -225,52 +224,40 @@ pub fn jobs_for_people(jobs: &[JobView]) -> String {
     out
 }
 
-/// Prints a failed call the way the caller asked, and returns its exit code.
+/// Prints a failed call the way the caller asked, and returns its exit code. The JSON form
+/// is the HTTP API's error body (`herder_http::views::Failure`).
 pub fn report_error(error: &CallError, as_json: bool) -> u8 {
-    let (kind, code) = match error {
-        CallError::Client(ClientError::Unreachable { .. }) => ("unreachable", exit::UNREACHABLE),
-        CallError::Client(ClientError::Rejected { .. }) => ("rejected", exit::REJECTED),
-        CallError::Client(ClientError::Server {
-            code: ErrorCode::InvalidTask | ErrorCode::InvalidRequest,
-            ..
-        }) => ("invalid", exit::USAGE),
-        CallError::Client(ClientError::Server { .. }) => ("server", exit::SERVER),
-        CallError::Invalid(_) => ("invalid", exit::USAGE),
-        CallError::Client(ClientError::Ambiguous { .. }) => ("ambiguous", exit::SERVER),
-        CallError::Client(ClientError::TooManyRedirects(_)) => ("redirects", exit::UNREACHABLE),
-        CallError::Client(ClientError::Unsendable { .. }) => ("invalid", exit::USAGE),
-        CallError::UnexpectedReply(_) | CallError::Closed => ("protocol", exit::SERVER),
-        CallError::TimedOut { .. } => ("timeout", exit::UNREACHABLE),
+    let failure = Failure::of(error);
+    let code = match failure.kind {
+        "unreachable" | "redirects" | "timeout" => exit::UNREACHABLE,
+        "rejected" => exit::REJECTED,
+        "invalid" => exit::USAGE,
+        _ => exit::SERVER,
     };
-    report_error_as(error, as_json, kind, code)
-}
-
-/// Prints a failed call as `kind` and returns `code`.
-pub fn report_error_as(error: &CallError, as_json: bool, kind: &str, code: u8) -> u8 {
-    let code_name = match error {
-        CallError::Client(ClientError::Server { code, .. }) => json!(code),
-        CallError::Client(ClientError::Rejected { .. }) => json!("SUBMIT_REJECTED"),
-        _ => serde_json::Value::Null,
-    };
-    // Trying again later may succeed: admission was full, or no member could be reached.
-    let retryable = matches!(
-        error,
-        CallError::Client(ClientError::Rejected { .. } | ClientError::Unreachable { .. })
-            | CallError::TimedOut { .. }
-    );
-    if as_json {
-        println!(
-            "{}",
-            json!({ "error": { "kind": kind, "code": code_name, "retryable": retryable, "message": error.to_string() } })
-        );
-    } else {
-        eprintln!("herder: {error}");
-    }
+    print_failure(error, failure, as_json);
     code
 }
 
+/// Prints a failed call as `kind` and returns `code`.
+pub fn report_error_as(error: &CallError, as_json: bool, kind: &'static str, code: u8) -> u8 {
+    let failure = Failure {
+        kind,
+        ..Failure::of(error)
+    };
+    print_failure(error, failure, as_json);
+    code
+}
+
+fn print_failure(error: &CallError, failure: Failure, as_json: bool) {
+    if as_json {
+        println!("{}", failure.json());
+    } else {
+        eprintln!("herder: {error}");
+    }
+}
+
 /// The member whose view says it leads in the highest term, if any.
-use herder_http::views::leader_view;
+use herder_http::views::{leader_view, Failure};
 
 /// One line per member that answered (and one per member listed that did not), then how long
 /// ago the leader heard from each member.

@@ -119,11 +119,16 @@ impl Failure {
                     | ClientError::TooManyRedirects(_)
             ) | CallError::TimedOut { .. }
         ) || server_code == Some(ErrorCode::TooManyWaiters);
+        // A coordinator's own message already says what is wrong; the code is in `code`.
+        let message = match error {
+            CallError::Client(ClientError::Server { message, .. }) => message.clone(),
+            other => other.to_string(),
+        };
         Failure {
             kind,
             code,
             retryable,
-            message: error.to_string(),
+            message,
         }
     }
 

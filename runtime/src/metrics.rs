@@ -247,6 +247,25 @@ impl Metrics {
             "Records (log entries, job rows, metadata) one group commit wrote",
             commit_records.clone(),
         );
+        // Every label value known in advance is reported from the start, at 0, so a fresh
+        // coordinator's scrape already lists every family and a rate starts from zero.
+        for result in ["accepted", "rejected"] {
+            let _ = submissions.get_or_create(&ResultLabel { result });
+        }
+        for end in [
+            AttemptEnd::TaskFailed,
+            AttemptEnd::WorkerLost,
+            AttemptEnd::DeadlineExpired,
+        ] {
+            let _ = retries.get_or_create(&CauseLabel {
+                cause: end.as_str(),
+            });
+        }
+        for state in JobState::ALL.iter().filter(|s| s.is_terminal()) {
+            let _ = finished.get_or_create(&StateLabel {
+                state: state.as_str(),
+            });
+        }
         Metrics {
             registry,
             scrape: Mutex::new(()),
@@ -457,6 +476,26 @@ mod tests {
         );
         assert!(text.contains("herder_queue_wait_seconds_count 1"));
         assert!(text.contains("herder_queue_wait_seconds_sum 1.5"));
+    }
+
+    #[test]
+    fn a_fresh_scrape_lists_every_labelled_family_at_zero() {
+        let text = Metrics::new().encode(&Observation::default());
+        for line in [
+            "herder_submissions_total{result=\"accepted\"} 0",
+            "herder_submissions_total{result=\"rejected\"} 0",
+            "herder_retries_total{cause=\"worker_lost\"} 0",
+            "herder_retries_total{cause=\"deadline_expired\"} 0",
+            "herder_jobs_finished_total{state=\"FAILED\"} 0",
+            "herder_jobs{state=\"RETRY_WAIT\"} 0",
+            "herder_workers{state=\"alive\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"));
     }
 
     #[test]

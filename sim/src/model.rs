@@ -36,7 +36,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use herder_core::command::{Command, LogEntry};
 use herder_core::ids::{Attempt, JobId, LeaseId, LogIndex, WorkerId};
-use herder_core::job::{Job, JobState, Lease};
+use herder_core::job::{FailureKind, Job, JobState, Lease};
+use herder_core::limits::ATTEMPT_HISTORY_MAX;
 use herder_core::tasks::{self, TaskOutput, TaskSpec, UserTask};
 use serde_json::{json, Value};
 
@@ -70,6 +71,20 @@ pub struct ModelJob {
     pub last_settled: Option<&'static str>,
     /// Attempts handed back by a drain so far (each gave its attempt number back).
     pub releases: u32,
+    /// The stamp of the entry that created it.
+    pub created: u64,
+    /// Every attempt, oldest first, as the rules record it.
+    pub attempts: Vec<ModelAttempt>,
+}
+
+/// One attempt: its number, lease and worker, when it started, and when and how it ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelAttempt {
+    pub attempt: u32,
+    pub lease_id: LeaseId,
+    pub worker: WorkerId,
+    pub started: u64,
+    pub ended: Option<(u64, &'static str)>,
 }
 
 impl ModelJob {
@@ -89,6 +104,8 @@ impl ModelJob {
             timeout_millis: None,
             last_settled: None,
             releases: 0,
+            created: 0,
+            attempts: Vec::new(),
         }
     }
 
@@ -122,6 +139,8 @@ pub struct Model {
     /// by the world from what the simulated workers sent).
     pub reported_released: HashSet<LeaseId>,
     pub reported_permanent: HashSet<LeaseId>,
+    /// The wall-clock stamp of the entry being applied.
+    stamp: u64,
 }
 
 /// What a task must give on an attempt.
@@ -208,6 +227,7 @@ impl Model {
         );
         self.applied = entry.index;
         let at = entry.index;
+        self.stamp = entry.at.0;
         let before: BTreeMap<JobId, JobState> = self
             .jobs
             .iter()
@@ -239,6 +259,15 @@ impl Model {
                         job.attempt += 1;
                         job.lease = Some(lease.clone());
                         job.last_worker = Some(lease.worker.clone());
+                        // A stamp never runs backwards: not before the job, nor an end before
+                        // its start (leaders' clocks may disagree).
+                        job.attempts.push(ModelAttempt {
+                            attempt: job.attempt,
+                            lease_id: lease.id,
+                            worker: lease.worker.clone(),
+                            started: self.stamp.max(job.created),
+                            ended: None,
+                        });
                         self.assigned_at
                             .insert(lease.id, (at, *job_id, lease.worker.clone()));
                     }
@@ -258,7 +287,9 @@ impl Model {
                         "job {job_id} completed on attempt {} with {output:?}, but its task gives {expected:?}",
                         job.attempt
                     );
+                    let stamp = self.stamp;
                     let job = self.job_mut(job_id)?;
+                    end_attempt(job, *lease_id, stamp, "completed")?;
                     job.state = JobState::Completed;
                     job.lease = None;
                     job.result = Some(output.clone());
@@ -271,6 +302,7 @@ impl Model {
                 lease_id,
                 retry_delay_millis,
                 permanent,
+                kind,
                 ..
             } => {
                 self.settled_at.entry(*lease_id).or_insert(at);
@@ -280,7 +312,14 @@ impl Model {
                     "a permanent failure of job {job_id} lease {lease_id} was committed at entry {at}, but no worker reported that attempt failed permanently"
                 );
                 if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
+                    let stamp = self.stamp;
                     let job = self.job_mut(job_id)?;
+                    let how = match kind {
+                        FailureKind::TaskFailed => "task_failed",
+                        FailureKind::WorkerLost => "worker_lost",
+                        FailureKind::DeadlineExpired => "deadline_expired",
+                    };
+                    end_attempt(job, *lease_id, stamp, how)?;
                     job.lease = None;
                     if *permanent {
                         // Terminal at once, whatever attempts remain; and only when the task
@@ -294,7 +333,7 @@ impl Model {
                         job.state = JobState::Failed;
                         job.last_settled = Some("failed permanently");
                         self.failed_permanently.insert(*job_id, at);
-                        self.partition_failed(at, *job_id);
+                        self.partition_failed(at, *job_id)?;
                     } else if job.attempt < job.max_attempts {
                         job.state = JobState::RetryWait;
                         job.retry_delay_millis = *retry_delay_millis;
@@ -302,7 +341,7 @@ impl Model {
                     } else {
                         job.state = JobState::Failed;
                         job.last_settled = Some("failed on its last attempt");
-                        self.partition_failed(at, *job_id);
+                        self.partition_failed(at, *job_id)?;
                     }
                     let state = self.job(job_id)?.state;
                     ensure!(
@@ -314,14 +353,16 @@ impl Model {
             Command::Abandon { job_id, lease_id } => {
                 self.settled_at.entry(*lease_id).or_insert(at);
                 if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
+                    let stamp = self.stamp;
                     let job = self.job_mut(job_id)?;
+                    end_attempt(job, *lease_id, stamp, "abandoned")?;
                     job.lease = None;
                     job.last_settled = Some("abandoned");
                     if job.attempt < job.max_attempts {
                         job.state = JobState::Queued;
                     } else {
                         job.state = JobState::Failed;
-                        self.partition_failed(at, *job_id);
+                        self.partition_failed(at, *job_id)?;
                     }
                 }
             }
@@ -334,7 +375,9 @@ impl Model {
                 );
                 if self.jobs.get(job_id).is_some_and(|j| j.holds(*lease_id)) {
                     // Handed back by a draining worker: queued again, the attempt not charged.
+                    let stamp = self.stamp;
                     let job = self.job_mut(job_id)?;
+                    end_attempt(job, *lease_id, stamp, "released")?;
                     let before = job.attempt;
                     ensure!(
                         before >= 1,
@@ -365,10 +408,10 @@ impl Model {
                     .get(&target)
                     .is_some_and(|j| !j.state.is_terminal())
                 {
-                    self.cancel_one(at, target);
+                    self.cancel_one(at, target)?;
                     let partitions = self.jobs.get(&target).map(|j| j.partitions.clone());
                     for part in partitions.unwrap_or_default() {
-                        self.cancel_one(at, part);
+                        self.cancel_one(at, part)?;
                     }
                 }
             }
@@ -463,6 +506,7 @@ impl Model {
             pieces.len()
         );
         let mut job = ModelJob::new(task.clone(), max_attempts);
+        job.created = self.stamp;
         job.key = key.clone();
         job.timeout_millis = timeout_millis;
         if let Some(key) = key {
@@ -475,6 +519,7 @@ impl Model {
             self.jobs.insert(job_id, job);
             for (index, (part, piece)) in partitions.iter().zip(pieces).enumerate() {
                 let mut child = ModelJob::new(piece, max_attempts);
+                child.created = self.stamp;
                 child.parent = Some((job_id, index as u32));
                 child.timeout_millis = timeout_millis;
                 self.jobs.insert(*part, child);
@@ -521,30 +566,34 @@ impl Model {
         Ok(())
     }
 
-    fn partition_failed(&mut self, at: LogIndex, job_id: JobId) {
+    fn partition_failed(&mut self, at: LogIndex, job_id: JobId) -> Check {
         let Some((parent, _)) = self.jobs.get(&job_id).and_then(|j| j.parent) else {
-            return;
+            return Ok(());
         };
         let Some(p) = self.jobs.get_mut(&parent) else {
-            return;
+            return Ok(());
         };
         if p.state != JobState::Running {
-            return;
+            return Ok(());
         }
         p.state = JobState::Failed;
         for part in p.partitions.clone() {
-            self.cancel_one(at, part);
+            self.cancel_one(at, part)?;
         }
+        Ok(())
     }
 
-    fn cancel_one(&mut self, at: LogIndex, job_id: JobId) {
+    fn cancel_one(&mut self, at: LogIndex, job_id: JobId) -> Check {
         if let Some(job) = self.jobs.get_mut(&job_id) {
             if !job.state.is_terminal() {
+                if let Some(lease) = job.lease.take() {
+                    end_attempt(job, lease.id, self.stamp, "cancelled")?;
+                }
                 job.state = JobState::Cancelled;
-                job.lease = None;
                 self.cancelled_at.insert(job_id, at);
             }
         }
+        Ok(())
     }
 
     fn job(&self, id: &JobId) -> Result<&ModelJob, String> {
@@ -596,8 +645,52 @@ impl Model {
             job.result,
             job.last_settled.unwrap_or("not settled yet")
         );
+        // The history: the latest attempts the rules recorded, the older ones only counted.
+        let kept = job.attempts.len().min(ATTEMPT_HISTORY_MAX);
+        let expected = &job.attempts[job.attempts.len() - kept..];
+        let recorded: Vec<ModelAttempt> = row
+            .history
+            .iter()
+            .map(|r| ModelAttempt {
+                attempt: r.attempt,
+                lease_id: r.lease_id,
+                worker: r.worker.clone(),
+                started: r.started_at_unix_ms.0,
+                ended: r
+                    .ended_at_unix_ms
+                    .map(|e| e.0)
+                    .zip(r.outcome.map(|o| o.as_str())),
+            })
+            .collect();
+        ensure!(
+            recorded == expected
+                && row.history_dropped as usize == job.attempts.len() - kept
+                && row.first_started_at.map(|t| t.0) == job.attempts.first().map(|a| a.started),
+            "job {}'s history in a coordinator's table is {recorded:?} ({} dropped, first started {:?}), but the rules recorded {expected:?} ({} dropped)",
+            row.id,
+            row.history_dropped,
+            row.first_started_at,
+            job.attempts.len() - kept
+        );
         Ok(())
     }
+}
+
+/// Ends the running attempt `lease_id`, which must be the latest one recorded and still open.
+fn end_attempt(job: &mut ModelJob, lease_id: LeaseId, stamp: u64, how: &'static str) -> Check {
+    let Some(last) = job.attempts.last_mut() else {
+        return Err(format!(
+            "model: attempt {lease_id} ends, but none was recorded"
+        ));
+    };
+    ensure!(
+        last.lease_id == lease_id && last.ended.is_none(),
+        "model: attempt {lease_id} ends, but the latest recorded is {} ({:?})",
+        last.lease_id,
+        last.ended
+    );
+    last.ended = Some((stamp.max(last.started), how));
+    Ok(())
 }
 
 /// Whether `pieces`, in order, hold every item of `whole` exactly once: joined lists equal
