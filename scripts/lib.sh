@@ -6,7 +6,7 @@ HERDER_BIN="${HERDER_BIN:-$HERDER_ROOT/target/release/herder}"
 
 # Builds the release binary once (quietly) if it is missing or older than the sources.
 ensure_built() {
-    if [ ! -x "$HERDER_BIN" ] || [ -n "$(find "$HERDER_ROOT"/{core,runtime,bins}/src "$HERDER_ROOT/Cargo.lock" -newer "$HERDER_BIN" -print -quit 2>/dev/null)" ]; then
+    if [ ! -x "$HERDER_BIN" ] || [ -n "$(find "$HERDER_ROOT"/{core,runtime,http,bins}/src "$HERDER_ROOT/Cargo.lock" -newer "$HERDER_BIN" -print -quit 2>/dev/null)" ]; then
         echo "==> Building herder (release)..." >&2
         (cd "$HERDER_ROOT" && cargo build --release -p herder --quiet) || exit 1
     fi
