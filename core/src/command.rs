@@ -32,6 +32,7 @@ use crate::limits::{
 };
 use crate::protocol::Partitions;
 use crate::tasks::{aggregate, TaskOutput, TaskSpec};
+use crate::text::prefix_within;
 use crate::time::UnixMillis;
 
 /// One entry of the replicated log.
@@ -1407,16 +1408,7 @@ fn close_attempt(
     );
     record.ended_at_unix_ms = Some(at.max(record.started_at_unix_ms));
     record.outcome = Some(end);
-    record.error = error.map(|e| cut_chars(e, ATTEMPT_HISTORY_ERROR_BYTES_MAX).to_owned());
-}
-
-/// `text` cut to at most `max` bytes, at a character boundary.
-pub fn cut_chars(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    record.error = error.map(|e| prefix_within(e, ATTEMPT_HISTORY_ERROR_BYTES_MAX).to_owned());
 }
 
 /// A job's history agrees with its state: only the last record may be open, and it is open

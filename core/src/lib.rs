@@ -41,5 +41,6 @@ pub mod protocol;
 pub mod replica;
 pub mod storage;
 pub mod tasks;
+pub mod text;
 pub mod time;
 pub mod worker;

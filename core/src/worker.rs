@@ -42,6 +42,7 @@ use crate::protocol::{
     WorkerToCoordinator,
 };
 use crate::tasks::{check_served_name, TaskSpec};
+use crate::text::cut_within;
 use crate::time::{as_millis_u64, Instant};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -455,7 +456,7 @@ impl Worker {
             self.send(WorkerToCoordinator::Progress {
                 job_id,
                 lease_id,
-                note: truncate(note.to_owned(), PROGRESS_NOTE_BYTES_MAX),
+                note: cut_within(note.to_owned(), PROGRESS_NOTE_BYTES_MAX),
             });
         }
     }
@@ -828,7 +829,7 @@ impl Worker {
                 }
             }
             AttemptOutcome::Failed { error, permanent } => AttemptOutcome::Failed {
-                error: truncate(error, ATTEMPT_ERROR_BYTES_MAX),
+                error: cut_within(error, ATTEMPT_ERROR_BYTES_MAX),
                 permanent,
             },
             other => other,
@@ -912,18 +913,6 @@ impl Worker {
             _ => {}
         }
     }
-}
-
-/// Cuts `text` to at most `max` bytes, on a character boundary.
-fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
 }
 
 #[cfg(test)]

@@ -138,15 +138,8 @@ fn clamp_frame_limit(max_frame_bytes: usize) -> usize {
 }
 
 /// Cuts `text` to at most [`ERROR_DETAIL_BYTES_MAX`] bytes, on a character boundary.
-fn bounded(mut text: String) -> String {
-    if text.len() > ERROR_DETAIL_BYTES_MAX {
-        let mut end = ERROR_DETAIL_BYTES_MAX;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
+fn bounded(text: String) -> String {
+    crate::text::cut_within(text, ERROR_DETAIL_BYTES_MAX)
 }
 
 /// The payload length announced by the header at the start of `bytes`, if all of it is there.

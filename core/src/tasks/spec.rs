@@ -387,11 +387,7 @@ fn echo(text: &str) -> String {
     if text.len() <= ECHO_BYTES_MAX {
         return text.to_string();
     }
-    let mut end = ECHO_BYTES_MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
+    format!("{}...", crate::text::prefix_within(text, ECHO_BYTES_MAX))
 }
 
 /// The task kinds, for parsing.

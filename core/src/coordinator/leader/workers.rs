@@ -21,6 +21,7 @@ use crate::protocol::{
     AttemptOutcome, CancelReason, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
 };
 use crate::tasks::check_served_name;
+use crate::text::prefix_within;
 use crate::time::as_millis_u64;
 
 impl LeaderState {
@@ -644,7 +645,7 @@ impl LeaderState {
             AttemptOutcome::Failed { error, permanent } => {
                 // Workers cut their messages; one that does not is cut here, so every job view
                 // stays within its bound.
-                let error = cut_to(&error, ATTEMPT_ERROR_BYTES_MAX);
+                let error = prefix_within(&error, ATTEMPT_ERROR_BYTES_MAX);
                 let cause = if permanent {
                     format!("task failed permanently on worker {worker}: {error}")
                 } else {
@@ -716,7 +717,7 @@ impl LeaderState {
             .get(worker)
             .is_some_and(|w| w.leases.get(&lease_id) == Some(&job_id));
         if holds && self.lease_deadlines.contains_key(&lease_id) {
-            let note = cut_to(note, PROGRESS_NOTE_BYTES_MAX).to_owned();
+            let note = prefix_within(note, PROGRESS_NOTE_BYTES_MAX).to_owned();
             self.progress.insert(lease_id, note);
         }
     }
@@ -743,9 +744,4 @@ pub(super) fn task_timeout(m: &Member, job_id: JobId) -> Duration {
         .get(&job_id)
         .and_then(|job| job.timeout_millis)
         .map_or(m.config.task_timeout, Duration::from_millis)
-}
-
-/// `text` cut to at most `max` bytes, at a character boundary.
-fn cut_to(text: &str, max: usize) -> &str {
-    crate::command::cut_chars(text, max)
 }
