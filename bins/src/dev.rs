@@ -54,14 +54,7 @@ pub async fn run(args: DevArgs) -> u8 {
     for (n, ((node_id, listen), coordinator)) in
         http_plan.into_iter().zip(&coordinators).enumerate()
     {
-        // Its own member first, then the others: a follower relays to the leader.
-        let mut dial = vec![client_addrs[n].clone()];
-        dial.extend(
-            client_addrs
-                .iter()
-                .filter(|a| **a != client_addrs[n])
-                .cloned(),
-        );
+        let dial = herder_http::own_first(&client_addrs, n);
         let max_frame = args.tuning.max_frame_bytes;
         match crate::web::start(listen, node_id, coordinator, dial, max_frame).await {
             Ok(Some(server)) => http_servers.push(server),

@@ -69,13 +69,13 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
             let node = node.clone();
             async move {
                 let Ok(_permit) = in_flight.try_acquire() else {
-                    let mut busy = ApiError::new(
+                    return ApiError::new(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "TOO_MANY_REQUESTS",
                         format!("this coordinator is already serving {HTTP_REQUESTS_IN_FLIGHT_MAX} HTTP requests; retry shortly"),
-                    );
-                    busy.retryable = true;
-                    return busy.into_response();
+                    )
+                    .retryable()
+                    .into_response();
                 };
                 let mut response = next.run(request).await;
                 if let Some(node) = node {
@@ -92,7 +92,6 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
 pub struct ApiError {
     status: StatusCode,
     failure: Failure,
-    retryable: bool,
 }
 
 impl ApiError {
@@ -105,8 +104,13 @@ impl ApiError {
                 retryable: false,
                 message,
             },
-            retryable: false,
         }
+    }
+
+    /// The same request may succeed later.
+    pub fn retryable(mut self) -> ApiError {
+        self.failure.retryable = true;
+        self
     }
 
     pub fn invalid(message: String) -> ApiError {
@@ -149,20 +153,13 @@ impl From<CallError> for ApiError {
             }
             CallError::TimedOut { .. } => StatusCode::GATEWAY_TIMEOUT,
         };
-        let retryable = failure.retryable;
-        ApiError {
-            status,
-            failure,
-            retryable,
-        }
+        ApiError { status, failure }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut failure = self.failure;
-        failure.retryable = self.retryable;
-        (self.status, Json(failure.json())).into_response()
+        (self.status, Json(self.failure.json())).into_response()
     }
 }
 
@@ -418,14 +415,12 @@ async fn metrics(State(g): Shared) -> Response {
             text,
         )
             .into_response(),
-        None => {
-            let mut error = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "UNAVAILABLE",
-                "this process has no running coordinator to report on".to_owned(),
-            );
-            error.retryable = true;
-            error.into_response()
-        }
+        None => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            "this process has no running coordinator to report on".to_owned(),
+        )
+        .retryable()
+        .into_response(),
     }
 }

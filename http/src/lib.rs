@@ -71,6 +71,17 @@ impl HttpServer {
     }
 }
 
+/// The group's client addresses in the order a member's HTTP server dials them: its own
+/// (`addresses[own]`) first, then the others, so it answers locally what it can and a follower
+/// relays the rest to the leader.
+pub fn own_first(addresses: &[String], own: usize) -> Vec<String> {
+    let mine = addresses.get(own);
+    mine.into_iter()
+        .chain(addresses.iter().filter(|a| Some(*a) != mine))
+        .cloned()
+        .collect()
+}
+
 /// Binds `addr` for [`serve`].
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
@@ -97,4 +108,14 @@ pub fn serve(listener: TcpListener, options: HttpOptions) -> std::io::Result<Htt
     });
     tracing::info!(%addr, "HTTP API listening (dashboard at /, metrics at /metrics)");
     Ok(HttpServer { addr, task })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_member_dials_itself_first_then_the_others_in_order() {
+        let all: Vec<String> = ["a:1", "b:2", "c:3"].map(String::from).to_vec();
+        assert_eq!(super::own_first(&all, 1), ["b:2", "a:1", "c:3"]);
+        assert_eq!(super::own_first(&all, 0), all);
+    }
 }

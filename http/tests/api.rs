@@ -118,13 +118,7 @@ impl Cluster {
             let handle = coordinator::start_on(listeners, options)
                 .await
                 .expect("coordinator starts");
-            let mut dial = vec![client_addrs[n].clone()];
-            dial.extend(
-                client_addrs
-                    .iter()
-                    .filter(|a| **a != client_addrs[n])
-                    .cloned(),
-            );
+            let dial = herder_http::own_first(&client_addrs, n);
             let listener = herder_http::bind(any_port()).await.expect("http bind");
             let server = herder_http::serve(
                 listener,
@@ -247,6 +241,15 @@ async fn submit(addr: SocketAddr, task: Value) -> String {
     job_id_of(&answer)
 }
 
+/// Long-polls until `id` is terminal; it must have completed.
+async fn wait_completed(addr: SocketAddr, id: &str) -> Answer {
+    let path = format!("/api/v1/jobs/{id}/wait?timeout_millis=20000");
+    let waited = request(addr, "GET", &path, None).await;
+    assert_eq!(waited.status, 200, "{waited:?}");
+    assert_eq!(waited.json["state"], json!("COMPLETED"), "{waited:?}");
+    waited
+}
+
 fn error_code(answer: &Answer) -> &str {
     answer.json["error"]["code"].as_str().unwrap_or("")
 }
@@ -271,15 +274,7 @@ async fn every_endpoint_answers_with_the_cli_views() {
     assert_eq!(again.json["existing"], json!(true));
 
     // Wait (long-poll) until it is done, then its status, with its history.
-    let waited = request(
-        http,
-        "GET",
-        &format!("/api/v1/jobs/{id}/wait?timeout_millis=20000"),
-        None,
-    )
-    .await;
-    assert_eq!(waited.status, 200, "{waited:?}");
-    assert_eq!(waited.json["state"], json!("COMPLETED"));
+    let waited = wait_completed(http, &id).await;
     assert_eq!(waited.json["timed_out"], json!(false));
     let status = request(http, "GET", &format!("/api/v1/jobs/{id}"), None).await;
     assert_eq!(status.status, 200);
@@ -591,15 +586,7 @@ async fn a_follower_relays_to_the_leader() {
     let n = follower.expect("a follower that knows the leader");
     let http = cluster.http(n);
     let id = submit(http, json!({"kind": "word-count", "text": "one two three"})).await;
-    let waited = request(
-        http,
-        "GET",
-        &format!("/api/v1/jobs/{id}/wait?timeout_millis=20000"),
-        None,
-    )
-    .await;
-    assert_eq!(waited.status, 200, "{waited:?}");
-    assert_eq!(waited.json["state"], json!("COMPLETED"));
+    let waited = wait_completed(http, &id).await;
     assert_eq!(waited.json["result"]["words"], json!(3));
     assert!(waited
         .headers

@@ -72,11 +72,16 @@ pub struct Metrics {
     /// One scrape at a time sets the gauges and encodes.
     scrape: Mutex<()>,
     jobs: Family<StateLabel, Gauge>,
-    submissions: Family<ResultLabel, Counter>,
+    /// `submissions{result=...}` and `jobs_finished{state=...}`, resolved once: the hot path
+    /// adds to an atomic instead of looking a label up.
+    accepted: Counter,
+    rejected: Counter,
     assignments: Counter,
     retries: Family<CauseLabel, Counter>,
     rescued: Counter,
-    finished: Family<StateLabel, Counter>,
+    completed: Counter,
+    failed: Counter,
+    cancelled: Counter,
     stale_results: Counter,
     lease_expiries: Counter,
     released: Counter,
@@ -249,9 +254,14 @@ impl Metrics {
         );
         // Every label value known in advance is reported from the start, at 0, so a fresh
         // coordinator's scrape already lists every family and a rate starts from zero.
-        for result in ["accepted", "rejected"] {
-            let _ = submissions.get_or_create(&ResultLabel { result });
-        }
+        let submitted = |result| submissions.get_or_create(&ResultLabel { result }).clone();
+        let finished_as = |state: JobState| {
+            finished
+                .get_or_create(&StateLabel {
+                    state: state.as_str(),
+                })
+                .clone()
+        };
         for end in [
             AttemptEnd::TaskFailed,
             AttemptEnd::WorkerLost,
@@ -261,20 +271,18 @@ impl Metrics {
                 cause: end.as_str(),
             });
         }
-        for state in JobState::ALL.iter().filter(|s| s.is_terminal()) {
-            let _ = finished.get_or_create(&StateLabel {
-                state: state.as_str(),
-            });
-        }
         Metrics {
             registry,
             scrape: Mutex::new(()),
             jobs,
-            submissions,
+            accepted: submitted("accepted"),
+            rejected: submitted("rejected"),
             assignments,
             retries,
             rescued,
-            finished,
+            completed: finished_as(JobState::Completed),
+            failed: finished_as(JobState::Failed),
+            cancelled: finished_as(JobState::Cancelled),
             stale_results,
             lease_expiries,
             released,
@@ -299,8 +307,12 @@ impl Metrics {
     /// Counts what one event says happened.
     pub fn event(&self, event: &Event) {
         match event {
-            Event::JobSubmitted { .. } => self.count_submission("accepted"),
-            Event::SubmitRejected { .. } => self.count_submission("rejected"),
+            Event::JobSubmitted { .. } => {
+                self.accepted.inc();
+            }
+            Event::SubmitRejected { .. } => {
+                self.rejected.inc();
+            }
             Event::JobAssigned { queued_millis, .. } => {
                 self.assignments.inc();
                 if let Some(ms) = queued_millis {
@@ -318,16 +330,20 @@ impl Metrics {
                 }
             }
             Event::JobCompleted { ran_millis, .. } => {
-                self.count_finished(JobState::Completed);
+                self.completed.inc();
                 if let Some(ms) = ran_millis {
                     self.run_time.observe(seconds(*ms));
                 }
             }
-            Event::ParentCompleted { .. } => self.count_finished(JobState::Completed),
-            Event::JobFailed { .. } | Event::ParentFailed { .. } => {
-                self.count_finished(JobState::Failed)
+            Event::ParentCompleted { .. } => {
+                self.completed.inc();
             }
-            Event::JobCancelled { .. } => self.count_finished(JobState::Cancelled),
+            Event::JobFailed { .. } | Event::ParentFailed { .. } => {
+                self.failed.inc();
+            }
+            Event::JobCancelled { .. } => {
+                self.cancelled.inc();
+            }
             Event::StaleResultRejected { .. } => {
                 self.stale_results.inc();
             }
@@ -400,20 +416,6 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &self.registry);
         text
-    }
-
-    fn count_submission(&self, result: &'static str) {
-        self.submissions
-            .get_or_create(&ResultLabel { result })
-            .inc();
-    }
-
-    fn count_finished(&self, state: JobState) {
-        self.finished
-            .get_or_create(&StateLabel {
-                state: state.as_str(),
-            })
-            .inc();
     }
 }
 
