@@ -15,7 +15,7 @@ use axum::{Json, Router};
 use herder_core::client::ClientError;
 use herder_core::ids::{JobId, NodeId};
 use herder_core::job::JobState;
-use herder_core::limits::{LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
+use herder_core::limits::{GROUP_MEMBERS_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
 use herder_core::protocol::{ClusterView, ErrorCode, Partitions};
 use herder_runtime::client::CallError;
 use herder_runtime::coordinator::Observer;
@@ -32,7 +32,8 @@ pub struct Gateway {
     pub group: HerderClient,
     /// This member alone (its own view of the group).
     pub own: Option<HerderClient>,
-    /// One client per other member, made when first asked for its view.
+    /// One client per other member, made when first asked for its view (at most
+    /// `GROUP_MEMBERS_MAX`).
     pub members: Mutex<HashMap<String, HerderClient>>,
     pub node_id: NodeId,
     pub observer: Option<Observer>,
@@ -356,6 +357,10 @@ async fn cluster(State(g): Shared) -> Answer {
         };
         let client = {
             let mut members = g.members.lock().await;
+            if !members.contains_key(&address) && members.len() >= GROUP_MEMBERS_MAX {
+                // Addresses the group no longer names: start again from the ones it does.
+                members.clear();
+            }
             members
                 .entry(address.clone())
                 .or_insert_with(|| {
