@@ -9,7 +9,10 @@
 # Each configuration runs on fresh data directories, RUNS times; prints one JSON line per run
 # (the bench's, with "topology" and "run" added), then the median jobs/s of each configuration
 # and, when both ran, the group's median as a fraction of the single coordinator's. With OUT
-# set, the same lines are appended to that file.
+# set, the same lines are appended to that file. Each line also carries "cpu_per_1000_jobs":
+# the CPU-seconds (user and kernel) each role spent per 1,000 accepted jobs, read from /proc
+# when the bench ends: coordinators (split into their store thread and the rest), workers and
+# the load generator. MAX_ACTIVE is every coordinator's --max-active-jobs.
 #   JOBS="2000 20000" PIPELINES="1 8" RUNS=3 ./scripts/bench-throughput.sh
 #   TOPOLOGIES="single group" JOBS=5000 OUT=/tmp/throughput.txt ./scripts/bench-throughput.sh
 set -euo pipefail
@@ -24,6 +27,7 @@ TOPOLOGIES="${TOPOLOGIES:-dev}"
 WORKERS="${WORKERS:-3}"
 CAPACITY="${CAPACITY:-4}"
 OUT="${OUT:-}"
+MAX_ACTIVE="${MAX_ACTIVE:-1000000}"
 WORKER_ADDR="127.0.0.1:${BENCH_WORKER_PORT:-27070}"
 CLIENT_ADDR="127.0.0.1:${BENCH_CLIENT_PORT:-27071}"
 # single and group: member i listens on BASE+10i (workers), +1 (clients), +2 (peers).
@@ -48,7 +52,9 @@ start_topology() {
     dev)
         CLIENT_ADDR="127.0.0.1:${BENCH_CLIENT_PORT:-27071}"
         start_bg "$work/dev.log" dev --workers "$WORKERS" --capacity "$CAPACITY" \
-            --data-dir "$work/data" --worker-port "$WORKER_ADDR" --client-port "$CLIENT_ADDR"
+            --data-dir "$work/data" --worker-port "$WORKER_ADDR" --client-port "$CLIENT_ADDR" \
+            --max-active-jobs "$MAX_ACTIVE" --http-port off
+        ROLES+=("dev=$LAST_PID")
         wait_for 15 "the dev cluster" "$HERDER_BIN" workers --coordinator "$CLIENT_ADDR"
         ;;
     single | group)
@@ -63,7 +69,9 @@ start_topology() {
             local group_flags=()
             [ "$members" -gt 1 ] && group_flags=(--id "c$i" --peers "$peers")
             start_bg "$work/c$i.log" coordinator --data-dir "$work/data/c$i" \
-                --worker-port "${workers[$i]}" --client-port "${clients[$i]}" "${group_flags[@]}"
+                --worker-port "${workers[$i]}" --client-port "${clients[$i]}" "${group_flags[@]}" \
+                --max-active-jobs "$MAX_ACTIVE" --http-port off
+            ROLES+=("coordinator-$i=$LAST_PID")
         done
         CLIENT_ADDR=$(IFS=,; echo "${clients[*]}")
         local worker_addrs
@@ -71,6 +79,7 @@ start_topology() {
         for w in $(seq "$WORKERS"); do
             start_bg "$work/worker-$w.log" worker --id "worker-$w" --capacity "$CAPACITY" \
                 --coordinator "$worker_addrs"
+            ROLES+=("worker-$w=$LAST_PID")
         done
         ;;
     *)
@@ -88,12 +97,12 @@ for jobs in $JOBS; do
         for run in $(seq "$RUNS"); do
             for topology in $TOPOLOGIES; do
                 STARTED_PIDS=()
+                ROLES=()
                 start_topology "$topology"
-                "$HERDER_BIN" bench --jobs "$jobs" --concurrency "$CONCURRENCY" \
+                python3 "$HERDER_ROOT/scripts/bench-run.py" "$topology" "$run" "${ROLES[@]}" -- \
+                    "$HERDER_BIN" bench --jobs "$jobs" --concurrency "$CONCURRENCY" \
                     --pipeline "$pipeline" --task sha256 --text herder \
-                    --coordinator "$CLIENT_ADDR" --json |
-                    python3 -c "import json,sys; v=json.load(sys.stdin); print(json.dumps({'topology': '$topology', 'run': $run, **v}))" |
-                    tee -a "$results"
+                    --coordinator "$CLIENT_ADDR" --json | tee -a "$results"
                 cleanup_started
             done
         done

@@ -32,6 +32,11 @@ enum Outcome {
     Error(CallError),
 }
 
+/// Jobs one connection has submitted and still waits on: the coordinator's default bound on
+/// waits per connection, so that a queue that backs up slows the bench down instead of
+/// failing its waits.
+const WAITS_PER_CONNECTION: usize = herder_core::limits::WAITERS_PER_CONNECTION_DEFAULT;
+
 #[derive(Default)]
 struct Progress {
     done: AtomicU64,
@@ -123,8 +128,13 @@ async fn run_connection(
     progress: Arc<Progress>,
 ) -> Vec<Outcome> {
     let in_flight = Arc::new(Semaphore::new(pipeline));
+    let waiting = Arc::new(Semaphore::new(WAITS_PER_CONNECTION));
     let mut jobs_set = JoinSet::new();
     for _ in 0..jobs {
+        // A job holds its wait slot from submission until it is terminal.
+        let Ok(wait_slot) = waiting.clone().acquire_owned().await else {
+            break;
+        };
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             break;
         };
@@ -154,6 +164,7 @@ async fn run_connection(
                 Err(CallError::Client(ClientError::Rejected { .. })) => Outcome::Rejected { ack },
                 Err(error) => Outcome::Error(error),
             };
+            drop(wait_slot);
             progress.done.fetch_add(1, Ordering::Relaxed);
             outcome
         });
