@@ -23,6 +23,7 @@ JOBS="${JOBS:-2000 20000}"
 PIPELINES="${PIPELINES:-1 8}"
 RUNS="${RUNS:-3}"
 CONCURRENCY="${CONCURRENCY:-4}"
+BATCH="${BATCH:-1}"
 TOPOLOGIES="${TOPOLOGIES:-dev}"
 WORKERS="${WORKERS:-3}"
 CAPACITY="${CAPACITY:-4}"
@@ -101,7 +102,7 @@ for jobs in $JOBS; do
                 start_topology "$topology"
                 python3 "$HERDER_ROOT/scripts/bench-run.py" "$topology" "$run" "${ROLES[@]}" -- \
                     "$HERDER_BIN" bench --jobs "$jobs" --concurrency "$CONCURRENCY" \
-                    --pipeline "$pipeline" --task sha256 --text herder \
+                    --pipeline "$pipeline" --batch "$BATCH" --task sha256 --text herder \
                     --coordinator "$CLIENT_ADDR" --json | tee -a "$results"
                 cleanup_started
             done
@@ -114,15 +115,15 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 medians = {}
 for r in rows:
-    medians.setdefault((r["topology"], r["jobs"], r["pipeline"], r["concurrency"]), []).append(
+    medians.setdefault((r["topology"], r["jobs"], r["pipeline"], r.get("batch", 1), r["concurrency"]), []).append(
         r["throughput_jobs_per_second"])
-print(f"{'topology':<9} {'jobs':>6} {'conc':>4} {'pipe':>4}  {'runs (jobs/s)':<28} {'median':>8}  vs single")
-for (topology, jobs, pipeline, conc), values in sorted(medians.items()):
+print(f"{'topology':<9} {'jobs':>6} {'conc':>4} {'pipe':>4} {'batch':>5}  {'runs (jobs/s)':<28} {'median':>8}  vs single")
+for (topology, jobs, pipeline, batch, conc), values in sorted(medians.items()):
     median = statistics.median(values)
-    single = medians.get(("single", jobs, pipeline, conc))
+    single = medians.get(("single", jobs, pipeline, batch, conc))
     ratio = f"{median / statistics.median(single):.2f}" if single and topology != "single" else "-"
     runs = " ".join(f"{v:.0f}" for v in values)
-    print(f"{topology:<9} {jobs:>6} {conc:>4} {pipeline:>4}  {runs:<28} {median:>8.0f}  {ratio}")
+    print(f"{topology:<9} {jobs:>6} {conc:>4} {pipeline:>4} {batch:>5}  {runs:<28} {median:>8.0f}  {ratio}")
 EOF
 )
 echo "$summary"

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use herder_core::client::{ClientConfig, ClientError};
 use herder_core::job::JobState;
+use herder_core::limits::SUBMIT_BATCH_JOBS_MAX;
+use herder_core::protocol::{JobSubmission, SubmitResult};
 use herder_core::tasks::TaskSpec;
 use herder_runtime::client::{CallError, HerderClient, SubmitOptions};
 use serde_json::json;
@@ -44,9 +46,21 @@ struct Progress {
 
 pub async fn run(args: BenchArgs) -> u8 {
     let as_json = args.client.json;
-    if args.jobs == 0 || args.concurrency == 0 || args.pipeline == 0 {
+    if args.jobs == 0 || args.concurrency == 0 || args.pipeline == 0 || args.batch == 0 {
         return usage_error(
-            "--jobs, --concurrency and --pipeline must be at least 1",
+            "--jobs, --concurrency, --pipeline and --batch must be at least 1",
+            as_json,
+        );
+    }
+    if args.batch as usize > SUBMIT_BATCH_JOBS_MAX {
+        return usage_error(
+            &format!("--batch is at most {SUBMIT_BATCH_JOBS_MAX}"),
+            as_json,
+        );
+    }
+    if args.batch > 1 && args.pipeline > 1 {
+        return usage_error(
+            "with --batch, each connection sends one batch at a time; raise --concurrency for more in flight",
             as_json,
         );
     }
@@ -90,11 +104,13 @@ pub async fn run(args: BenchArgs) -> u8 {
         let client = HerderClient::new(ClientConfig::new(args.client.coordinator.clone()));
         let task = task.clone();
         let progress = progress.clone();
-        let pipeline = args.pipeline as usize;
-        let max_attempts = args.max_attempts;
-        connections.spawn(async move {
-            run_connection(client, task, share, pipeline, max_attempts, progress).await
-        });
+        let load = Load {
+            jobs: share,
+            pipeline: args.pipeline as usize,
+            batch: args.batch as usize,
+            max_attempts: args.max_attempts,
+        };
+        connections.spawn(async move { run_connection(client, task, load, progress).await });
     }
     let mut outcomes = Vec::new();
     while let Some(joined) = connections.join_next().await {
@@ -119,14 +135,30 @@ fn task_label(args: &BenchArgs) -> String {
         .unwrap_or_else(|| args.task.clone())
 }
 
+/// What one connection sends.
+struct Load {
+    jobs: u64,
+    /// `SUBMIT`s in flight (with `batch` > 1, one `SUBMIT_BATCH` at a time).
+    pipeline: usize,
+    batch: usize,
+    max_attempts: Option<u32>,
+}
+
 async fn run_connection(
     client: HerderClient,
     task: TaskSpec,
-    jobs: u64,
-    pipeline: usize,
-    max_attempts: Option<u32>,
+    load: Load,
     progress: Arc<Progress>,
 ) -> Vec<Outcome> {
+    if load.batch > 1 {
+        return run_batches(client, task, load, progress).await;
+    }
+    let Load {
+        jobs,
+        pipeline,
+        max_attempts,
+        ..
+    } = load;
     let in_flight = Arc::new(Semaphore::new(pipeline));
     let waiting = Arc::new(Semaphore::new(WAITS_PER_CONNECTION));
     let mut jobs_set = JoinSet::new();
@@ -174,6 +206,74 @@ async fn run_connection(
         if let Ok(outcome) = joined {
             outcomes.push(outcome);
         }
+    }
+    outcomes
+}
+
+/// The connection's jobs in `SUBMIT_BATCH`es of `load.batch`, one batch at a time: each batch
+/// is sent, then every accepted job of it waited on, then the next is sent (more batches in
+/// flight means more connections). A job's acknowledgement is its batch's, and its end to end
+/// runs from its batch's sending.
+async fn run_batches(
+    client: HerderClient,
+    task: TaskSpec,
+    load: Load,
+    progress: Arc<Progress>,
+) -> Vec<Outcome> {
+    let submission = JobSubmission {
+        task: task.to_json(),
+        max_attempts: load.max_attempts,
+        idempotency_key: None,
+        partitions: None,
+        timeout_millis: None,
+    };
+    let mut outcomes = Vec::with_capacity(load.jobs as usize);
+    let mut left = load.jobs as usize;
+    while left > 0 {
+        let size = left.min(load.batch);
+        left -= size;
+        let t0 = Instant::now();
+        let submitted = client.submit_batch(vec![submission.clone(); size]).await;
+        let ack = t0.elapsed();
+        let results = match submitted {
+            Ok(results) => results,
+            Err(error) => {
+                outcomes.push(Outcome::Error(error));
+                progress.done.fetch_add(size as u64, Ordering::Relaxed);
+                continue;
+            }
+        };
+        let mut waits = JoinSet::new();
+        for result in results {
+            match result {
+                SubmitResult::Accepted { job_id, .. } => {
+                    let client = client.clone();
+                    waits.spawn(async move {
+                        match client.wait(job_id, None).await {
+                            Ok((view, _)) => Outcome::Terminal {
+                                ack,
+                                end_to_end: t0.elapsed(),
+                                state: view.state,
+                            },
+                            Err(error) => Outcome::Error(error),
+                        }
+                    });
+                }
+                SubmitResult::Rejected { .. } => outcomes.push(Outcome::Rejected { ack }),
+                SubmitResult::Error { code, message } => {
+                    outcomes.push(Outcome::Error(CallError::Client(ClientError::Server {
+                        code,
+                        message,
+                    })))
+                }
+            }
+        }
+        while let Some(joined) = waits.join_next().await {
+            if let Ok(outcome) = joined {
+                outcomes.push(outcome);
+            }
+        }
+        progress.done.fetch_add(size as u64, Ordering::Relaxed);
     }
     outcomes
 }
@@ -251,6 +351,7 @@ fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
                 "jobs": args.jobs,
                 "concurrency": args.concurrency,
                 "pipeline": args.pipeline,
+                "batch": args.batch,
                 "task": task_label(args),
                 "accepted": accepted,
                 "rejected": rejected,
@@ -266,8 +367,8 @@ fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
         );
     } else {
         println!(
-            "Jobs:            {} over {} connections (pipeline {})",
-            args.jobs, args.concurrency, args.pipeline
+            "Jobs:            {} over {} connections (pipeline {}, batch {})",
+            args.jobs, args.concurrency, args.pipeline, args.batch
         );
         println!(
             "Accepted:        {accepted}   rejected: {rejected}   errors: {}",

@@ -299,6 +299,13 @@ pub struct SubmitArgs {
     /// --payload (or --payload-file).
     #[arg(value_name = "TASK")]
     pub name: Option<String>,
+    /// Submit every job of FILE instead (`-` reads standard input): one JSON object per line
+    /// with the fields of a submission, `{"task": {...}, "idempotency_key": "...",
+    /// "max_attempts": N, "timeout_millis": N, "partitions": N}`, only `task` required. Sent
+    /// in batches of up to 1,000 jobs, each one durable write; prints one line per job.
+    /// --max-attempts and --timeout-millis apply to lines that do not say.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "wait", "idempotency_key", "partitions"])]
+    pub batch_file: Option<std::path::PathBuf>,
     /// The task's payload as JSON (what its handler receives).
     #[arg(
         long,
@@ -597,6 +604,10 @@ pub struct BenchArgs {
     /// Submissions in flight per connection (1 = one blocking client per connection).
     #[arg(long, default_value_t = 1)]
     pub pipeline: u32,
+    /// Submit jobs N at a time in one `SUBMIT_BATCH` (1 = one `SUBMIT` per job), up to 1,000.
+    /// Each connection sends one batch, waits for every job of it, then sends the next.
+    #[arg(long, default_value_t = 1)]
+    pub batch: u32,
     /// Task type for every job.
     #[arg(long, default_value = "sha256")]
     pub task: String,

@@ -1,5 +1,6 @@
 //! The `herder` command. Parsing and printing live here; everything else is the runtime's.
 
+mod batch;
 mod bench;
 mod cli;
 mod dev;
@@ -74,8 +75,13 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr through a background writer thread, so a busy coordinator never waits on
-/// the terminal. Servers log at info; client verbs only warn, so their stdout stays clean.
-/// The returned guard flushes what is buffered when dropped.
+/// the terminal. The thread writes through a buffer that it flushes whenever it has nothing
+/// more to write, so a burst of lines costs one write instead of one per line, and a quiet
+/// moment shows every line at once. Servers log at info; client verbs only warn, so their
+/// stdout stays clean. The returned guard flushes what is buffered when dropped.
+/// The log writer's buffer: lines beyond it are written before the burst ends.
+const LOG_BUFFER_BYTES: usize = 64 * 1024;
+
 fn init_logging(format: LogFormat, server: bool) -> tracing_appender::non_blocking::WorkerGuard {
     use tracing_subscriber::EnvFilter;
     let default = if server { "info" } else { "warn" };
@@ -83,7 +89,10 @@ fn init_logging(format: LogFormat, server: bool) -> tracing_appender::non_blocki
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
-        .finish(std::io::stderr());
+        .finish(std::io::BufWriter::with_capacity(
+            LOG_BUFFER_BYTES,
+            std::io::stderr(),
+        ));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)

@@ -317,6 +317,15 @@ fn job_exit(job: &JobView) -> u8 {
 
 pub async fn submit(args: SubmitArgs) -> u8 {
     let as_json = args.client.json;
+    if let Some(path) = &args.batch_file {
+        if args.task.is_some() {
+            return usage_error(
+                "--batch-file names its tasks in the file; give no task here",
+                as_json,
+            );
+        }
+        return crate::batch::submit_file(path, &args).await;
+    }
     let payload = match args.task_json() {
         Ok(payload) => payload,
         Err(error) => return usage_error(&error, as_json),

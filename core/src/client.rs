@@ -101,6 +101,11 @@ pub enum Operation {
         /// Each attempt's deadline; `None` means the coordinator's default.
         timeout_millis: Option<u64>,
     },
+    /// Many jobs in one request (`SUBMIT_BATCH`). A job refused by admission is reported in
+    /// the batch's results and not retried here: the caller sees which ones to send again.
+    SubmitBatch {
+        jobs: Vec<crate::protocol::JobSubmission>,
+    },
     Status {
         job_id: JobId,
     },
@@ -138,6 +143,7 @@ impl Operation {
             Operation::Submit {
                 idempotency_key, ..
             } => idempotency_key.is_some(),
+            Operation::SubmitBatch { jobs } => jobs.iter().all(|j| j.idempotency_key.is_some()),
             Operation::Status { .. }
             | Operation::Wait { .. }
             | Operation::Cancel { .. }
@@ -167,6 +173,7 @@ impl Operation {
                 idempotency_key,
                 timeout_millis,
             },
+            Operation::SubmitBatch { jobs } => ClientRequest::SubmitBatch { request_id, jobs },
             Operation::Status { job_id } => ClientRequest::Status { request_id, job_id },
             Operation::Wait {
                 job_id,

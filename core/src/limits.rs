@@ -25,6 +25,11 @@ pub const WORKERS_MAX: usize = 4096;
 pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 /// Most jobs a single `LIST` reply carries.
 pub const LIST_LIMIT_MAX: u32 = 1000;
+/// Jobs in one `SUBMIT_BATCH` (the frame limit bounds it too).
+pub const SUBMIT_BATCH_JOBS_MAX: usize = 1000;
+/// The share of a `SUBMIT_BATCH_RESULT` frame each job's line may take (an error's message is
+/// cut to half of it); a batch holds no more jobs than the frame limit leaves lines for.
+pub const SUBMIT_RESULT_BYTES_MAX: usize = 512;
 /// Default number of jobs in a `LIST` reply.
 pub const LIST_LIMIT_DEFAULT: u32 = 100;
 /// Most outstanding `WAIT` requests the coordinator parks at once.

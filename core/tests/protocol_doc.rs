@@ -61,6 +61,7 @@ const COORDINATOR_TO_WORKER: &[&str] = &[
 ];
 const CLIENT_REQUEST: &[&str] = &[
     "SUBMIT",
+    "SUBMIT_BATCH",
     "STATUS",
     "WAIT",
     "CANCEL",
@@ -72,6 +73,7 @@ const CLIENT_REQUEST: &[&str] = &[
 const CLIENT_REPLY: &[&str] = &[
     "SUBMIT_ACCEPTED",
     "SUBMIT_REJECTED",
+    "SUBMIT_BATCH_RESULT",
     "JOB",
     "WAIT_RESULT",
     "CANCEL_RESULT",
@@ -196,6 +198,7 @@ fn tag_of_coordinator_to_worker(message: &CoordinatorToWorker) -> &'static str {
 fn tag_of_client_request(message: &ClientRequest) -> &'static str {
     match message {
         ClientRequest::Submit { .. } => "SUBMIT",
+        ClientRequest::SubmitBatch { .. } => "SUBMIT_BATCH",
         ClientRequest::Status { .. } => "STATUS",
         ClientRequest::Wait { .. } => "WAIT",
         ClientRequest::Cancel { .. } => "CANCEL",
@@ -211,6 +214,7 @@ fn tag_of_client_reply(message: &ClientReply) -> &'static str {
     match message {
         ClientReply::SubmitAccepted { .. } => "SUBMIT_ACCEPTED",
         ClientReply::SubmitRejected { .. } => "SUBMIT_REJECTED",
+        ClientReply::SubmitBatchResult { .. } => "SUBMIT_BATCH_RESULT",
         ClientReply::Job { .. } => "JOB",
         ClientReply::WaitResult { .. } => "WAIT_RESULT",
         ClientReply::CancelResult { .. } => "CANCEL_RESULT",

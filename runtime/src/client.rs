@@ -26,7 +26,9 @@ use herder_core::client::{
 use herder_core::ids::{JobId, NodeId};
 use herder_core::job::JobState;
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
-use herder_core::protocol::{ClientReply, ClusterView, JobView, Partitions, WorkerView};
+use herder_core::protocol::{
+    ClientReply, ClusterView, JobSubmission, JobView, Partitions, SubmitResult, WorkerView,
+};
 use herder_core::tasks::TaskSpec;
 use tokio::sync::{mpsc, oneshot};
 
@@ -58,6 +60,7 @@ pub enum CallError {
 fn waiting_for(op: &Operation) -> &'static str {
     match op {
         Operation::Submit { .. } => "the submission to be acknowledged",
+        Operation::SubmitBatch { .. } => "the batch to be acknowledged",
         Operation::Status { .. } => "the job's status",
         Operation::Wait { .. } => "the job to end",
         Operation::Cancel { .. } => "the cancel to be acknowledged",
@@ -226,6 +229,22 @@ impl HerderClient {
             ClientReply::SubmitAccepted {
                 job_id, existing, ..
             } => Ok(Submitted { job_id, existing }),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Submits many jobs in one request and one durable write (`SUBMIT_BATCH`). The results
+    /// are in the order of `jobs`: each accepted (maybe an existing job, by its idempotency
+    /// key), refused by admission, or refused for another reason. A job that fails
+    /// validation fails the whole call with `CallError::Client(ClientError::Server { .. })`,
+    /// and then none was created. Refused jobs are not retried here.
+    pub async fn submit_batch(
+        &self,
+        jobs: Vec<JobSubmission>,
+    ) -> Result<Vec<SubmitResult>, CallError> {
+        let asked = jobs.len();
+        match self.call(Operation::SubmitBatch { jobs }).await? {
+            ClientReply::SubmitBatchResult { results, .. } if results.len() == asked => Ok(results),
             other => Err(unexpected(&other)),
         }
     }

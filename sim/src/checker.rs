@@ -31,6 +31,7 @@ use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, NodeId, Term, Work
 use herder_core::job::JobState;
 use herder_core::protocol::{
     AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobView, PeerMessage,
+    SubmitResult,
 };
 
 use crate::model::Model;
@@ -808,79 +809,19 @@ impl Checker {
         match reply {
             ClientReply::SubmitAccepted {
                 job_id, existing, ..
-            } => {
-                let index = self.model.submitted_at.get(job_id).copied().ok_or_else(|| {
-                    format!("durability: SUBMIT_ACCEPTED for job {job_id} before its Submit was committed")
-                })?;
-                self.durable(c, index, &format!("SUBMIT_ACCEPTED job {job_id}"))?;
-                // At most one answer calls the job new. It need not come first: a deposed
-                // leader that wakes up may still commit its own entry (a majority holds it) and
-                // answer the first request after the new leader has answered a resend.
-                if !existing {
-                    ensure!(
-                        self.acked_new.insert(*job_id),
-                        "job {job_id} acknowledged as new twice"
-                    );
-                }
-                if let Some((key, committed_on_arrival)) = key {
-                    // (Or a purge committed after the request arrived took the job and its key
-                    // along; a purge committed before it must have been seen.)
-                    let bound = self.model.keys.get(key);
-                    let purged_since = self
-                        .model
-                        .purged
-                        .get(job_id)
-                        .is_some_and(|(index, _)| *index > committed_on_arrival);
-                    ensure!(
-                        bound == Some(job_id) || purged_since,
-                        "a submission with idempotency key {key:?} was answered with job {job_id}, but the key is bound to {bound:?}"
-                    );
-                }
-                self.acked.insert(*job_id);
-            }
+            } => self.check_accepted(c, job_id, *existing, key)?,
             ClientReply::SubmitRejected {
                 active_jobs,
                 admitting_jobs,
                 max_active_jobs,
                 ..
-            } => {
-                // A rejection only when the limit was really reached, counting the submissions
-                // the leader was still writing: at most those in its log past what it had
-                // applied when it took the request (every one of its own term, since it leads
-                // only once every earlier entry is applied). A refusal at apply is a finding of
-                // the model: a leader that counts what it writes never writes a refused one.
-                let applied = machine.table().applied_index();
-                let before = self.follow[c].applied_before.min(applied);
-                let log = machine.replica().log();
-                // (An entry applied in this step may already be compacted away: the committed
-                // log has it.)
-                let writing: u64 = (before.0 + 1..=log.last_index().0)
-                    .filter_map(|i| {
-                        let index = LogIndex(i);
-                        log.get(index)
-                            .or_else(|| self.committed.get(&index).map(|(entry, _)| entry))
-                    })
-                    .map(|entry| match &entry.command {
-                        Command::Submit { partitions, .. } => 1 + partitions.len() as u64,
-                        _ => 0,
-                    })
-                    .sum();
-                ensure!(
-                    *admitting_jobs <= writing,
-                    "SUBMIT_REJECTED counts {admitting_jobs} slots being admitted, but the submissions past entry {before} in the leader's log take only {writing}"
-                );
-                ensure!(
-                    active_jobs + admitting_jobs + slots > *max_active_jobs,
-                    "SUBMIT_REJECTED with {active_jobs} active and {admitting_jobs} being admitted of {max_active_jobs} slots: there was room for {slots}"
-                );
-                let lo = LogIndex(applied.0.saturating_sub(64));
-                let seen = (lo.0..=applied.0)
-                    .any(|i| self.model.active_at(LogIndex(i)) == Some(*active_jobs));
-                ensure!(
-                    seen,
-                    "SUBMIT_REJECTED reports {active_jobs} non-terminal jobs, a count the rules never had near entry {applied}"
-                );
-            }
+            } => self.check_rejected(
+                c,
+                machine,
+                (*active_jobs, *admitting_jobs, *max_active_jobs),
+                slots,
+                None,
+            )?,
             ClientReply::CancelResult {
                 job,
                 cancelled: true,
@@ -922,6 +863,135 @@ impl Checker {
                 }
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// A submission answered accepted (alone, or as a job of a batch) with `job_id`.
+    fn check_accepted(
+        &mut self,
+        c: usize,
+        job_id: &JobId,
+        existing: bool,
+        key: Option<(&str, LogIndex)>,
+    ) -> Check {
+        let index = self.model.submitted_at.get(job_id).copied().ok_or_else(|| {
+            format!("durability: SUBMIT_ACCEPTED for job {job_id} before its Submit was committed")
+        })?;
+        self.durable(c, index, &format!("SUBMIT_ACCEPTED job {job_id}"))?;
+        // At most one answer calls the job new. It need not come first: a deposed
+        // leader that wakes up may still commit its own entry (a majority holds it) and
+        // answer the first request after the new leader has answered a resend.
+        if !existing {
+            ensure!(
+                self.acked_new.insert(*job_id),
+                "job {job_id} acknowledged as new twice"
+            );
+        }
+        if let Some((key, committed_on_arrival)) = key {
+            // (Or a purge committed after the request arrived took the job and its key
+            // along; a purge committed before it must have been seen.)
+            let bound = self.model.keys.get(key);
+            let purged_since = self
+                .model
+                .purged
+                .get(job_id)
+                .is_some_and(|(index, _)| *index > committed_on_arrival);
+            ensure!(
+                bound == Some(job_id) || purged_since,
+                "a submission with idempotency key {key:?} was answered with job {job_id}, but the key is bound to {bound:?}"
+            );
+        }
+        self.acked.insert(*job_id);
+        Ok(())
+    }
+
+    /// A submission refused by admission (alone, or as a job of a batch) that could take no
+    /// fewer than `slots`; `counts` are the active, admitting and maximum the refusal gave.
+    /// `arrived` is what the coordinator had applied when the request reached it, for an
+    /// answer that leaves later than that (a batch's, which waits for its other jobs).
+    fn check_rejected(
+        &mut self,
+        c: usize,
+        machine: &Coordinator,
+        (active_jobs, admitting_jobs, max_active_jobs): (u64, u64, u64),
+        slots: u64,
+        arrived: Option<LogIndex>,
+    ) -> Check {
+        // A rejection only when the limit was really reached, counting the submissions
+        // the leader was still writing: at most those in its log past what it had
+        // applied when it took the request (every one of its own term, since it leads
+        // only once every earlier entry is applied). A refusal at apply is a finding of
+        // the model: a leader that counts what it writes never writes a refused one.
+        let applied = machine.table().applied_index();
+        let before = arrived.unwrap_or(self.follow[c].applied_before).min(applied);
+        let log = machine.replica().log();
+        // (An entry applied in this step may already be compacted away: the committed
+        // log has it.)
+        let writing: u64 = (before.0 + 1..=log.last_index().0)
+            .filter_map(|i| {
+                let index = LogIndex(i);
+                log.get(index)
+                    .or_else(|| self.committed.get(&index).map(|(entry, _)| entry))
+            })
+            .map(|entry| match &entry.command {
+                Command::Submit { partitions, .. } => 1 + partitions.len() as u64,
+                _ => 0,
+            })
+            .sum();
+        ensure!(
+            admitting_jobs <= writing,
+            "SUBMIT_REJECTED counts {admitting_jobs} slots being admitted, but the submissions past entry {before} in the leader's log take only {writing}"
+        );
+        ensure!(
+            active_jobs + admitting_jobs + slots > max_active_jobs,
+            "SUBMIT_REJECTED with {active_jobs} active and {admitting_jobs} being admitted of {max_active_jobs} slots: there was room for {slots}"
+        );
+        // A count the table had at some point between the request's arrival and now.
+        let lo = LogIndex(arrived.unwrap_or(applied).0.saturating_sub(64));
+        let seen = (lo.0..=applied.0)
+            .any(|i| self.model.active_at(LogIndex(i)) == Some(active_jobs));
+        ensure!(
+            seen,
+            "SUBMIT_REJECTED reports {active_jobs} non-terminal jobs, a count the rules never had between entries {lo} and {applied}"
+        );
+        Ok(())
+    }
+
+    /// A `SUBMIT_BATCH_RESULT` of coordinator `c`: each job's answer checked as a `SUBMIT`'s.
+    pub fn check_batch_result(
+        &mut self,
+        c: usize,
+        machine: &Coordinator,
+        results: &[SubmitResult],
+        items: &[(Option<(&str, LogIndex)>, u64)],
+        arrived: LogIndex,
+    ) -> Check {
+        ensure!(
+            results.len() == items.len(),
+            "a batch of {} jobs was answered with {} results",
+            items.len(),
+            results.len()
+        );
+        for (result, (key, slots)) in results.iter().zip(items) {
+            match result {
+                SubmitResult::Accepted { job_id, existing } => {
+                    self.check_accepted(c, job_id, *existing, *key)?
+                }
+                SubmitResult::Rejected {
+                    active_jobs,
+                    admitting_jobs,
+                    max_active_jobs,
+                    ..
+                } => self.check_rejected(
+                    c,
+                    machine,
+                    (*active_jobs, *admitting_jobs, *max_active_jobs),
+                    *slots,
+                    Some(arrived),
+                )?,
+                SubmitResult::Error { .. } => {}
+            }
         }
         Ok(())
     }

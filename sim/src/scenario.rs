@@ -128,6 +128,8 @@ pub struct Scenario {
     pub faults: Faults,
     /// Clients sometimes send `PURGE` (with a retention policy drawn for the coordinators).
     pub purge_ops: bool,
+    /// Clients sometimes submit a few jobs in one `SUBMIT_BATCH`.
+    pub batch_submits: bool,
     /// The task kinds each worker serves (built-in kinds and user task names), fixed for every
     /// process of that worker.
     pub worker_tasks: Vec<Vec<String>>,
@@ -328,6 +330,7 @@ impl Scenario {
             codec: rng.chance(0.3),
             faults,
             purge_ops: false,
+            batch_submits: false,
             worker_tasks: Vec::new(),
             user_tasks: Vec::new(),
             job_timeouts: false,
@@ -391,6 +394,8 @@ impl Scenario {
             scenario.faults.drain = rng.chance(0.4);
         }
         scenario.job_timeouts = rng.chance(0.4);
+        // Drawn last of all, so every earlier draw stays what it was.
+        scenario.batch_submits = rng.chance(0.5);
         scenario
     }
 }

@@ -260,6 +260,14 @@ pub enum ClientRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_millis: Option<u64>,
     },
+    /// Create many jobs in one frame and one durable write: each job as in `SUBMIT`, at most
+    /// `SUBMIT_BATCH_JOBS_MAX` of them. A job that fails validation fails the whole batch
+    /// (one `ERROR` naming it, nothing created); otherwise one `SUBMIT_BATCH_RESULT` answers
+    /// every job in order, once all of them are settled.
+    SubmitBatch {
+        request_id: RequestId,
+        jobs: Vec<JobSubmission>,
+    },
     Status {
         request_id: RequestId,
         job_id: JobId,
@@ -311,6 +319,7 @@ pub enum ClientRequest {
 
 wire_message!(ClientRequest {
     Submit => "SUBMIT",
+    SubmitBatch => "SUBMIT_BATCH",
     Status => "STATUS",
     Wait => "WAIT",
     Cancel => "CANCEL",
@@ -327,6 +336,7 @@ impl ClientRequest {
             ClientRequest::Cluster { request_id }
             | ClientRequest::TransferLeader { request_id, .. } => *request_id,
             ClientRequest::Submit { request_id, .. }
+            | ClientRequest::SubmitBatch { request_id, .. }
             | ClientRequest::Status { request_id, .. }
             | ClientRequest::Wait { request_id, .. }
             | ClientRequest::Cancel { request_id, .. }
@@ -335,6 +345,57 @@ impl ClientRequest {
             | ClientRequest::Workers { request_id } => *request_id,
         }
     }
+}
+
+/// One job of a `SUBMIT_BATCH`: the fields of a `SUBMIT`, without a request id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSubmission {
+    pub task: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<Partitions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_millis: Option<u64>,
+}
+
+impl JobSubmission {
+    /// The same job as a `SUBMIT` request.
+    pub fn into_request(self, request_id: RequestId) -> ClientRequest {
+        ClientRequest::Submit {
+            request_id,
+            task: self.task,
+            max_attempts: self.max_attempts,
+            idempotency_key: self.idempotency_key,
+            partitions: self.partitions,
+            timeout_millis: self.timeout_millis,
+        }
+    }
+}
+
+/// What became of one job of a `SUBMIT_BATCH`: the answer a `SUBMIT` of it alone would have had.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "outcome",
+    rename_all = "SCREAMING_SNAKE_CASE",
+    deny_unknown_fields
+)]
+pub enum SubmitResult {
+    /// The job exists durably; `existing` when its idempotency key matched an earlier job.
+    Accepted { job_id: JobId, existing: bool },
+    /// Admission control refused it; nothing was created for it.
+    Rejected {
+        retryable: bool,
+        active_jobs: u64,
+        admitting_jobs: u64,
+        max_active_jobs: u64,
+        message: String,
+    },
+    /// It was refused for another reason (an idempotency conflict, say).
+    Error { code: ErrorCode, message: String },
 }
 
 /// What a coordinator answers a client.
@@ -360,6 +421,13 @@ pub enum ClientReply {
         admitting_jobs: u64,
         max_active_jobs: u64,
         message: String,
+    },
+    /// Reply to `SUBMIT_BATCH`: one result per job, in the order they were sent.
+    SubmitBatchResult {
+        request_id: RequestId,
+        /// The term of the leader that answered.
+        term: Term,
+        results: Vec<SubmitResult>,
     },
     /// Reply to `STATUS`. (Job views are boxed: they are by far the largest reply.)
     Job {
@@ -426,6 +494,7 @@ pub enum ClientReply {
 wire_message!(ClientReply {
     SubmitAccepted => "SUBMIT_ACCEPTED",
     SubmitRejected => "SUBMIT_REJECTED",
+    SubmitBatchResult => "SUBMIT_BATCH_RESULT",
     Job => "JOB",
     WaitResult => "WAIT_RESULT",
     CancelResult => "CANCEL_RESULT",
@@ -444,6 +513,7 @@ impl ClientReply {
         match self {
             ClientReply::SubmitAccepted { request_id, .. }
             | ClientReply::SubmitRejected { request_id, .. }
+            | ClientReply::SubmitBatchResult { request_id, .. }
             | ClientReply::Job { request_id, .. }
             | ClientReply::WaitResult { request_id, .. }
             | ClientReply::CancelResult { request_id, .. }

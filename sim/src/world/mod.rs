@@ -81,6 +81,14 @@ pub struct RunReport {
     pub trace: Vec<String>,
 }
 
+/// What the checker needs of a `SUBMIT_BATCH`, noted when it reached a coordinator: what that
+/// coordinator had applied, and of each job its key (with how far the committed log went then)
+/// and the fewest admission slots it can take.
+pub(crate) struct SubmittedBatch {
+    pub(crate) arrived: LogIndex,
+    pub(crate) items: Vec<(Option<(String, LogIndex)>, u64)>,
+}
+
 pub struct World {
     seed: u64,
     scenario: Scenario,
@@ -115,6 +123,8 @@ pub struct World {
     submit_keys: HashMap<(usize, RequestId), (String, LogIndex)>,
     /// (connection, request id) -> the fewest admission slots that submission can take.
     submit_dp: HashMap<(usize, RequestId), u64>,
+    /// (connection, request id) of a `SUBMIT_BATCH` -> the same of each of its jobs.
+    submit_batches: HashMap<(usize, RequestId), SubmittedBatch>,
     /// (connection, request id) of a read about one job -> what the committed log said of that
     /// job when the request reached a coordinator: the answer may be newer, never older.
     read_floors: HashMap<(usize, RequestId), Option<ReadFloor>>,
@@ -130,8 +140,9 @@ pub struct World {
     quiet_from: Option<u64>,
     /// Since when every job has been terminal, in the quiet phase.
     all_terminal_from: Option<u64>,
-    /// (client, request id) -> the job its submission created: one operation, one job.
-    created_by: HashMap<(usize, RequestId), JobId>,
+    /// (client, request id, job of the batch) -> the job that submission created: one
+    /// operation, one job (a `SUBMIT` is job 0 of its request).
+    created_by: HashMap<(usize, RequestId, usize), JobId>,
     /// Results an acting leader found stale on arrival: (coordinator, process, lease).
     stale_results: HashSet<(usize, u64, LeaseId)>,
     /// What each idempotency key was first used for: the task and its deadline.
@@ -273,6 +284,7 @@ impl World {
             next_token: 0,
             submit_keys: HashMap::new(),
             submit_dp: HashMap::new(),
+            submit_batches: HashMap::new(),
             read_floors: HashMap::new(),
             wiped: 0,
             left: BTreeSet::new(),

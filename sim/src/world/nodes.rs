@@ -8,9 +8,10 @@ use std::fmt;
 
 use herder_core::client::{Client, ClientOutput, ConnectAttempt, Operation};
 use herder_core::coordinator::{Coordinator, CoordinatorConfig, Event, Output, PersistBatch};
-use herder_core::ids::{ConnectionId, JobId, LeaseId, NodeId};
+use herder_core::ids::{ConnectionId, JobId, LeaseId, NodeId, RequestId};
 use herder_core::protocol::{
-    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, WorkerToCoordinator,
+    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, SubmitResult,
+    WorkerToCoordinator,
 };
 use herder_core::tasks::{self, TaskSpec};
 use herder_core::time::{Instant, UnixMillis};
@@ -336,6 +337,32 @@ impl World {
                 let key = keyed.as_ref().map(|(key, floor)| (key.as_str(), *floor));
                 self.checker
                     .check_output(c, machine, &output, &owner, key, dp)?;
+                if let Output::ToClient {
+                    conn,
+                    message: ClientReply::SubmitBatchResult {
+                        request_id,
+                        results,
+                        ..
+                    },
+                } = &output
+                {
+                    let batch = (conn.0 as usize, *request_id);
+                    let Some(submitted) = self.submit_batches.get(&batch) else {
+                        return Err(format!(
+                            "SUBMIT_BATCH_RESULT for request {request_id} on connection {conn}, which sent no such batch"
+                        ));
+                    };
+                    let items: Vec<_> = submitted
+                        .items
+                        .iter()
+                        .map(|(key, slots)| {
+                            (key.as_ref().map(|(k, floor)| (k.as_str(), *floor)), *slots)
+                        })
+                        .collect();
+                    let arrived = submitted.arrived;
+                    self.checker
+                        .check_batch_result(c, machine, results, &items, arrived)?;
+                }
             }
             if let Output::ToWorker {
                 message:
@@ -671,8 +698,27 @@ impl World {
                     if let Ok(reply) = &result {
                         self.check_answer(op.0, &asked, reply)?;
                     }
-                    if let Ok(ClientReply::SubmitAccepted { job_id, .. }) = result {
-                        self.clients[c].known.push(job_id);
+                    match result {
+                        Ok(ClientReply::SubmitAccepted { job_id, .. }) => {
+                            self.clients[c].known.push(job_id)
+                        }
+                        Ok(ClientReply::SubmitBatchResult { results, .. }) => {
+                            self.count("client: a batch answered");
+                            for result in results {
+                                match result {
+                                    SubmitResult::Accepted { job_id, .. } => {
+                                        self.clients[c].known.push(job_id)
+                                    }
+                                    SubmitResult::Rejected { .. } => {
+                                        self.count("client: a job of a batch refused for room")
+                                    }
+                                    SubmitResult::Error { .. } => {
+                                        self.count("client: a job of a batch refused otherwise")
+                                    }
+                                }
+                            }
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -685,27 +731,48 @@ impl World {
     /// as that job is retained (a key is forgotten with its job: a resend after a committed
     /// purge of the first job creates another, as documented).
     fn check_one_job_per_submission(&mut self, conn: ConnectionId, reply: &ClientReply) -> Check {
-        let ClientReply::SubmitAccepted {
-            request_id,
-            job_id,
-            existing: false,
-            ..
-        } = reply
-        else {
-            return Ok(());
-        };
         let Some(Peer::Client(c)) = self.conns.get(conn.0 as usize).map(|c| c.peer) else {
             return Ok(());
         };
-        let first = *self.created_by.entry((c, *request_id)).or_insert(*job_id);
-        if first == *job_id {
+        match reply {
+            ClientReply::SubmitAccepted {
+                request_id,
+                job_id,
+                existing: false,
+                ..
+            } => self.one_job_per_submission((c, *request_id, 0), *job_id),
+            ClientReply::SubmitBatchResult {
+                request_id,
+                results,
+                ..
+            } => {
+                for (index, result) in results.iter().enumerate() {
+                    if let SubmitResult::Accepted {
+                        job_id,
+                        existing: false,
+                    } = result
+                    {
+                        self.one_job_per_submission((c, *request_id, index), *job_id)?;
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `submission` (client, request, job of the batch) was answered with a new `job_id`.
+    fn one_job_per_submission(&mut self, submission: (usize, RequestId, usize), job_id: JobId) -> Check {
+        let first = *self.created_by.entry(submission).or_insert(job_id);
+        if first == job_id {
             Ok(())
         } else if self.checker.purged(&first) {
-            self.created_by.insert((c, *request_id), *job_id);
+            self.created_by.insert(submission, job_id);
             Ok(())
         } else {
+            let (c, request_id, index) = submission;
             Err(format!(
-                "client-{c}'s submission {request_id} created two jobs, {first} and {job_id}"
+                "client-{c}'s submission {request_id} (job {index} of it) created two jobs, {first} and {job_id}"
             ))
         }
     }
@@ -729,6 +796,19 @@ impl World {
                 committed.is_some_and(|job| {
                     Some(&job.task) == submitted.as_ref() && job.timeout_millis == *timeout_millis
                 })
+            }
+            (Operation::SubmitBatch { jobs }, ClientReply::SubmitBatchResult { results, .. }) => {
+                results.len() == jobs.len()
+                    && jobs.iter().zip(results).all(|(asked, result)| match result {
+                        SubmitResult::Accepted { job_id, .. } => {
+                            let submitted = TaskSpec::from_json(&asked.task).ok();
+                            self.checker.model.job_ever(job_id).is_some_and(|job| {
+                                Some(&job.task) == submitted.as_ref()
+                                    && job.timeout_millis == asked.timeout_millis
+                            })
+                        }
+                        SubmitResult::Rejected { .. } | SubmitResult::Error { .. } => true,
+                    })
             }
             (Operation::Status { job_id }, ClientReply::Job { job, .. })
             | (Operation::Wait { job_id, .. }, ClientReply::WaitResult { job, .. })

@@ -5,7 +5,7 @@
 
 use herder_core::client::Operation;
 use herder_core::job::JobState;
-use herder_core::protocol::Partitions;
+use herder_core::protocol::{JobSubmission, Partitions};
 use herder_core::tasks::{TaskSpec, UserTask};
 use serde_json::json;
 
@@ -123,8 +123,7 @@ impl World {
 
     fn next_op(&mut self, c: usize) -> Operation {
         let purge_ops = self.scenario.purge_ops;
-        let user_tasks = &self.scenario.user_tasks;
-        let job_timeouts = self.scenario.job_timeouts;
+        let batch_submits = self.scenario.batch_submits;
         let client = &mut self.clients[c];
         let rng = &mut client.rng;
         let pick = rng.below(100);
@@ -148,37 +147,64 @@ impl World {
                 limit: Some(10),
                 before: None,
             },
+            // Now and then a batch of a few jobs, each drawn as a submission alone is.
+            (0..=9, _) if batch_submits => {
+                let jobs = (0..rng.range(1, 5))
+                    .map(|_| self.next_submission(c))
+                    .collect();
+                Operation::SubmitBatch { jobs }
+            }
             _ => {
-                let key = rng.chance(0.3).then(|| format!("key-{}", rng.below(4)));
-                // A deadline of its own, sometimes shorter than the task runs.
-                let timeout = |rng: &mut SimRng| {
-                    (job_timeouts && rng.chance(0.4)).then(|| rng.range(100, 2_000))
-                };
-                let (spec, timeout_millis) = match &key {
-                    Some(key) => match self.key_specs.get(key) {
-                        Some(first) if rng.chance(0.7) => first.clone(),
-                        _ => {
-                            let spec = (random_spec(rng, user_tasks), timeout(rng));
-                            self.key_specs
-                                .entry(key.clone())
-                                .or_insert_with(|| spec.clone());
-                            spec
-                        }
-                    },
-                    None => (random_spec(rng, user_tasks), timeout(rng)),
-                };
-                let partitions = spec.is_data_parallel().then(|| match rng.below(3) {
-                    0 => Partitions::Auto,
-                    _ => Partitions::Count(rng.range(1, 5) as u32),
-                });
+                let JobSubmission {
+                    task,
+                    max_attempts,
+                    idempotency_key,
+                    partitions,
+                    timeout_millis,
+                } = self.next_submission(c);
                 Operation::Submit {
                     timeout_millis,
-                    task: spec.to_json(),
-                    max_attempts: rng.chance(0.5).then(|| rng.range(1, 4) as u32),
-                    idempotency_key: key,
+                    task,
+                    max_attempts,
+                    idempotency_key,
                     partitions,
                 }
             }
+        }
+    }
+
+    /// One job to submit: now and then keyed (with one of four keys, mostly repeating what
+    /// the key was first used for), now and then with a deadline of its own.
+    fn next_submission(&mut self, c: usize) -> JobSubmission {
+        let user_tasks = &self.scenario.user_tasks;
+        let job_timeouts = self.scenario.job_timeouts;
+        let rng = &mut self.clients[c].rng;
+        let key = rng.chance(0.3).then(|| format!("key-{}", rng.below(4)));
+        // A deadline of its own, sometimes shorter than the task runs.
+        let timeout = |rng: &mut SimRng| (job_timeouts && rng.chance(0.4)).then(|| rng.range(100, 2_000));
+        let (spec, timeout_millis) = match &key {
+            Some(key) => match self.key_specs.get(key) {
+                Some(first) if rng.chance(0.7) => first.clone(),
+                _ => {
+                    let spec = (random_spec(rng, user_tasks), timeout(rng));
+                    self.key_specs
+                        .entry(key.clone())
+                        .or_insert_with(|| spec.clone());
+                    spec
+                }
+            },
+            None => (random_spec(rng, user_tasks), timeout(rng)),
+        };
+        let partitions = spec.is_data_parallel().then(|| match rng.below(3) {
+            0 => Partitions::Auto,
+            _ => Partitions::Count(rng.range(1, 5) as u32),
+        });
+        JobSubmission {
+            timeout_millis,
+            task: spec.to_json(),
+            max_attempts: rng.chance(0.5).then(|| rng.range(1, 4) as u32),
+            idempotency_key: key,
+            partitions,
         }
     }
 }

@@ -11,18 +11,28 @@
 
 use std::collections::BTreeMap;
 
-use super::Submission;
-use crate::ids::{ConnectionId, LogIndex, RequestId, Term};
+use super::submissions::SubmitTo;
+use crate::ids::{ConnectionId, LogIndex, Term};
 use crate::limits::KEYED_RESENDS_PARKED_MAX;
+use crate::protocol::JobSubmission;
 
 /// A proposal's place in the log.
 type At = (Term, LogIndex);
 
-/// A keyed `SUBMIT` that arrived while its key's submission was in flight.
+/// A keyed submission that arrived while its key's submission was in flight.
 pub(super) struct ParkedResend {
-    pub(super) conn: ConnectionId,
-    pub(super) request_id: RequestId,
-    pub(super) submission: Submission,
+    pub(super) to: SubmitTo,
+    pub(super) submission: JobSubmission,
+}
+
+impl ParkedResend {
+    fn conn(&self) -> Option<ConnectionId> {
+        match self.to {
+            SubmitTo::Request { conn, .. } => Some(conn),
+            // A batch's connection is the batch's to forget.
+            SubmitTo::BatchItem { .. } => None,
+        }
+    }
 }
 
 struct InFlight {
@@ -105,7 +115,7 @@ impl Admitting {
     pub(super) fn drop_conn(&mut self, conn: ConnectionId) {
         for entry in self.entries.values_mut() {
             let before = entry.resends.len();
-            entry.resends.retain(|r| r.conn != conn);
+            entry.resends.retain(|r| r.conn() != Some(conn));
             self.resends -= before - entry.resends.len();
         }
     }

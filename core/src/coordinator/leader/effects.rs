@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::submissions::{idempotency_conflict, SubmitTo};
 use super::{LeaderState, Pending};
 use crate::command::{Applied, Command, LogEntry, Outcome};
 use crate::coordinator::member::Member;
@@ -11,7 +12,7 @@ use crate::coordinator::timers::Timer;
 use crate::coordinator::Event;
 use crate::ids::{ConnectionId, JobId, LeaseId};
 use crate::job::{AttemptEnd, FailureKind, Job, Lease};
-use crate::protocol::{CancelReason, ClientReply, CoordinatorToWorker, ErrorCode};
+use crate::protocol::{CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, SubmitResult};
 use crate::time::as_millis_u64;
 
 impl LeaderState {
@@ -36,7 +37,10 @@ impl LeaderState {
         }
         // Resends of a key this entry bound are answered from the table now that it holds it.
         for resend in self.admitting.applied(at) {
-            self.submit(m, resend.conn, resend.request_id, resend.submission, false);
+            // A job of a batch is answered from the entry that bound its key, which this
+            // leader committed in its own term; its batch cannot wait for a confirmation.
+            let confirmed = matches!(resend.to, SubmitTo::BatchItem { .. });
+            self.submit(m, resend.to, resend.submission, confirmed);
         }
         self.answer_confirmed_reads(m);
     }
@@ -121,35 +125,27 @@ impl LeaderState {
                 self.wake_waiters(m, job_id);
             }
             Applied::SubmitInvalid { job_id, reason } => {
-                if let Some(Pending::Submit { conn, request_id }) = pending {
-                    m.client_error(
-                        conn,
-                        request_id,
-                        ErrorCode::InvalidRequest,
-                        format!("job {job_id} was not created: {reason}"),
-                    );
+                if let Some(Pending::Submit { to }) = pending {
+                    let error = SubmitResult::Error {
+                        code: ErrorCode::InvalidRequest,
+                        message: format!("job {job_id} was not created: {reason}"),
+                    };
+                    self.answer_submission(m, to, error);
                 }
             }
             Applied::IdempotentReplay { job_id } => self.answer_submit(m, pending, job_id, true),
             Applied::IdempotencyConflict { existing } => {
-                if let Some(Pending::Submit { conn, request_id }) = pending {
-                    self.idempotency_conflict(m, conn, request_id, existing);
+                if let Some(Pending::Submit { to }) = pending {
+                    self.answer_submission(m, to, idempotency_conflict(existing));
                 }
             }
             Applied::AdmissionRejected {
                 active_jobs,
                 max_active_jobs,
             } => {
-                if let Some(Pending::Submit { conn, request_id }) = pending {
+                if let Some(Pending::Submit { to }) = pending {
                     let admitting = self.admitting.slots();
-                    self.reject_submission(
-                        m,
-                        conn,
-                        request_id,
-                        active_jobs,
-                        admitting,
-                        max_active_jobs,
-                    );
+                    self.reject_submission(m, to, active_jobs, admitting, max_active_jobs);
                 }
             }
             Applied::Assigned {
@@ -274,8 +270,14 @@ impl LeaderState {
             }
             Applied::RequeueSkipped { .. } => {}
             Applied::UnknownJob { job_id } => match pending {
-                Some(Pending::Submit { conn, request_id })
-                | Some(Pending::Cancel { conn, request_id }) => {
+                Some(Pending::Submit { to }) => {
+                    let error = SubmitResult::Error {
+                        code: ErrorCode::JobNotFound,
+                        message: format!("no job {job_id}"),
+                    };
+                    self.answer_submission(m, to, error);
+                }
+                Some(Pending::Cancel { conn, request_id }) => {
                     self.job_not_found(m, conn, request_id, job_id)
                 }
                 _ => {}
@@ -458,16 +460,8 @@ impl LeaderState {
         job_id: JobId,
         existing: bool,
     ) {
-        if let Some(Pending::Submit { conn, request_id }) = pending {
-            m.send_client(
-                conn,
-                ClientReply::SubmitAccepted {
-                    term: self.term,
-                    request_id,
-                    job_id,
-                    existing,
-                },
-            );
+        if let Some(Pending::Submit { to }) = pending {
+            self.answer_submission(m, to, SubmitResult::Accepted { job_id, existing });
         }
     }
 

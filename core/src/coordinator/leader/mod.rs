@@ -19,6 +19,7 @@ mod clients;
 mod effects;
 mod retention;
 mod scheduling;
+mod submissions;
 mod workers;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -33,27 +34,31 @@ use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId,
 use crate::job::JobState;
 use crate::limits::READS_IN_FLIGHT_MAX;
 use crate::protocol::{
-    CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, Partitions,
+    CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, JobSubmission,
     RunningAttempt, WorkerToCoordinator,
 };
 use crate::replica::Proposal;
 use crate::time::Instant;
+use submissions::SubmitTo;
 
 /// Whom to tell when a proposed entry applies.
 #[derive(Clone, Debug)]
 enum Pending {
     Submit {
-        conn: ConnectionId,
-        request_id: RequestId,
+        to: SubmitTo,
     },
     Cancel {
         conn: ConnectionId,
         request_id: RequestId,
     },
     /// A worker's result: acknowledge it once settled.
-    Result { worker: WorkerId },
+    Result {
+        worker: WorkerId,
+    },
     /// The leader revoked the lease (deadline): tell the worker once settled.
-    Revoke { reason: CancelReason },
+    Revoke {
+        reason: CancelReason,
+    },
     /// A purge the retention policy asked for.
     PolicyPurge,
     /// A client's `PURGE`: answer with how many it removed and how many more match.
@@ -62,29 +67,6 @@ enum Pending {
         request_id: RequestId,
         remaining: u64,
     },
-}
-
-/// A `SUBMIT` request's fields, as the leader receives them.
-struct Submission {
-    task: serde_json::Value,
-    max_attempts: Option<u32>,
-    idempotency_key: Option<String>,
-    partitions: Option<Partitions>,
-    timeout_millis: Option<u64>,
-}
-
-impl Submission {
-    /// The request again, to be answered later (once leadership is confirmed).
-    fn into_request(self, request_id: RequestId) -> ClientRequest {
-        ClientRequest::Submit {
-            request_id,
-            task: self.task,
-            max_attempts: self.max_attempts,
-            idempotency_key: self.idempotency_key,
-            partitions: self.partitions,
-            timeout_millis: self.timeout_millis,
-        }
-    }
 }
 
 /// A `REGISTER` message's fields.
@@ -184,6 +166,8 @@ pub(super) struct LeaderState {
     admitting: admission::Admitting,
     /// Purges proposed and not yet applied.
     purging: retention::Purging,
+    /// Batch submissions not yet answered.
+    batches: submissions::Batches,
 }
 
 impl LeaderState {
@@ -211,6 +195,7 @@ impl LeaderState {
             rotation_due: false,
             admitting: admission::Admitting::default(),
             purging: retention::Purging::default(),
+            batches: submissions::Batches::default(),
         }
     }
 
@@ -286,19 +271,38 @@ impl LeaderState {
             uncertain,
             members: client_members.clone(),
         };
+        let mut batches = self.batches;
+        let mut owed_submission = |m: &mut Member, to| match to {
+            SubmitTo::Request { conn, request_id } => {
+                m.send_client(conn, not_leader(request_id, true))
+            }
+            // The whole batch is answered at its first job still owed.
+            SubmitTo::BatchItem { batch, .. } => {
+                if let Some(open) = batches.close(batch) {
+                    m.send_client(open.conn, not_leader(open.request_id, true));
+                }
+            }
+        };
         for pending in self.pending.into_values() {
-            if let Pending::Submit { conn, request_id }
-            | Pending::Cancel { conn, request_id }
-            | Pending::Purge {
-                conn, request_id, ..
-            } = pending
-            {
-                m.send_client(conn, not_leader(request_id, true));
+            match pending {
+                Pending::Submit { to } => owed_submission(m, to),
+                Pending::Cancel { conn, request_id }
+                | Pending::Purge {
+                    conn, request_id, ..
+                } => m.send_client(conn, not_leader(request_id, true)),
+                _ => {}
             }
         }
         // A resend's job may yet be created, by the entry it waited for.
         for resend in self.admitting.into_resends() {
-            m.send_client(resend.conn, not_leader(resend.request_id, true));
+            owed_submission(m, resend.to);
+        }
+        // Every job of an open batch is owed by a proposal or a parked resend.
+        if let Some(open) = batches.into_open().next() {
+            panic!(
+                "batch {} of connection {:?} was open with no job of it owed",
+                open.request_id, open.conn
+            );
         }
         for waiter in self.waiters.into_values().flatten() {
             m.send_client(waiter.conn, not_leader(waiter.request_id, false));
@@ -412,6 +416,7 @@ impl LeaderState {
         }
         self.drop_waiters_of(conn);
         self.admitting.drop_conn(conn);
+        self.batches.drop_conn(conn);
         self.reads.retain(|_, read| read.conn() != conn);
         self.confirmed.retain(|(_, read)| read.conn() != conn);
         self.schedule(m);
@@ -546,14 +551,18 @@ impl LeaderState {
                 partitions,
                 timeout_millis,
             } => {
-                let submission = Submission {
+                let submission = JobSubmission {
                     task,
                     max_attempts,
                     idempotency_key,
                     partitions,
                     timeout_millis,
                 };
-                self.submit(m, conn, request_id, submission, confirmed)
+                let to = SubmitTo::Request { conn, request_id };
+                self.submit(m, to, submission, confirmed)
+            }
+            ClientRequest::SubmitBatch { request_id, jobs } => {
+                self.submit_batch(m, conn, request_id, jobs, confirmed)
             }
             ClientRequest::Status { request_id, job_id } => match self.job_view(m, &job_id) {
                 Some(job) => m.send_client(

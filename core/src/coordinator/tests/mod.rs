@@ -1138,6 +1138,7 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
 }
 
 mod admission;
+mod batches;
 mod recovery;
 mod registration;
 mod retention;

@@ -9,7 +9,7 @@ use herder_core::tasks::TaskSpec;
 
 use super::{Conn, Down, Peer, Up};
 use crate::checker::Check;
-use crate::world::{NodeRef, World};
+use crate::world::{NodeRef, SubmittedBatch, World};
 
 impl World {
     pub(in crate::world) fn connect_done(
@@ -172,19 +172,21 @@ impl World {
                         self.submit_keys
                             .insert((conn, *request_id), (key.clone(), committed));
                     }
-                    // The fewest admission slots it can take: one, plus one per partition of a
-                    // data-parallel job (`auto` is at least one).
-                    let slots = match TaskSpec::from_json(task) {
-                        Ok(t) if t.is_data_parallel() => {
-                            let asked = match partitions {
-                                Some(Partitions::Count(n)) => u64::from(*n),
-                                _ => 1,
-                            };
-                            1 + asked.min(t.items()).max(1)
-                        }
-                        _ => 1,
-                    };
-                    self.submit_dp.insert((conn, *request_id), slots);
+                    self.submit_dp
+                        .insert((conn, *request_id), fewest_slots(task, *partitions));
+                }
+                if let ClientRequest::SubmitBatch { request_id, jobs } = &message {
+                    let committed = self.checker.model.applied;
+                    let arrived = machine.table().applied_index();
+                    let items = jobs
+                        .iter()
+                        .map(|job| {
+                            let key = job.idempotency_key.clone().map(|k| (k, committed));
+                            (key, fewest_slots(&job.task, job.partitions))
+                        })
+                        .collect();
+                    let batch = SubmittedBatch { arrived, items };
+                    self.submit_batches.insert((conn, *request_id), batch);
                 }
                 machine.handle_client_message(local, id, message)
             }
@@ -323,5 +325,20 @@ impl World {
                 self.drain_client(c)
             }
         }
+    }
+}
+
+/// The fewest admission slots a submission can take: one, plus one per partition of a
+/// data-parallel job (`auto` is at least one).
+fn fewest_slots(task: &serde_json::Value, partitions: Option<Partitions>) -> u64 {
+    match TaskSpec::from_json(task) {
+        Ok(t) if t.is_data_parallel() => {
+            let asked = match partitions {
+                Some(Partitions::Count(n)) => u64::from(n),
+                _ => 1,
+            };
+            1 + asked.min(t.items()).max(1)
+        }
+        _ => 1,
     }
 }

@@ -1,0 +1,134 @@
+//! `herder submit --batch-file FILE`: every job of a JSON-lines file, sent in batches of up to
+//! `SUBMIT_BATCH_JOBS_MAX` (one request and one durable write each), one line printed per job.
+
+use std::io::Read;
+use std::path::Path;
+
+use herder_core::client::ClientConfig;
+use herder_core::limits::SUBMIT_BATCH_JOBS_MAX;
+use herder_core::protocol::{JobSubmission, SubmitResult};
+use herder_core::tasks::TaskSpec;
+use herder_runtime::client::HerderClient;
+use serde_json::json;
+
+use crate::cli::SubmitArgs;
+use crate::exit;
+use crate::output::{report_error, usage_error};
+
+/// Largest batch file read (the jobs are held in memory while they are sent).
+const BATCH_FILE_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+pub async fn submit_file(path: &Path, args: &SubmitArgs) -> u8 {
+    let as_json = args.client.json;
+    let text = match read_bounded(path) {
+        Ok(text) => text,
+        Err(error) => return usage_error(&error, as_json),
+    };
+    let jobs = match parse_lines(&text, args) {
+        Ok(jobs) => jobs,
+        Err(error) => return usage_error(&error, as_json),
+    };
+    if jobs.is_empty() {
+        return usage_error(&format!("{} holds no jobs", path.display()), as_json);
+    }
+    let client = HerderClient::new(ClientConfig::new(args.client.coordinator.clone()))
+        .with_call_timeout(std::time::Duration::from_millis(
+            args.client.call_timeout_millis.max(1),
+        ));
+    let mut refused = 0usize;
+    let mut sent = 0usize;
+    let lines: Vec<usize> = jobs.iter().map(|(line, _)| *line).collect();
+    let mut jobs = jobs.into_iter().map(|(_, job)| job).peekable();
+    while jobs.peek().is_some() {
+        let chunk: Vec<JobSubmission> = jobs.by_ref().take(SUBMIT_BATCH_JOBS_MAX).collect();
+        let results = match client.submit_batch(chunk).await {
+            Ok(results) => results,
+            Err(error) => {
+                if sent > 0 {
+                    eprintln!(
+                        "herder: the jobs of lines {} and later were not all submitted",
+                        lines[sent]
+                    );
+                }
+                return report_error(&error, as_json);
+            }
+        };
+        for result in &results {
+            let line = lines[sent];
+            sent += 1;
+            refused += usize::from(!matches!(result, SubmitResult::Accepted { .. }));
+            print_result(line, result, as_json);
+        }
+    }
+    if refused > 0 {
+        eprintln!("herder: {refused} of {sent} jobs were not accepted");
+        return exit::REJECTED;
+    }
+    exit::OK
+}
+
+fn read_bounded(path: &Path) -> Result<String, String> {
+    let mut text = String::new();
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin()
+            .take(BATCH_FILE_BYTES_MAX + 1)
+            .read_to_string(&mut text)
+    } else {
+        std::fs::File::open(path).and_then(|file| {
+            file.take(BATCH_FILE_BYTES_MAX + 1)
+                .read_to_string(&mut text)
+        })
+    };
+    read.map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    if text.len() as u64 > BATCH_FILE_BYTES_MAX {
+        return Err(format!(
+            "{} is larger than {BATCH_FILE_BYTES_MAX} bytes; split it",
+            path.display()
+        ));
+    }
+    Ok(text)
+}
+
+/// Each non-blank line as a submission, with its line number; checked here with the
+/// coordinator's own rules for tasks, so a bad line stops everything before anything is sent.
+fn parse_lines(text: &str, args: &SubmitArgs) -> Result<Vec<(usize, JobSubmission)>, String> {
+    let mut jobs = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let mut job: JobSubmission = serde_json::from_str(raw)
+            .map_err(|error| format!("line {line} is not a job submission: {error}"))?;
+        TaskSpec::from_json(&job.task).map_err(|error| format!("line {line}: {error}"))?;
+        job.max_attempts = job.max_attempts.or(args.max_attempts);
+        job.timeout_millis = job.timeout_millis.or(args.timeout_millis);
+        jobs.push((line, job));
+    }
+    Ok(jobs)
+}
+
+fn print_result(line: usize, result: &SubmitResult, as_json: bool) {
+    if as_json {
+        let mut value = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
+        if let Some(object) = value.as_object_mut() {
+            object.insert("line".into(), json!(line));
+        }
+        println!("{value}");
+        return;
+    }
+    match result {
+        SubmitResult::Accepted {
+            job_id,
+            existing: false,
+        } => println!("{job_id}"),
+        SubmitResult::Accepted {
+            job_id,
+            existing: true,
+        } => println!("{job_id} (existing job for idempotency key)"),
+        SubmitResult::Rejected { message, .. } => println!("line {line}: rejected: {message}"),
+        SubmitResult::Error { code, message } => {
+            println!("line {line}: not accepted ({code:?}): {message}")
+        }
+    }
+}
