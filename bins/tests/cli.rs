@@ -738,3 +738,115 @@ fn connection_bounds_that_contradict_each_other_are_refused() {
     assert!(!dir.join("herder.sqlite3").exists(), "nothing is created");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_batch_file_submits_every_line_and_a_bad_line_submits_nothing() {
+    let dir = temp_dir("batch-file");
+    let server = start_server(
+        &[
+            "coordinator",
+            "--data-dir",
+            dir.join("data").to_str().expect("utf-8"),
+            "--worker-port",
+            "127.0.0.1:0",
+            "--client-port",
+            "127.0.0.1:0",
+            "--http-port",
+            "off",
+            "--max-active-jobs",
+            "3",
+        ],
+        "client_addr=",
+    );
+    let at = ["--coordinator", server.client_addr.as_str()];
+    let run = |args: &[&str]| {
+        let all: Vec<&str> = args.iter().chain(at.iter()).copied().collect();
+        herder(&all)
+    };
+    let lines_of = |output: &std::process::Output| -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line per job"))
+            .collect()
+    };
+    let file = dir.join("jobs.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"task": {"kind": "sha256", "text": "a"}}"#,
+            "\n\n",
+            r#"{"task": {"kind": "sha256", "text": "b"}, "idempotency_key": "k-1"}"#,
+            "\n",
+            r#"{"task": {"kind": "sha256", "text": "b"}, "idempotency_key": "k-1"}"#,
+            "\n",
+        ),
+    )
+    .expect("write the batch file");
+    let path = file.to_str().expect("utf-8");
+    let output = run(&["submit", "--batch-file", path, "--json"]);
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let results = lines_of(&output);
+    assert_eq!(results.len(), 3, "one line per job: {results:?}");
+    assert_eq!(
+        results
+            .iter()
+            .map(|r| r["line"].as_u64())
+            .collect::<Vec<_>>(),
+        [Some(1), Some(3), Some(4)],
+        "each result names its line"
+    );
+    assert!(results.iter().all(|r| r["outcome"] == "ACCEPTED"));
+    assert_eq!(results[1]["existing"], false);
+    assert_eq!(
+        results[2]["existing"], true,
+        "the key's second use names the first job"
+    );
+    assert_eq!(results[1]["job_id"], results[2]["job_id"]);
+
+    // Two new jobs, one slot left: the second is refused, and the exit code says so.
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"task": {"kind": "sha256", "text": "c"}}"#,
+            "\n",
+            r#"{"task": {"kind": "sha256", "text": "d"}}"#,
+            "\n",
+        ),
+    )
+    .expect("write the batch file");
+    let output = run(&["submit", "--batch-file", path, "--json"]);
+    assert_eq!(code(&output), 3);
+    let results = lines_of(&output);
+    assert_eq!(results[0]["outcome"], "ACCEPTED");
+    assert_eq!(results[1]["outcome"], "REJECTED");
+
+    // A bad line stops everything before anything is sent.
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"task": {"kind": "sha256", "text": "e"}}"#,
+            "\n",
+            r#"{"task": {"kind": "sha256"}}"#,
+            "\n",
+        ),
+    )
+    .expect("write the batch file");
+    let output = run(&["submit", "--batch-file", path]);
+    assert_eq!(code(&output), 2);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("line 2"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed = run(&["list", "--json"]);
+    assert_eq!(
+        stdout_json(&listed)["jobs"].as_array().map(Vec::len),
+        Some(3),
+        "the first two files made three jobs, the bad one none"
+    );
+}

@@ -30,8 +30,8 @@ use herder_core::coordinator::{Coordinator, DiskImage, Output, Record, WorkerEnt
 use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, NodeId, Term, WorkerId};
 use herder_core::job::JobState;
 use herder_core::protocol::{
-    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobView, PeerMessage,
-    SubmitResult,
+    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobView,
+    PeerMessage, SubmitResult,
 };
 
 use crate::model::Model;
@@ -875,9 +875,16 @@ impl Checker {
         existing: bool,
         key: Option<(&str, LogIndex)>,
     ) -> Check {
-        let index = self.model.submitted_at.get(job_id).copied().ok_or_else(|| {
-            format!("durability: SUBMIT_ACCEPTED for job {job_id} before its Submit was committed")
-        })?;
+        let index = self
+            .model
+            .submitted_at
+            .get(job_id)
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "durability: SUBMIT_ACCEPTED for job {job_id} before its Submit was committed"
+                )
+            })?;
         self.durable(c, index, &format!("SUBMIT_ACCEPTED job {job_id}"))?;
         // At most one answer calls the job new. It need not come first: a deposed
         // leader that wakes up may still commit its own entry (a majority holds it) and
@@ -924,7 +931,9 @@ impl Checker {
         // only once every earlier entry is applied). A refusal at apply is a finding of
         // the model: a leader that counts what it writes never writes a refused one.
         let applied = machine.table().applied_index();
-        let before = arrived.unwrap_or(self.follow[c].applied_before).min(applied);
+        let before = arrived
+            .unwrap_or(self.follow[c].applied_before)
+            .min(applied);
         let log = machine.replica().log();
         // (An entry applied in this step may already be compacted away: the committed
         // log has it.)
@@ -949,8 +958,8 @@ impl Checker {
         );
         // A count the table had at some point between the request's arrival and now.
         let lo = LogIndex(arrived.unwrap_or(applied).0.saturating_sub(64));
-        let seen = (lo.0..=applied.0)
-            .any(|i| self.model.active_at(LogIndex(i)) == Some(active_jobs));
+        let seen =
+            (lo.0..=applied.0).any(|i| self.model.active_at(LogIndex(i)) == Some(active_jobs));
         ensure!(
             seen,
             "SUBMIT_REJECTED reports {active_jobs} non-terminal jobs, a count the rules never had between entries {lo} and {applied}"

@@ -339,11 +339,12 @@ impl World {
                     .check_output(c, machine, &output, &owner, key, dp)?;
                 if let Output::ToClient {
                     conn,
-                    message: ClientReply::SubmitBatchResult {
-                        request_id,
-                        results,
-                        ..
-                    },
+                    message:
+                        ClientReply::SubmitBatchResult {
+                            request_id,
+                            results,
+                            ..
+                        },
                 } = &output
                 {
                     let batch = (conn.0 as usize, *request_id);
@@ -762,7 +763,11 @@ impl World {
     }
 
     /// `submission` (client, request, job of the batch) was answered with a new `job_id`.
-    fn one_job_per_submission(&mut self, submission: (usize, RequestId, usize), job_id: JobId) -> Check {
+    fn one_job_per_submission(
+        &mut self,
+        submission: (usize, RequestId, usize),
+        job_id: JobId,
+    ) -> Check {
         let first = *self.created_by.entry(submission).or_insert(job_id);
         if first == job_id {
             Ok(())
@@ -799,16 +804,19 @@ impl World {
             }
             (Operation::SubmitBatch { jobs }, ClientReply::SubmitBatchResult { results, .. }) => {
                 results.len() == jobs.len()
-                    && jobs.iter().zip(results).all(|(asked, result)| match result {
-                        SubmitResult::Accepted { job_id, .. } => {
-                            let submitted = TaskSpec::from_json(&asked.task).ok();
-                            self.checker.model.job_ever(job_id).is_some_and(|job| {
-                                Some(&job.task) == submitted.as_ref()
-                                    && job.timeout_millis == asked.timeout_millis
-                            })
-                        }
-                        SubmitResult::Rejected { .. } | SubmitResult::Error { .. } => true,
-                    })
+                    && jobs
+                        .iter()
+                        .zip(results)
+                        .all(|(asked, result)| match result {
+                            SubmitResult::Accepted { job_id, .. } => {
+                                let submitted = TaskSpec::from_json(&asked.task).ok();
+                                self.checker.model.job_ever(job_id).is_some_and(|job| {
+                                    Some(&job.task) == submitted.as_ref()
+                                        && job.timeout_millis == asked.timeout_millis
+                                })
+                            }
+                            SubmitResult::Rejected { .. } | SubmitResult::Error { .. } => true,
+                        })
             }
             (Operation::Status { job_id }, ClientReply::Job { job, .. })
             | (Operation::Wait { job_id, .. }, ClientReply::WaitResult { job, .. })

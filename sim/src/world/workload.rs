@@ -181,7 +181,8 @@ impl World {
         let rng = &mut self.clients[c].rng;
         let key = rng.chance(0.3).then(|| format!("key-{}", rng.below(4)));
         // A deadline of its own, sometimes shorter than the task runs.
-        let timeout = |rng: &mut SimRng| (job_timeouts && rng.chance(0.4)).then(|| rng.range(100, 2_000));
+        let timeout =
+            |rng: &mut SimRng| (job_timeouts && rng.chance(0.4)).then(|| rng.range(100, 2_000));
         let (spec, timeout_millis) = match &key {
             Some(key) => match self.key_specs.get(key) {
                 Some(first) if rng.chance(0.7) => first.clone(),

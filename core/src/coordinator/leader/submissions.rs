@@ -371,10 +371,11 @@ impl LeaderState {
         Ok((pieces, slots))
     }
 
-    /// A job id no job in the table (nor in `taken`) has.
+    /// A job id no job in the table (nor in `taken`) has, ordered by the time it is drawn.
     pub(super) fn fresh_job_id(&mut self, m: &mut Member, taken: &[JobId]) -> JobId {
+        let now = m.wall_now();
         loop {
-            let id = JobId::random(&mut m.rng);
+            let id = JobId::ordered(now, &mut m.rng);
             if m.table.get(&id).is_none() && !taken.contains(&id) {
                 return id;
             }
