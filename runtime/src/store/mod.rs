@@ -7,6 +7,8 @@
 //!   SQLite's integrity check, or a file that is not a database is refused with a clear message;
 //!   nothing is ever silently reset.
 
+mod encoding;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -62,13 +64,15 @@ pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("cannot encode a record: {0}")]
-    Encode(#[from] serde_json::Error),
+    Encode(#[from] rmp_serde::encode::Error),
 }
 
 /// An open store. Not `Sync`: it lives on the store thread.
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Holds one encoded record at a time, reused across records and commits.
+    buffer: Vec<u8>,
 }
 
 impl Store {
@@ -176,7 +180,11 @@ impl Store {
             )
             .map_err(in_use_or_corrupt)?;
         }
-        let store = Store { conn, path };
+        let store = Store {
+            conn,
+            path,
+            buffer: Vec::new(),
+        };
         store.check_tables()?;
         Ok(store)
     }
@@ -245,13 +253,11 @@ impl Store {
         let term = u64::try_from(term).map_err(|_| corrupt(format!("negative term {term}")))?;
         let mut jobs = Vec::new();
         let mut statement = self.conn.prepare("SELECT id, row FROM jobs")?;
-        let rows = statement.query_map([], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-        })?;
-        for row in rows {
-            let (id, text) = row?;
-            let job: Job =
-                serde_json::from_str(&text).map_err(|e| corrupt(format!("job row {id}: {e}")))?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let id: String = row.get(0)?;
+            let job: Job = encoding::decode(row.get_ref(1)?)
+                .map_err(|e| corrupt(format!("job row {id}: {e}")))?;
             if job.id.to_string() != id {
                 return Err(corrupt(format!(
                     "the job row filed under id {id} holds job {}",
@@ -264,12 +270,10 @@ impl Store {
         let mut statement = self
             .conn
             .prepare("SELECT idx, entry FROM log ORDER BY idx")?;
-        let rows = statement.query_map([], |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-        })?;
-        for row in rows {
-            let (idx, text) = row?;
-            let entry: LogEntry = serde_json::from_str(&text)
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let idx: i64 = row.get(0)?;
+            let entry: LogEntry = encoding::decode(row.get_ref(1)?)
                 .map_err(|e| corrupt(format!("log entry {idx}: {e}")))?;
             if i64::try_from(entry.index.0).ok() != Some(idx) {
                 return Err(corrupt(format!(
@@ -307,6 +311,7 @@ impl Store {
         records: impl IntoIterator<Item = &'a Record>,
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
+        let buffer = &mut self.buffer;
         {
             let mut put_log = tx.prepare_cached(
                 "INSERT OR REPLACE INTO log (idx, term, entry) VALUES (?1, ?2, ?3)",
@@ -339,11 +344,11 @@ impl Store {
                     Record::Snapshot { index, term, jobs } => {
                         tx.execute("DELETE FROM jobs", [])?;
                         for job in jobs {
-                            let text = serde_json::to_string(job)?;
+                            encoding::encode_into(job, buffer)?;
                             put_job.execute(params![
                                 job.id.to_string(),
                                 job.state.as_str(),
-                                text
+                                buffer.as_slice()
                             ])?;
                         }
                         set_applied.execute(params![to_sql(index.0)])?;
@@ -351,16 +356,20 @@ impl Store {
                         discard.execute(params![to_sql(index.0)])?;
                     }
                     Record::Log(entry) => {
-                        let text = serde_json::to_string(entry)?;
+                        encoding::encode_into(entry, buffer)?;
                         put_log.execute(params![
                             to_sql(entry.index.0),
                             to_sql(entry.term.0),
-                            text
+                            buffer.as_slice()
                         ])?;
                     }
                     Record::Job(job) => {
-                        let text = serde_json::to_string(job)?;
-                        put_job.execute(params![job.id.to_string(), job.state.as_str(), text])?;
+                        encoding::encode_into(job.as_ref(), buffer)?;
+                        put_job.execute(params![
+                            job.id.to_string(),
+                            job.state.as_str(),
+                            buffer.as_slice()
+                        ])?;
                     }
                     Record::DeleteJob(job_id) => {
                         delete_job.execute(params![job_id.to_string()])?;
@@ -494,6 +503,118 @@ mod tests {
         ids.sort();
         assert_eq!(ids, vec![job(1).id, job(2).id]);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn rows_and_entries_written_as_json_by_an_earlier_version_are_still_read() {
+        let dir = temp_dir("json-rows");
+        let mut store = Store::open(&dir).expect("open");
+        let (old_job, new_job) = (job(1), job(2));
+        store
+            .conn
+            .execute(
+                "INSERT INTO jobs (id, state, row) VALUES (?1, ?2, ?3)",
+                params![old_job.id.to_string(), "QUEUED", json(&old_job)],
+            )
+            .expect("a JSON row");
+        store
+            .conn
+            .execute(
+                "INSERT INTO log (idx, term, entry) VALUES (1, 1, ?1)",
+                params![json(&entry(1))],
+            )
+            .expect("a JSON entry");
+        store
+            .write(&[
+                Record::Log(entry(2)),
+                Record::Job(Box::new(new_job.clone())),
+            ])
+            .expect("binary records beside them");
+        let kinds: Vec<String> = store
+            .conn
+            .prepare("SELECT typeof(entry) FROM log ORDER BY idx")
+            .expect("prepare")
+            .query_map([], |row| row.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(kinds, ["text", "blob"], "new records are written in binary");
+        drop(store);
+        let state = Store::open(&dir).expect("reopen").load().expect("load");
+        assert_eq!(state.log, vec![entry(1), entry(2)]);
+        let mut jobs = state.jobs;
+        jobs.sort_by_key(|j| j.id);
+        assert_eq!(jobs, vec![old_job, new_job]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Every log entry and job row shown in the protocol document (every command, task and
+    /// outcome kind has one there) comes back from the store's binary form unchanged.
+    #[test]
+    fn every_documented_entry_and_row_round_trips_through_the_binary_form() {
+        let doc = include_str!("../../../docs/PROTOCOL.md");
+        let mut entries = 0;
+        let mut buffer = Vec::new();
+        for block in doc.split("```jsonc\n").skip(1) {
+            let Some((text, _)) = block.split_once("```") else {
+                continue;
+            };
+            if let Ok(entry) = serde_json::from_str::<LogEntry>(text) {
+                encoding::encode_into(&entry, &mut buffer).expect("encode");
+                let back: LogEntry =
+                    encoding::decode(rusqlite::types::ValueRef::Blob(&buffer)).expect("decode");
+                assert_eq!(back, entry);
+                assert!(buffer.len() < text.len(), "smaller than its JSON: {text}");
+                entries += 1;
+            }
+        }
+        assert!(entries >= 10, "only {entries} entries found");
+        // And a row with every optional part filled, user JSON of every shape among them.
+        let job: Job = serde_json::from_value(serde_json::json!({
+            "id": "01a2340d-0c18-7241-8334-46b9e7496fa0",
+            "task": {"kind": "resize", "payload": {"n": -3, "f": 1.5, "big": 18446744073709551615u64,
+                "s": "é\u{0}\"", "list": [null, true, [], {}], "nested": {"a": {"b": [1, 2.25]}}}},
+            "max_attempts": 3,
+            "idempotency_key": "order-7",
+            "state": "RUNNING",
+            "attempt": 2,
+            "lease": {"id": "e94a5a36-0525-44c5-be93-082686887253", "worker": "w3",
+                "incarnation": "fed3de0940442ec2"},
+            "last_worker": "w3",
+            "result": {"kind": "value", "value": {"ok": [1, "two", 3.0]}},
+            "error": "the first attempt failed",
+            "retry_delay_millis": 1200,
+            "submitted_at": 9,
+            "queue_seq": 18432,
+            "partitions_asked": 4,
+            "created_at": 1796169600024u64,
+            "first_started_at": 1796169600038u64,
+            "timeout_millis": 5000,
+            "history": [
+                {"attempt": 1, "lease_id": "58f56ad9-5b55-44d5-99cd-677c1af4c9d5", "worker": "w1",
+                    "started_at_unix_ms": 1796169600038u64, "ended_at_unix_ms": 1796169600059u64,
+                    "outcome": "worker_lost", "error": "lost"},
+                {"attempt": 2, "lease_id": "e94a5a36-0525-44c5-be93-082686887253", "worker": "w3",
+                    "started_at_unix_ms": 1796169600070u64}
+            ],
+            "history_dropped": 2
+        }))
+        .expect("a job row");
+        encoding::encode_into(&job, &mut buffer).expect("encode");
+        let back: Job = encoding::decode(rusqlite::types::ValueRef::Blob(&buffer)).expect("decode");
+        assert_eq!(back, job);
+        let json = serde_json::to_vec(&job).expect("json");
+        assert!(
+            buffer.len() < json.len(),
+            "{} bytes against {} as JSON",
+            buffer.len(),
+            json.len()
+        );
+    }
+
+    /// A value as JSON text, as an earlier version wrote rows and entries.
+    fn json<T: serde::Serialize>(value: &T) -> String {
+        serde_json::to_string(value).expect("encode")
     }
 
     #[test]
