@@ -15,6 +15,15 @@
 # the load generator. MAX_ACTIVE is every coordinator's --max-active-jobs.
 #   JOBS="2000 20000" PIPELINES="1 8" RUNS=3 ./scripts/bench-throughput.sh
 #   TOPOLOGIES="single group" JOBS=5000 OUT=/tmp/throughput.txt ./scripts/bench-throughput.sh
+#
+# SUITE=targets runs every throughput, latency and memory target instead, RUNS times each on
+# the single coordinator and the group (alternating), and prints one table with each row's
+# median against its target: batched submission, one submission in flight on each of four
+# connections (beside the rate of durable commits this disk allows, measured the same way),
+# submit-to-completed latency at a paced 300 jobs/s, and the coordinator's peak resident
+# memory with 100,000 jobs queued. SMOKE=1 makes every count 20 times smaller (CI runs it so,
+# to show the suite works; its figures mean nothing).
+#   SUITE=targets RUNS=3 ./scripts/bench-throughput.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 ensure_built
@@ -29,6 +38,8 @@ WORKERS="${WORKERS:-3}"
 CAPACITY="${CAPACITY:-4}"
 OUT="${OUT:-}"
 MAX_ACTIVE="${MAX_ACTIVE:-1000000}"
+SUITE="${SUITE:-}"
+SMOKE="${SMOKE:-}"
 WORKER_ADDR="127.0.0.1:${BENCH_WORKER_PORT:-27070}"
 CLIENT_ADDR="127.0.0.1:${BENCH_CLIENT_PORT:-27071}"
 # single and group: member i listens on BASE+10i (workers), +1 (clients), +2 (peers).
@@ -90,6 +101,94 @@ start_topology() {
     esac
     wait_for 30 "$1: every worker registered" all_workers_alive
 }
+
+# scaled COUNT: COUNT, or a twentieth of it for a smoke run.
+scaled() { if [ -n "$SMOKE" ]; then echo $(($1 / 20)); else echo "$1"; fi; }
+
+# peak_memory: the coordinator's peak resident memory (KiB) once 100,000 jobs are queued on
+# it (no workers, so they stay queued), submitted from a JSON-lines file in batches.
+peak_memory() {
+    local queued
+    queued=$(scaled 100000)
+    rm -rf "$work/data"
+    STARTED_PIDS=()
+    start_bg "$work/memory.log" coordinator --data-dir "$work/data" --worker-port "127.0.0.1:$(port 0 0)" \
+        --client-port "127.0.0.1:$(port 0 1)" --http-port off --max-active-jobs "$MAX_ACTIVE"
+    local pid=$LAST_PID
+    CLIENT_ADDR="127.0.0.1:$(port 0 1)"
+    wait_for 15 "the coordinator" "$HERDER_BIN" workers --coordinator "$CLIENT_ADDR"
+    python3 -c "import json,sys
+for i in range($queued): print(json.dumps({'task': {'kind': 'sha256', 'text': f'herder {i}'}}))" >"$work/queued.jsonl"
+    "$HERDER_BIN" submit --batch-file "$work/queued.jsonl" --coordinator "$CLIENT_ADDR" >/dev/null
+    awk '/^VmHWM/ {print $2}' "/proc/$pid/status"
+    cleanup_started
+}
+
+run_targets() {
+    local rows=(
+        "batched (batch 100, 8 connections)|--jobs $(scaled 40000) --concurrency 8 --batch 100"
+        "one in flight on each of 4 connections|--jobs $(scaled 20000) --concurrency 4 --pipeline 1"
+        "paced at 300 jobs/s (4 connections)|--jobs $(scaled 6000) --concurrency 4 --rate 300"
+    )
+    for row in "${rows[@]}"; do
+        local name=${row%%|*} flags=${row#*|}
+        for run in $(seq "$RUNS"); do
+            for topology in single group; do
+                STARTED_PIDS=()
+                ROLES=()
+                start_topology "$topology"
+                # shellcheck disable=SC2086 # the flags are words
+                python3 "$HERDER_ROOT/scripts/bench-run.py" "$topology" "$run" "${ROLES[@]}" -- \
+                    "$HERDER_BIN" bench $flags --task sha256 --text herder \
+                    --coordinator "$CLIENT_ADDR" --json |
+                    python3 -c "import json,sys; print(json.dumps({'target': '$name', **json.loads(sys.stdin.read())}))" |
+                    tee -a "$results"
+                cleanup_started
+            done
+        done
+    done
+    mkdir -p "$work/fsync"
+    python3 "$HERDER_ROOT/scripts/fsync-limit.py" "$work/fsync" "$(scaled 2000)" >"$work/fsync.json"
+    for run in $(seq "$RUNS"); do
+        echo "{\"target\": \"memory\", \"run\": $run, \"peak_rss_kib\": $(peak_memory)}" | tee -a "$results"
+    done
+    python3 - "$results" "$work/fsync.json" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+fsync = json.load(open(sys.argv[2]))
+limit = 4 * fsync["commits_per_second"]
+def median(target, topology, key):
+    values = [key(r) for r in rows if r.get("target") == target and r.get("topology") == topology]
+    return (statistics.median(values), values) if values else (None, [])
+throughput = lambda r: r["throughput_jobs_per_second"]
+p99 = lambda r: r["end_to_end_millis"]["p99"]
+print()
+print(f"{'target':<46} {'topology':<8} {'runs':<26} {'median':>9}  goal")
+def line(name, topology, key, unit, goal, scale=1.0):
+    m, values = median(name, topology, key)
+    if m is None:
+        return
+    runs = " ".join(f"{v * scale:.0f}" if unit != "ms" else f"{v:.2f}" for v in values)
+    shown = f"{m * scale:.0f}" if unit != "ms" else f"{m:.2f}"
+    print(f"{name:<46} {topology:<8} {runs:<26} {shown:>9}  {goal}")
+line("batched (batch 100, 8 connections)", "single", throughput, "jobs/s", "at least 20,000 jobs/s")
+line("batched (batch 100, 8 connections)", "group", throughput, "jobs/s", "at least 10,000 jobs/s")
+for topology in ("single", "group"):
+    line("one in flight on each of 4 connections", topology, throughput, "jobs/s",
+         f"at least 80% of {limit:,} jobs/s (4 x {fsync['commits_per_second']:,} commits/s, p50 commit {fsync['commit_millis_p50']} ms)")
+line("paced at 300 jobs/s (4 connections)", "single", p99, "ms", "submit-to-completed p99 at most 5 ms")
+line("paced at 300 jobs/s (4 connections)", "group", p99, "ms", "submit-to-completed p99 at most 10 ms")
+memory = [r["peak_rss_kib"] for r in rows if r.get("target") == "memory"]
+if memory:
+    runs = " ".join(f"{v / 1024:.0f}" for v in memory)
+    print(f"{'peak resident memory, jobs queued (MiB)':<46} {'single':<8} {runs:<26} {statistics.median(memory) / 1024:>9.0f}  at most 200 MiB with 100,000 queued")
+PY
+}
+
+if [ "$SUITE" = targets ]; then
+    run_targets | tee -a "${OUT:-/dev/null}"
+    exit 0
+fi
 
 # Runs of different topologies alternate, so that whatever else the machine does weighs on
 # each alike.

@@ -58,6 +58,9 @@ pub async fn run(args: BenchArgs) -> u8 {
             as_json,
         );
     }
+    if args.rate == Some(0) {
+        return usage_error("--rate must be at least 1 job per second", as_json);
+    }
     if args.batch > 1 && args.pipeline > 1 {
         return usage_error(
             "with --batch, each connection sends one batch at a time; raise --concurrency for more in flight",
@@ -104,11 +107,18 @@ pub async fn run(args: BenchArgs) -> u8 {
         let client = HerderClient::new(ClientConfig::new(args.client.coordinator.clone()));
         let task = task.clone();
         let progress = progress.clone();
+        // Paced: this connection's jobs one interval apart, the connections staggered.
+        let pace = args.rate.map(|rate| {
+            let interval = Duration::from_secs_f64(f64::from(args.concurrency) / f64::from(rate));
+            let offset = Duration::from_secs_f64(c as f64 / f64::from(rate));
+            (started + offset, interval)
+        });
         let load = Load {
             jobs: share,
             pipeline: args.pipeline as usize,
             batch: args.batch as usize,
             max_attempts: args.max_attempts,
+            pace,
         };
         connections.spawn(async move { run_connection(client, task, load, progress).await });
     }
@@ -142,6 +152,9 @@ struct Load {
     pipeline: usize,
     batch: usize,
     max_attempts: Option<u32>,
+    /// When the first job is due, and the interval between jobs: submit on that schedule
+    /// instead of as fast as the pipeline allows.
+    pace: Option<(Instant, Duration)>,
 }
 
 async fn run_connection(
@@ -157,12 +170,21 @@ async fn run_connection(
         jobs,
         pipeline,
         max_attempts,
+        pace,
         ..
     } = load;
-    let in_flight = Arc::new(Semaphore::new(pipeline));
+    // Paced, a submission never waits for the one before it.
+    let in_flight = Arc::new(Semaphore::new(if pace.is_some() {
+        WAITS_PER_CONNECTION
+    } else {
+        pipeline
+    }));
     let waiting = Arc::new(Semaphore::new(WAITS_PER_CONNECTION));
     let mut jobs_set = JoinSet::new();
-    for _ in 0..jobs {
+    for i in 0..jobs {
+        if let Some((first, interval)) = pace {
+            tokio::time::sleep_until((first + interval.mul_f64(i as f64)).into()).await;
+        }
         // A job holds its wait slot from submission until it is terminal.
         let Ok(wait_slot) = waiting.clone().acquire_owned().await else {
             break;
@@ -352,6 +374,7 @@ fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
                 "concurrency": args.concurrency,
                 "pipeline": args.pipeline,
                 "batch": args.batch,
+                "rate": args.rate,
                 "task": task_label(args),
                 "accepted": accepted,
                 "rejected": rejected,

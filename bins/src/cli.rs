@@ -608,6 +608,11 @@ pub struct BenchArgs {
     /// Each connection sends one batch, waits for every job of it, then sends the next.
     #[arg(long, default_value_t = 1)]
     pub batch: u32,
+    /// Submit at this many jobs per second in all (spread evenly over the connections),
+    /// whatever the answers, instead of as fast as the pipeline allows: latency at a given
+    /// load. One `SUBMIT` per job.
+    #[arg(long, conflicts_with_all = ["batch", "pipeline"])]
+    pub rate: Option<u32>,
     /// Task type for every job.
     #[arg(long, default_value = "sha256")]
     pub task: String,
