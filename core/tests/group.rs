@@ -272,6 +272,19 @@ fn a_leader_that_loses_its_majority_answers_what_it_owed_as_uncertain() {
     g.run(50);
     g.isolated.push(leader);
     let asked = g.ask(leader, submit(None));
+    // A batch still being written is owed the same answer, once for the whole batch.
+    let batch = g.ask(leader, |request_id| ClientRequest::SubmitBatch {
+        request_id,
+        jobs: (0..3)
+            .map(|i| herder_core::protocol::JobSubmission {
+                task: serde_json::json!({"kind": "sha256", "text": format!("batch {i}")}),
+                max_attempts: None,
+                idempotency_key: None,
+                partitions: None,
+                timeout_millis: None,
+            })
+            .collect(),
+    });
     g.run(400);
     match g.reply(asked) {
         Some((
@@ -281,6 +294,15 @@ fn a_leader_that_loses_its_majority_answers_what_it_owed_as_uncertain() {
             },
         )) => assert_eq!(*who, leader),
         other => panic!("expected an uncertain NOT_LEADER, got {other:?}"),
+    }
+    match g.reply(batch) {
+        Some((
+            who,
+            ClientReply::NotLeader {
+                uncertain: true, ..
+            },
+        )) => assert_eq!(*who, leader),
+        other => panic!("expected an uncertain NOT_LEADER for the batch, got {other:?}"),
     }
     // A read at the deposed leader is never answered from its table.
     let read = g.ask(leader, |request_id| ClientRequest::List {
