@@ -16,7 +16,7 @@ use herder_core::client::ClientError;
 use herder_core::ids::{JobId, NodeId};
 use herder_core::job::JobState;
 use herder_core::limits::{GROUP_MEMBERS_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
-use herder_core::protocol::{ClusterView, ErrorCode, Partitions};
+use herder_core::protocol::{ClusterView, ErrorCode, JobSubmission, Partitions};
 use herder_runtime::client::CallError;
 use herder_runtime::coordinator::Observer;
 use herder_runtime::{HerderClient, SubmitOptions, Submitted};
@@ -49,6 +49,7 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/assets/{name}", get(crate::assets::asset))
         .route("/metrics", get(metrics))
         .route("/api/v1/jobs", post(submit).get(list))
+        .route("/api/v1/jobs/batch", post(submit_batch))
         .route("/api/v1/jobs/{id}", get(status))
         .route("/api/v1/jobs/{id}/wait", get(wait))
         .route("/api/v1/jobs/{id}/cancel", post(cancel))
@@ -217,6 +218,18 @@ async fn submit(State(g): Shared, request: Result<Json<SubmitBody>, JsonRejectio
     };
     let submitted = g.group.submit_json(request.task, options).await?;
     Ok(created(&submitted, views::submitted(&submitted)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    jobs: Vec<JobSubmission>,
+}
+
+/// Many jobs in one request and one durable write: 200 with one result per job, in order.
+async fn submit_batch(State(g): Shared, request: Result<Json<BatchBody>, JsonRejection>) -> Answer {
+    let results = g.group.submit_batch(body(request)?.jobs).await?;
+    ok(json!({ "results": results }))
 }
 
 /// 201 for a new job, 200 when an idempotency key named one that existed.

@@ -255,6 +255,47 @@ fn error_code(answer: &Answer) -> &str {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_answered_job_by_job_and_a_bad_one_creates_nothing() {
+    // A batch: one result per job, in order, the key answered as by a single submission; a
+    // bad job fails the whole batch and creates nothing.
+    let cluster = Cluster::start(1).await;
+    let http = cluster.http(0);
+    let keyed = json!({"task": {"kind": "sha256", "text": "abc"}, "idempotency_key": "k1", "max_attempts": 2});
+    let first = request(http, "POST", "/api/v1/jobs", Some(&keyed.to_string())).await;
+    let id = job_id_of(&first);
+    let batch = json!({"jobs": [
+        {"task": {"kind": "sha256", "text": "batch"}},
+        {"task": {"kind": "sha256", "text": "abc"}, "idempotency_key": "k1", "max_attempts": 2},
+    ]});
+    let answer = request(http, "POST", "/api/v1/jobs/batch", Some(&batch.to_string())).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let results = answer.json["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(results.len(), 2, "{answer:?}");
+    assert_eq!(results[0]["outcome"], json!("ACCEPTED"));
+    assert_eq!(results[0]["existing"], json!(false));
+    assert_eq!(results[1]["existing"], json!(true));
+    assert_eq!(results[1]["job_id"], json!(id));
+    let batched = results[0]["job_id"].as_str().unwrap_or_default().to_owned();
+    wait_completed(http, &batched).await;
+    let bad = json!({"jobs": [{"task": {"kind": "sha256", "text": "fine"}}, {"task": {"kind": "sha256"}}]});
+    let refused = request(http, "POST", "/api/v1/jobs/batch", Some(&bad.to_string())).await;
+    assert_eq!(
+        (refused.status, error_code(&refused)),
+        (400, "INVALID_TASK"),
+        "{refused:?}"
+    );
+    let listed = request(http, "GET", "/api/v1/jobs", None).await;
+    assert_eq!(
+        listed.json["jobs"].as_array().map(Vec::len),
+        Some(2),
+        "the bad batch created nothing: {listed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_answers_with_the_cli_views() {
     let cluster = Cluster::start(1).await;
     let http = cluster.http(0);
