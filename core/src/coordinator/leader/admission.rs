@@ -26,11 +26,9 @@ pub(super) struct ParkedResend {
 }
 
 impl ParkedResend {
-    fn conn(&self) -> Option<ConnectionId> {
+    fn conn(&self) -> ConnectionId {
         match self.to {
-            SubmitTo::Request { conn, .. } => Some(conn),
-            // A batch's connection is the batch's to forget.
-            SubmitTo::BatchItem { .. } => None,
+            SubmitTo::Request { conn, .. } | SubmitTo::BatchItem { conn, .. } => conn,
         }
     }
 }
@@ -115,7 +113,7 @@ impl Admitting {
     pub(super) fn drop_conn(&mut self, conn: ConnectionId) {
         for entry in self.entries.values_mut() {
             let before = entry.resends.len();
-            entry.resends.retain(|r| r.conn() != Some(conn));
+            entry.resends.retain(|r| r.conn() != conn);
             self.resends -= before - entry.resends.len();
         }
     }

@@ -37,10 +37,10 @@ impl LeaderState {
         }
         // Resends of a key this entry bound are answered from the table now that it holds it.
         for resend in self.admitting.applied(at) {
-            // A job of a batch is answered from the entry that bound its key, which this
-            // leader committed in its own term; its batch cannot wait for a confirmation.
-            let confirmed = matches!(resend.to, SubmitTo::BatchItem { .. });
-            self.submit(m, resend.to, resend.submission, confirmed);
+            match resend.to {
+                SubmitTo::Request { .. } => self.submit(m, resend.to, resend.submission, false),
+                SubmitTo::BatchItem { .. } => self.answer_parked_batch_job(m, resend),
+            }
         }
         self.answer_confirmed_reads(m);
     }

@@ -30,8 +30,13 @@ pub(super) enum SubmitTo {
         conn: ConnectionId,
         request_id: RequestId,
     },
-    /// Job `index` of the open batch `batch`: a line of the batch's reply.
-    BatchItem { batch: u64, index: usize },
+    /// Job `index` of the open batch `batch`, which came on `conn`: a line of the batch's
+    /// reply.
+    BatchItem {
+        conn: ConnectionId,
+        batch: u64,
+        index: usize,
+    },
 }
 
 /// A `SUBMIT_BATCH` some of whose jobs are not answered yet.
@@ -183,9 +188,11 @@ impl LeaderState {
             let known =
                 key.is_some_and(|k| m.table.check_idempotency(k, &this.options(job)).is_some());
             let in_flight = key.is_some_and(|k| self.admitting.proposal_for(k).is_some());
-            if known {
+            // A key bound or being bound by an earlier request is answered from the table,
+            // once its entry applies in the second case: that reads the table.
+            if known || in_flight {
                 reads_table = true;
-            } else if !in_flight {
+            } else {
                 // Room only shrinks while the batch is admitted, and with it the pieces of an
                 // `auto` split: what passes here passes then.
                 match self.check_pieces(m, &this, job) {
@@ -208,7 +215,7 @@ impl LeaderState {
         for (index, (job, this)) in jobs.into_iter().zip(checked).enumerate() {
             self.admit(
                 m,
-                SubmitTo::BatchItem { batch, index },
+                SubmitTo::BatchItem { conn, batch, index },
                 job,
                 this,
                 confirmed,
@@ -316,6 +323,39 @@ impl LeaderState {
             .proposed((proposal.term, proposal.index), slots, key);
     }
 
+    /// A job of a batch that waited for the entry binding its key, which has just applied: it
+    /// is answered from the table that entry left, never admitted now (its batch skipped the
+    /// admission checks for it). In a group its batch was admitted only once leadership was
+    /// confirmed after it arrived, so the key's job was not purged by a later leader before
+    /// the batch arrived.
+    pub(super) fn answer_parked_batch_job(&mut self, m: &mut Member, resend: ParkedResend) {
+        let ParkedResend { to, submission } = resend;
+        let result = match check_submission(m, &submission) {
+            Err((code, message)) => SubmitResult::Error { code, message },
+            Ok(checked) => {
+                let known = submission.idempotency_key.as_deref().and_then(|key| {
+                    m.table
+                        .check_idempotency(key, &checked.options(&submission))
+                });
+                match known {
+                    Some(Ok(job_id)) => SubmitResult::Accepted {
+                        job_id,
+                        existing: true,
+                    },
+                    Some(Err(existing)) => idempotency_conflict(existing),
+                    // The entry it waited for created nothing (only a leader bug, which apply
+                    // refuses, does that): this job was not created, and sending it again is
+                    // safe.
+                    None => SubmitResult::Error {
+                        code: ErrorCode::InvalidRequest,
+                        message: "the submission of this key that it waited for was not created; send it again".to_owned(),
+                    },
+                }
+            }
+        };
+        self.answer_submission(m, to, result);
+    }
+
     /// Answers the submission once a majority confirms this member still leads.
     fn confirm_submission(&mut self, m: &mut Member, to: SubmitTo, submission: JobSubmission) {
         match to {
@@ -323,9 +363,10 @@ impl LeaderState {
                 let request = submission.into_request(request_id);
                 self.confirm_then(m, Read::Request { conn, request })
             }
-            // `submit_batch` confirms before admitting any job whose answer reads the table;
-            // a resend parked by a batch is answered from the entry that bound its key.
-            SubmitTo::BatchItem { batch, index } => panic!(
+            // `submit_batch` confirms before admitting any job whose answer reads the table,
+            // and a job of a batch parked behind its key is answered by
+            // `answer_parked_batch_job`, never admitted again.
+            SubmitTo::BatchItem { batch, index, .. } => panic!(
                 "job {index} of batch {batch} needed leadership confirmed after its batch was admitted"
             ),
         }
@@ -475,7 +516,7 @@ impl LeaderState {
                 };
                 m.send_client(conn, reply);
             }
-            SubmitTo::BatchItem { batch, index } => {
+            SubmitTo::BatchItem { batch, index, .. } => {
                 // Each line of a batch's reply keeps within its share of the frame.
                 let result = match result {
                     SubmitResult::Error { code, message } => SubmitResult::Error {
