@@ -12,7 +12,8 @@
 # set, the same lines are appended to that file. Each line also carries "cpu_per_1000_jobs":
 # the CPU-seconds (user and kernel) each role spent per 1,000 accepted jobs, read from /proc
 # when the bench ends: coordinators (split into their store thread and the rest), workers and
-# the load generator. MAX_ACTIVE is every coordinator's --max-active-jobs.
+# the load generator. MAX_ACTIVE is every coordinator's --max-active-jobs; PREFETCH is every
+# worker's --prefetch (assignments held beyond its CAPACITY slots).
 #   JOBS="2000 20000" PIPELINES="1 8" RUNS=3 ./scripts/bench-throughput.sh
 #   TOPOLOGIES="single group" JOBS=5000 OUT=/tmp/throughput.txt ./scripts/bench-throughput.sh
 #
@@ -36,6 +37,7 @@ BATCH="${BATCH:-1}"
 TOPOLOGIES="${TOPOLOGIES:-dev}"
 WORKERS="${WORKERS:-3}"
 CAPACITY="${CAPACITY:-4}"
+PREFETCH="${PREFETCH:-0}"
 OUT="${OUT:-}"
 MAX_ACTIVE="${MAX_ACTIVE:-1000000}"
 SUITE="${SUITE:-}"
@@ -63,7 +65,7 @@ start_topology() {
     case $1 in
     dev)
         CLIENT_ADDR="127.0.0.1:${BENCH_CLIENT_PORT:-27071}"
-        start_bg "$work/dev.log" dev --workers "$WORKERS" --capacity "$CAPACITY" \
+        start_bg "$work/dev.log" dev --workers "$WORKERS" --capacity "$CAPACITY" --prefetch "$PREFETCH" \
             --data-dir "$work/data" --worker-port "$WORKER_ADDR" --client-port "$CLIENT_ADDR" \
             --max-active-jobs "$MAX_ACTIVE" --http-port off
         ROLES+=("dev=$LAST_PID")
@@ -89,7 +91,7 @@ start_topology() {
         local worker_addrs
         worker_addrs=$(IFS=,; echo "${workers[*]}")
         for w in $(seq "$WORKERS"); do
-            start_bg "$work/worker-$w.log" worker --id "worker-$w" --capacity "$CAPACITY" \
+            start_bg "$work/worker-$w.log" worker --id "worker-$w" --capacity "$CAPACITY" --prefetch "$PREFETCH" \
                 --coordinator "$worker_addrs"
             ROLES+=("worker-$w=$LAST_PID")
         done

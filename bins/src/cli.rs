@@ -207,6 +207,11 @@ pub struct WorkerArgs {
     /// Task slots.
     #[arg(long, default_value_t = 4)]
     pub capacity: u32,
+    /// Assignments a worker holds beyond its slots, waiting for one (0 to the capacity). The
+    /// next job is then already at the worker when a slot frees: worth it for many short jobs,
+    /// not for long ones (a waiting job cannot move to a worker that frees up meanwhile).
+    #[arg(long, default_value_t = 0)]
+    pub prefetch: u32,
     /// Largest frame accepted or sent.
     #[arg(long, default_value_t = 1_048_576)]
     pub max_frame_bytes: usize,
@@ -647,6 +652,11 @@ pub struct DevArgs {
     /// Task slots per worker.
     #[arg(long, default_value_t = 4)]
     pub capacity: u32,
+    /// Assignments a worker holds beyond its slots, waiting for one (0 to the capacity). The
+    /// next job is then already at the worker when a slot frees: worth it for many short jobs,
+    /// not for long ones (a waiting job cannot move to a worker that frees up meanwhile).
+    #[arg(long, default_value_t = 0)]
+    pub prefetch: u32,
     /// Where the SQLite database lives.
     #[arg(long, default_value = "./herder-data")]
     pub data_dir: PathBuf,

@@ -85,7 +85,10 @@ pub async fn run(args: DevArgs) -> u8 {
                 Ok(handlers) => handlers,
                 Err(error) => return usage_error(&error, false),
             },
-            ..worker::WorkerOptions::new(WorkerConfig::new(id, args.capacity, worker_addrs.clone()))
+            ..worker::WorkerOptions::new(WorkerConfig {
+                prefetch: args.prefetch,
+                ..WorkerConfig::new(id, args.capacity, worker_addrs.clone())
+            })
         };
         match worker::start(options) {
             Ok(handle) => workers.push(handle),

@@ -267,7 +267,10 @@ pub async fn worker(args: WorkerArgs) -> u8 {
         Ok(id) => id,
         Err(error) => return usage_error(&error.to_string(), false),
     };
-    let config = WorkerConfig::new(id, args.capacity, args.coordinator);
+    let config = WorkerConfig {
+        prefetch: args.prefetch,
+        ..WorkerConfig::new(id, args.capacity, args.coordinator)
+    };
     let handlers = match args.exec.handlers() {
         Ok(handlers) => handlers,
         Err(error) => return usage_error(&error, false),

@@ -49,6 +49,10 @@ use crate::time::{as_millis_u64, Instant};
 pub struct WorkerConfig {
     pub worker_id: WorkerId,
     pub capacity: u32,
+    /// Assignments it may hold beyond `capacity`, waiting in order for a slot (at most
+    /// `capacity`). The next job is then already here when a slot frees, instead of a round
+    /// trip and a commit away.
+    pub prefetch: u32,
     /// Coordinator worker-port addresses, tried in turn.
     pub coordinators: Vec<String>,
     /// Reconnect backoff: full jitter in `[0, min(reconnect_max, reconnect_base * 2^n)]`.
@@ -66,6 +70,7 @@ impl WorkerConfig {
         WorkerConfig {
             worker_id,
             capacity,
+            prefetch: 0,
             coordinators,
             reconnect_base: Duration::from_millis(100),
             reconnect_max: Duration::from_millis(5_000),
@@ -77,6 +82,12 @@ impl WorkerConfig {
     pub fn validate(&self) -> Result<(), WorkerConfigError> {
         if !(1..=WORKER_CAPACITY_MAX).contains(&self.capacity) {
             return Err(WorkerConfigError::Capacity(self.capacity));
+        }
+        if self.prefetch > self.capacity {
+            return Err(WorkerConfigError::Prefetch {
+                prefetch: self.prefetch,
+                capacity: self.capacity,
+            });
         }
         if self.coordinators.is_empty() {
             return Err(WorkerConfigError::NoCoordinators);
@@ -102,6 +113,8 @@ impl WorkerConfig {
 pub enum WorkerConfigError {
     #[error("capacity must be between 1 and {WORKER_CAPACITY_MAX} (got {0})")]
     Capacity(u32),
+    #[error("prefetch may be at most the capacity ({capacity}), got {prefetch}")]
+    Prefetch { prefetch: u32, capacity: u32 },
     #[error("at least one coordinator address is needed")]
     NoCoordinators,
     #[error("reconnect backoff base must be positive and not above its maximum")]
@@ -290,6 +303,17 @@ struct RunningTask {
     started: Instant,
 }
 
+/// An assignment held beyond the slots, waiting for one to free.
+#[derive(Clone, Debug)]
+struct WaitingTask {
+    job_id: JobId,
+    lease_id: LeaseId,
+    attempt: Attempt,
+    max_attempts: u32,
+    task: TaskSpec,
+    timeout: Duration,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Link {
     /// Not connected; try again at `retry_at`.
@@ -319,6 +343,9 @@ pub struct Worker {
     /// connect fails or times out, or a `NOT_LEADER` names no leader.
     dialer: Dialer,
     running: BTreeMap<LeaseId, RunningTask>,
+    /// Prefetched assignments in arrival order, each started as a slot frees (at most
+    /// `config.prefetch`, and only while every slot is taken).
+    waiting: VecDeque<WaitingTask>,
     /// Finished attempts whose results await `RESULT_ACK`.
     unacked: BTreeMap<LeaseId, (JobId, AttemptOutcome)>,
     /// The highest coordinator term heard from. Anything from an older term comes from a
@@ -344,6 +371,7 @@ impl Worker {
             link: Link::Idle { retry_at: now },
             dialer,
             running: BTreeMap::new(),
+            waiting: VecDeque::new(),
             unacked: BTreeMap::new(),
             highest_term: Term(0),
             draining: false,
@@ -372,6 +400,16 @@ impl Worker {
             .map(|(lease, task)| (*lease, task.job_id))
     }
 
+    /// Prefetched attempts waiting for a slot, in the order they will start.
+    pub fn waiting(&self) -> impl Iterator<Item = (LeaseId, JobId)> + '_ {
+        self.waiting.iter().map(|w| (w.lease_id, w.job_id))
+    }
+
+    /// The task slots: at most this many attempts run at once.
+    pub fn capacity(&self) -> u32 {
+        self.config.capacity
+    }
+
     pub fn is_draining(&self) -> bool {
         self.draining
     }
@@ -379,7 +417,10 @@ impl Worker {
     /// Draining, with nothing left running and every result acknowledged: the process can
     /// exit without costing any job an attempt.
     pub fn is_drained(&self) -> bool {
-        self.draining && self.running.is_empty() && self.unacked.is_empty()
+        self.draining
+            && self.running.is_empty()
+            && self.waiting.is_empty()
+            && self.unacked.is_empty()
     }
 
     /// Begins a graceful shutdown: take no new work and tell the coordinator, so it assigns
@@ -395,6 +436,10 @@ impl Worker {
         });
         if self.is_registered() {
             self.send(WorkerToCoordinator::Draining {});
+        }
+        // What never started goes straight back: it costs its job no attempt.
+        while let Some(waiting) = self.waiting.pop_front() {
+            self.release(waiting.job_id, waiting.lease_id);
         }
     }
 
@@ -434,15 +479,7 @@ impl Worker {
     /// Records and sends a `released` result for an attempt this worker will not run.
     fn release(&mut self, job_id: JobId, lease_id: LeaseId) {
         self.event(WorkerEvent::TaskReleased { job_id, lease_id });
-        self.unacked
-            .insert(lease_id, (job_id, AttemptOutcome::Released {}));
-        if self.is_registered() {
-            self.send(WorkerToCoordinator::TaskResult {
-                job_id,
-                lease_id,
-                outcome: AttemptOutcome::Released {},
-            });
-        }
+        self.record_result(job_id, lease_id, AttemptOutcome::Released {});
     }
 
     /// Reports how far a running attempt has come (sent only while registered; a note for an
@@ -550,13 +587,11 @@ impl Worker {
         }
         *opened = true;
         let _ = now;
+        // Waiting attempts are held too; listed after the running ones, in the order they start.
         let running = self
-            .running
-            .iter()
-            .map(|(lease_id, task)| RunningAttempt {
-                job_id: task.job_id,
-                lease_id: *lease_id,
-            })
+            .running()
+            .chain(self.waiting())
+            .map(|(lease_id, job_id)| RunningAttempt { job_id, lease_id })
             .collect();
         let finished = self
             .unacked
@@ -570,6 +605,7 @@ impl Worker {
             worker_id: self.config.worker_id.clone(),
             incarnation: self.incarnation,
             capacity: self.config.capacity,
+            prefetch: self.config.prefetch,
             running,
             finished,
             tasks: self.config.tasks.clone(),
@@ -653,6 +689,12 @@ impl Worker {
             CoordinatorToWorker::TaskCancel {
                 job_id, lease_id, ..
             } => {
+                if let Some(at) = self.waiting.iter().position(|w| w.lease_id == lease_id) {
+                    // Never started: nothing to stop, only to report.
+                    self.waiting.remove(at);
+                    self.event(WorkerEvent::CancelRequested { job_id, lease_id });
+                    return self.record_result(job_id, lease_id, AttemptOutcome::Cancelled {});
+                }
                 if let Some(task) = self.running.get_mut(&lease_id) {
                     if !task.cancel_requested {
                         task.cancel_requested = true;
@@ -744,39 +786,65 @@ impl Worker {
         task: TaskSpec,
         timeout_millis: u64,
     ) {
-        if self.running.contains_key(&lease_id) || self.unacked.contains_key(&lease_id) {
+        if self.holds(lease_id) || self.unacked.contains_key(&lease_id) {
             return; // Already have it.
         }
         if self.draining {
             // Sent before the coordinator heard of the drain: hand it straight back.
             return self.release(job_id, lease_id);
         }
+        let assignment = WaitingTask {
+            job_id,
+            lease_id,
+            attempt,
+            max_attempts,
+            task,
+            timeout: Duration::from_millis(timeout_millis),
+        };
         let capacity = usize::try_from(self.config.capacity).unwrap_or(usize::MAX);
-        if self.running.len() >= capacity {
-            // The coordinator counts slots too, so this means its view and ours disagree; refuse
-            // rather than overcommit, and let the attempt be retried elsewhere.
-            let reason = format!(
-                "worker at capacity ({} of {})",
-                self.running.len(),
-                capacity
-            );
-            self.event(WorkerEvent::TaskRefused {
-                job_id,
-                lease_id,
-                reason: reason.clone(),
-            });
-            let outcome = AttemptOutcome::Failed {
-                error: reason,
-                permanent: false,
-            };
-            self.unacked.insert(lease_id, (job_id, outcome.clone()));
-            self.send(WorkerToCoordinator::TaskResult {
-                job_id,
-                lease_id,
-                outcome,
-            });
+        let prefetch = usize::try_from(self.config.prefetch).unwrap_or(usize::MAX);
+        if self.running.len() < capacity {
+            return self.start(now, assignment);
+        }
+        if self.waiting.len() < prefetch {
+            self.waiting.push_back(assignment);
             return;
         }
+        // The coordinator counts slots too, so this means its view and ours disagree; refuse
+        // rather than overcommit, and let the attempt be retried elsewhere.
+        let reason = format!(
+            "worker at capacity ({} of {} running, {} of {} waiting)",
+            self.running.len(),
+            capacity,
+            self.waiting.len(),
+            prefetch
+        );
+        self.event(WorkerEvent::TaskRefused {
+            job_id,
+            lease_id,
+            reason: reason.clone(),
+        });
+        let outcome = AttemptOutcome::Failed {
+            error: reason,
+            permanent: false,
+        };
+        self.record_result(job_id, lease_id, outcome);
+    }
+
+    /// Whether `lease_id` is running or waiting here.
+    fn holds(&self, lease_id: LeaseId) -> bool {
+        self.running.contains_key(&lease_id) || self.waiting.iter().any(|w| w.lease_id == lease_id)
+    }
+
+    fn start(&mut self, now: Instant, assignment: WaitingTask) {
+        let WaitingTask {
+            job_id,
+            lease_id,
+            attempt,
+            max_attempts,
+            task,
+            timeout,
+        } = assignment;
         self.running.insert(
             lease_id,
             RunningTask {
@@ -785,6 +853,13 @@ impl Worker {
                 releasing: false,
                 started: now,
             },
+        );
+        assert!(
+            self.running.len() <= self.config.capacity as usize,
+            "worker {} runs {} attempts with {} slots",
+            self.config.worker_id,
+            self.running.len(),
+            self.config.capacity
         );
         self.event(WorkerEvent::TaskStarted {
             job_id,
@@ -798,8 +873,31 @@ impl Worker {
             attempt,
             max_attempts,
             task,
-            timeout: Duration::from_millis(timeout_millis),
+            timeout,
         });
+    }
+
+    /// Starts waiting attempts, oldest first, while slots are free.
+    fn start_waiting(&mut self, now: Instant) {
+        while self.running.len() < self.config.capacity as usize {
+            let Some(next) = self.waiting.pop_front() else {
+                return;
+            };
+            self.start(now, next);
+        }
+    }
+
+    /// Keeps `outcome` until it is acknowledged, and sends it if registered (else it goes out
+    /// after the next registration).
+    fn record_result(&mut self, job_id: JobId, lease_id: LeaseId, outcome: AttemptOutcome) {
+        self.unacked.insert(lease_id, (job_id, outcome.clone()));
+        if self.is_registered() {
+            self.send(WorkerToCoordinator::TaskResult {
+                job_id,
+                lease_id,
+                outcome,
+            });
+        }
     }
 
     /// The driver finished (or stopped) an attempt.
@@ -851,14 +949,8 @@ impl Worker {
             outcome: summary,
             ran_millis: as_millis_u64(now.saturating_since(task.started)),
         });
-        self.unacked.insert(lease_id, (job_id, outcome.clone()));
-        if self.is_registered() {
-            self.send(WorkerToCoordinator::TaskResult {
-                job_id,
-                lease_id,
-                outcome,
-            });
-        }
+        self.record_result(job_id, lease_id, outcome);
+        self.start_waiting(now);
     }
 
     /// Handles every timer due at `now`. Afterwards `poll_timeout` lies strictly after `now`
@@ -997,6 +1089,7 @@ mod tests {
                 worker_id,
                 incarnation,
                 capacity,
+                prefetch: _,
                 running,
                 finished,
             })] => {
@@ -1060,7 +1153,7 @@ mod tests {
                 lease_id: lease3,
                 outcome: AttemptOutcome::Failed {
                     permanent: false,
-                    error: "worker at capacity (2 of 2)".into()
+                    error: "worker at capacity (2 of 2 running, 0 of 0 waiting)".into()
                 },
             }))
         );
@@ -1407,5 +1500,153 @@ mod tests {
         let c = Worker::new(config, 2, Instant::ZERO).expect("config");
         assert_eq!(a.incarnation(), b.incarnation());
         assert_ne!(a.incarnation(), c.incarnation());
+    }
+
+    fn prefetching_worker() -> Worker {
+        let config = WorkerConfig {
+            prefetch: 2,
+            ..WorkerConfig::new(
+                WorkerId::parse("w1").expect("valid id"),
+                2,
+                vec!["a:1".into()],
+            )
+        };
+        Worker::new(config, 9, Instant::ZERO).expect("valid config")
+    }
+
+    fn started(outputs: &[WorkerOutput]) -> Vec<LeaseId> {
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                WorkerOutput::StartTask { lease_id, .. } => Some(*lease_id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn result_of(outputs: &[WorkerOutput], lease: LeaseId) -> Option<&AttemptOutcome> {
+        outputs.iter().find_map(|o| match o {
+            WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+                lease_id, outcome, ..
+            }) if *lease_id == lease => Some(outcome),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn prefetch_may_not_exceed_the_capacity() {
+        let config = WorkerConfig {
+            prefetch: 3,
+            ..WorkerConfig::new(WorkerId::parse("w1").expect("id"), 2, vec!["a:1".into()])
+        };
+        assert_eq!(
+            config.validate(),
+            Err(WorkerConfigError::Prefetch {
+                prefetch: 3,
+                capacity: 2
+            })
+        );
+    }
+
+    #[test]
+    fn a_prefetching_worker_holds_assignments_beyond_its_slots_and_starts_them_in_order() {
+        let mut w = prefetching_worker();
+        let attempt = registered(&mut w);
+        for n in 1..=5 {
+            w.handle_message(Instant::ZERO, attempt, assign(n));
+        }
+        let outputs = drain(&mut w);
+        assert_eq!(started(&outputs), vec![ids(1).1, ids(2).1]);
+        let waiting: Vec<LeaseId> = w.waiting().map(|(lease, _)| lease).collect();
+        assert_eq!(waiting, vec![ids(3).1, ids(4).1]);
+        assert_eq!(
+            result_of(&outputs, ids(5).1),
+            Some(&AttemptOutcome::Failed {
+                permanent: false,
+                error: "worker at capacity (2 of 2 running, 2 of 2 waiting)".into()
+            })
+        );
+        // A lease already waiting is not taken twice.
+        w.handle_message(Instant::ZERO, attempt, assign(3));
+        assert!(drain(&mut w).is_empty());
+        // Each slot that frees starts the oldest waiting attempt, after the result goes out.
+        let done = AttemptOutcome::Succeeded {
+            output: TaskOutput::Sha256 { hex: "x".into() },
+        };
+        w.handle_task_finished(Instant::from_millis(5), ids(2).1, done.clone());
+        let outputs = drain(&mut w);
+        assert_eq!(result_of(&outputs, ids(2).1), Some(&done));
+        assert_eq!(started(&outputs), vec![ids(3).1]);
+        w.handle_task_finished(Instant::from_millis(6), ids(1).1, done);
+        assert_eq!(started(&drain(&mut w)), vec![ids(4).1]);
+        assert_eq!(w.waiting().count(), 0);
+        assert_eq!(w.running().count(), 2);
+    }
+
+    #[test]
+    fn a_reconnecting_worker_reports_its_waiting_attempts_after_its_running_ones() {
+        let mut w = prefetching_worker();
+        let attempt = registered(&mut w);
+        for n in [4, 3, 2] {
+            w.handle_message(Instant::ZERO, attempt, assign(n));
+        }
+        drain(&mut w);
+        w.handle_disconnected(Instant::ZERO, attempt, "reset");
+        w.handle_timeout(Instant::from_millis(10_000));
+        let (attempt, _) = connect_attempt(&drain(&mut w));
+        w.handle_connected(Instant::from_millis(10_000), attempt);
+        match drain(&mut w).as_slice() {
+            [WorkerOutput::Send(WorkerToCoordinator::Register {
+                prefetch, running, ..
+            })] => {
+                assert_eq!(*prefetch, 2);
+                let leases: Vec<LeaseId> = running.iter().map(|a| a.lease_id).collect();
+                // Running ones in lease order, then the waiting one.
+                assert_eq!(leases, vec![ids(3).1, ids(4).1, ids(2).1]);
+            }
+            other => panic!("expected one REGISTER, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_waiting_attempt_is_cancelled_without_running_and_a_drain_hands_the_rest_back() {
+        let mut w = prefetching_worker();
+        let attempt = registered(&mut w);
+        for n in 1..=4 {
+            w.handle_message(Instant::ZERO, attempt, assign(n));
+        }
+        drain(&mut w);
+        let (job3, lease3) = ids(3);
+        w.handle_message(
+            Instant::ZERO,
+            attempt,
+            CoordinatorToWorker::TaskCancel {
+                term: Term(1),
+                job_id: job3,
+                lease_id: lease3,
+                reason: crate::protocol::CancelReason::LeaseNotCurrent,
+            },
+        );
+        let outputs = drain(&mut w);
+        // Nothing to stop: it never started. Its report says so at once.
+        assert_eq!(
+            outputs,
+            vec![WorkerOutput::Send(WorkerToCoordinator::TaskResult {
+                job_id: job3,
+                lease_id: lease3,
+                outcome: AttemptOutcome::Cancelled {},
+            })]
+        );
+        w.begin_drain(Instant::ZERO);
+        let outputs = drain(&mut w);
+        assert_eq!(
+            result_of(&outputs, ids(4).1),
+            Some(&AttemptOutcome::Released {})
+        );
+        assert!(started(&outputs).is_empty());
+        assert_eq!(w.waiting().count(), 0);
+        // What runs goes on; a slot freeing now starts nothing.
+        w.handle_task_finished(Instant::ZERO, ids(1).1, AttemptOutcome::Cancelled {});
+        assert!(started(&drain(&mut w)).is_empty());
     }
 }

@@ -635,6 +635,7 @@ impl Model {
                 worker_id: WorkerId(WORKERS[worker].to_owned()),
                 incarnation: Incarnation(incarnation),
                 capacity,
+                prefetch: 0,
                 running,
                 finished: Vec::new(),
             },
@@ -1203,11 +1204,12 @@ impl Model {
         // (ii)
         for worker in self.c.workers() {
             ensure!(
-                worker.leases.len() <= worker.capacity as usize,
-                "(ii) worker {} holds {} leases with capacity {}",
+                worker.leases.len() <= worker.lease_bound(),
+                "(ii) worker {} holds {} leases with capacity {} and prefetch {}",
                 worker.id,
                 worker.leases.len(),
-                worker.capacity
+                worker.capacity,
+                worker.prefetch
             );
         }
         // (iv)

@@ -1206,6 +1206,7 @@ impl Harness {
                 worker_id: WorkerId(name.to_owned()),
                 incarnation: Incarnation(1),
                 capacity,
+                prefetch: 0,
                 running: Vec::new(),
                 finished: Vec::new(),
             },

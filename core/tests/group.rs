@@ -165,6 +165,7 @@ impl Group {
             worker_id: WorkerId::parse("w1").expect("valid id"),
             incarnation: Incarnation(1),
             capacity: 1,
+            prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
         };

@@ -98,6 +98,7 @@ impl Harness {
                 worker_id: WorkerId::parse("w1").expect("valid id"),
                 incarnation: Incarnation(1),
                 capacity,
+                prefetch: 0,
                 running,
                 finished: Vec::new(),
             },

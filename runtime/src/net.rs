@@ -866,6 +866,7 @@ mod tests {
             worker_id: herder_core::ids::WorkerId(text),
             incarnation: herder_core::ids::Incarnation(1),
             capacity: 1,
+            prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
         };
@@ -897,6 +898,7 @@ mod tests {
             worker_id: herder_core::ids::WorkerId("x".repeat(256 * 1024)),
             incarnation: herder_core::ids::Incarnation(1),
             capacity: 1,
+            prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
         };

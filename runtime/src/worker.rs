@@ -523,6 +523,7 @@ impl Worker {
             id: None,
             coordinators: Vec::new(),
             capacity: 4,
+            prefetch: 0,
             handlers: Handlers::builtin(),
             max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
             drain_timeout: DRAIN_TIMEOUT_DEFAULT,
@@ -548,6 +549,7 @@ pub struct WorkerBuilder {
     id: Option<String>,
     coordinators: Vec<String>,
     capacity: u32,
+    prefetch: u32,
     handlers: Handlers,
     max_frame_bytes: usize,
     drain_timeout: Duration,
@@ -571,6 +573,14 @@ impl WorkerBuilder {
     /// How many attempts run at once (default 4).
     pub fn capacity(mut self, capacity: u32) -> Self {
         self.capacity = capacity;
+        self
+    }
+
+    /// How many assignments it holds beyond its slots, waiting for one (default 0, at most the
+    /// capacity). Prefetching keeps the next short job at hand when a slot frees; a long job
+    /// waiting here cannot move to a worker that frees up first.
+    pub fn prefetch(mut self, prefetch: u32) -> Self {
+        self.prefetch = prefetch;
         self
     }
 
@@ -667,7 +677,10 @@ impl WorkerBuilder {
             .unwrap_or_else(|| format!("worker-{}", std::process::id()));
         let id = WorkerId::parse(&id).map_err(|error| BuildError::Id(error.to_string()))?;
         let options = WorkerOptions {
-            config: WorkerConfig::new(id, self.capacity, self.coordinators),
+            config: WorkerConfig {
+                prefetch: self.prefetch,
+                ..WorkerConfig::new(id, self.capacity, self.coordinators)
+            },
             max_frame_bytes: self.max_frame_bytes,
             seed: self.seed,
             handlers: self.handlers,

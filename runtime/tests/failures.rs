@@ -549,6 +549,7 @@ async fn worker_ids_belong_to_one_live_process_at_a_time() {
             worker_id: intruder.id.clone(),
             incarnation: intruder.incarnation,
             capacity: 1,
+            prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
         })

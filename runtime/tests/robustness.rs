@@ -615,6 +615,7 @@ async fn invalid_registrations_are_refused() {
             worker_id: herder_core::ids::WorkerId(id.to_owned()),
             incarnation: fresh_incarnation(),
             capacity,
+            prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
         };

@@ -102,3 +102,46 @@ async fn sixty_jobs_from_four_clients_over_five_workers_are_each_assigned_exactl
 
     coordinator.shutdown().await.expect("clean shutdown");
 }
+
+/// A real worker with one slot that prefetches one more: it is seen holding two attempts, and
+/// every job still completes on its first attempt (a waiting one is neither refused by the
+/// worker nor timed out for its wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetching_worker_holds_one_beyond_its_slot_and_every_job_completes_first_time() {
+    let dir = TestDir::new("prefetch");
+    let config = herder_core::coordinator::CoordinatorConfig {
+        task_timeout: std::time::Duration::from_millis(1_500),
+        ..fast_config()
+    };
+    let coordinator = start_coordinator(config, dir.path()).await;
+    let mut worker_config = herder_core::worker::WorkerConfig::new(
+        worker_id("prefetcher"),
+        1,
+        vec![coordinator.worker_addr().to_string()],
+    );
+    worker_config.prefetch = 1;
+    let worker = herder_runtime::worker::start(herder_runtime::worker::WorkerOptions::new(
+        worker_config,
+    ))
+    .expect("worker starts");
+    let client = client(coordinator.client_addr());
+    let seen = wait_alive(&client, &["prefetcher"]).await;
+    assert_eq!(seen[0].prefetch, 1);
+    // Each job takes most of a deadline, so one timed from its assignment while it waited
+    // would expire before it ran.
+    let mut jobs = Vec::new();
+    for _ in 0..4 {
+        jobs.push(submit(&client, TaskSpec::Sleep { milliseconds: 900 }).await);
+    }
+    wait_workers(&client, "the worker holding two attempts", |workers| {
+        workers.iter().any(|w| w.running == 2)
+    })
+    .await;
+    for job_id in jobs {
+        let view = wait_terminal(&client, job_id).await;
+        assert_eq!(view.state, JobState::Completed, "{view:?}");
+        assert_eq!(view.attempt, 1, "{view:?}");
+    }
+    worker.shutdown().await;
+    coordinator.shutdown().await.expect("clean shutdown");
+}

@@ -1055,12 +1055,21 @@ impl Checker {
         }
         for worker in workers {
             ensure!(
-                worker.leases.len() <= worker.capacity as usize,
-                "worker {} holds {} leases with capacity {}: {:?}",
+                worker.leases.len() <= worker.lease_bound(),
+                "worker {} holds {} leases with capacity {} and prefetch {}: {:?}",
                 worker.id,
                 worker.leases.len(),
                 worker.capacity,
+                worker.prefetch,
                 worker.leases.keys().collect::<Vec<_>>()
+            );
+            ensure!(
+                worker
+                    .ends
+                    .keys()
+                    .all(|lease| worker.leases.contains_key(lease)),
+                "worker {} keeps the end of a lease it no longer holds",
+                worker.id
             );
         }
         Ok(())

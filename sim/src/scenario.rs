@@ -106,6 +106,8 @@ pub struct Scenario {
     pub coordinators: usize,
     pub workers: usize,
     pub worker_capacity: Vec<u32>,
+    /// Assignments each worker holds beyond its slots (none when empty).
+    pub worker_prefetch: Vec<u32>,
     pub clients: usize,
     pub ops_per_client: usize,
     pub submit_retries: u32,
@@ -316,6 +318,7 @@ impl Scenario {
             coordinators: 1,
             workers,
             worker_capacity,
+            worker_prefetch: Vec::new(),
             clients,
             ops_per_client: rng.range(3, 25) as usize,
             submit_retries: rng.range(0, 3) as u32,
@@ -394,8 +397,15 @@ impl Scenario {
             scenario.faults.drain = rng.chance(0.4);
         }
         scenario.job_timeouts = rng.chance(0.4);
-        // Drawn last of all, so every earlier draw stays what it was.
         scenario.batch_submits = rng.chance(0.5);
+        // Drawn last of all, so every earlier draw stays what it was.
+        if rng.chance(0.5) {
+            scenario.worker_prefetch = scenario
+                .worker_capacity
+                .iter()
+                .map(|&capacity| rng.range(0, u64::from(capacity)) as u32)
+                .collect();
+        }
         scenario
     }
 }

@@ -303,10 +303,12 @@ fn the_checker_catches_a_worker_over_capacity() {
         incarnation: Incarnation(1),
         registration: 1,
         capacity: 1,
+        prefetch: 0,
         conn: Some(ConnectionId(1)),
         alive: true,
         last_heartbeat: Instant::ZERO,
         leases,
+        ends: BTreeMap::new(),
     };
     let mut checker = Checker::new(1);
     let over = checker

@@ -18,11 +18,17 @@ pub struct WorkerEntry {
     /// Which registration of this worker id this is (a coordinator-wide counter).
     pub registration: u64,
     pub capacity: u32,
+    /// Assignments it holds beyond `capacity`, waiting at the worker for a slot.
+    pub prefetch: u32,
     pub conn: Option<ConnectionId>,
     pub alive: bool,
     pub last_heartbeat: Instant,
     /// Slots in use: lease -> job.
     pub leases: BTreeMap<LeaseId, JobId>,
+    /// When each lease sent to the worker is due to end (its attempt's deadline), for the
+    /// leases in `leases` that have gone out. A prefetched lease's own deadline is placed after
+    /// the ends of the attempts it waits behind.
+    pub ends: BTreeMap<LeaseId, Instant>,
     /// The task kinds it serves (fixed for the life of its process).
     pub tasks: BTreeSet<String>,
     /// Shutting down: it gets no new work.
@@ -39,9 +45,43 @@ impl WorkerEntry {
         self.tasks.contains(kind)
     }
 
+    /// Leases it can still be given: its slots plus what it prefetches, less what it holds.
     pub fn free_slots(&self) -> u32 {
         let used = u32::try_from(self.leases.len()).unwrap_or(u32::MAX);
-        self.capacity.saturating_sub(used)
+        self.capacity
+            .saturating_add(self.prefetch)
+            .saturating_sub(used)
+    }
+
+    /// The most leases it may hold at once.
+    pub fn lease_bound(&self) -> usize {
+        self.capacity.saturating_add(self.prefetch) as usize
+    }
+
+    /// Frees a lease's slot, with its end.
+    pub fn free(&mut self, lease_id: LeaseId) -> Option<JobId> {
+        self.ends.remove(&lease_id);
+        self.leases.remove(&lease_id)
+    }
+
+    /// When an attempt sent now for `lease_id` can start at the latest, given what the worker
+    /// holds: now if a slot is free; otherwise once enough of the attempts ahead of it have
+    /// ended. Waiting attempts start in arrival order, and each end frees a slot for the next,
+    /// so with `n` attempts ahead and `capacity` slots it starts by the `n - capacity + 1`-th
+    /// earliest of their ends (each ends by its deadline).
+    pub fn latest_start(&self, lease_id: LeaseId, now: Instant) -> Instant {
+        let mut ahead: Vec<Instant> = self
+            .ends
+            .iter()
+            .filter(|(lease, _)| **lease != lease_id)
+            .map(|(_, end)| *end)
+            .collect();
+        let slots = self.capacity as usize;
+        if ahead.len() < slots {
+            return now;
+        }
+        ahead.sort_unstable();
+        ahead[ahead.len() - slots].max(now)
     }
 
     pub fn view(&self, now: Instant) -> WorkerView {
@@ -50,6 +90,7 @@ impl WorkerEntry {
             incarnation: self.incarnation,
             alive: self.alive,
             capacity: self.capacity,
+            prefetch: self.prefetch,
             running: u32::try_from(self.leases.len()).unwrap_or(u32::MAX),
             last_heartbeat_millis_ago: now.saturating_since(self.last_heartbeat).as_millis() as u64,
             tasks: self.tasks.iter().cloned().collect(),
@@ -120,6 +161,7 @@ impl Registry {
         if let Some(conn) = conn {
             self.by_conn.remove(&conn);
         }
+        entry.ends.clear();
         (conn, std::mem::take(&mut entry.leases))
     }
 

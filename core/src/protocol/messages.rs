@@ -34,8 +34,8 @@ macro_rules! wire_message {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
 pub enum WorkerToCoordinator {
-    /// First message on every connection. `running` lists attempts still executing in this
-    /// process, so a restarted coordinator (or a new leader) can re-adopt them; `finished` lists
+    /// First message on every connection. `running` lists attempts this process holds (executing,
+    /// then waiting for a slot), so a restarted coordinator (or a new leader) can re-adopt them; `finished` lists
     /// attempts whose results are not yet acknowledged (they follow right after `REGISTERED`).
     /// Together they tell the coordinator which of its assignments this process really holds.
     ///
@@ -46,6 +46,9 @@ pub enum WorkerToCoordinator {
         worker_id: WorkerId,
         incarnation: Incarnation,
         capacity: u32,
+        /// Assignments it holds beyond `capacity`, waiting for a slot (0 to `capacity`).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        prefetch: u32,
         #[serde(default)]
         running: Vec<RunningAttempt>,
         #[serde(default)]
@@ -662,7 +665,10 @@ pub struct WorkerView {
     pub incarnation: Incarnation,
     pub alive: bool,
     pub capacity: u32,
-    /// Slots in use (attempts assigned and not yet reported finished).
+    /// Assignments it may hold beyond its slots, waiting for one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prefetch: u32,
+    /// Attempts assigned to it and not yet reported finished (running or waiting).
     pub running: u32,
     pub last_heartbeat_millis_ago: u64,
     /// The task kinds it serves.

@@ -584,6 +584,7 @@ impl FakeWorker {
             worker_id: self.id.clone(),
             incarnation: self.incarnation,
             capacity,
+            prefetch: 0,
             running,
             finished: Vec::new(),
         })

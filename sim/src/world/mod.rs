@@ -212,6 +212,9 @@ impl World {
             if let Some(tasks) = scenario.worker_tasks.get(w) {
                 config.tasks = tasks.clone();
             }
+            if let Some(&prefetch) = scenario.worker_prefetch.get(w) {
+                config.prefetch = prefetch;
+            }
             let mut seeds = SimRng::new(seed, "worker-process", w as u64);
             let clock = clock_for(seed, NodeRef::Worker(w), 0, 0, &scenario);
             let machine = Worker::new(config.clone(), seeds.next_u64(), clock.local(0))

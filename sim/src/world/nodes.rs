@@ -468,6 +468,19 @@ impl World {
                 .as_mut()
                 .and_then(Worker::poll_output)
             else {
+                if let Some(machine) = &self.workers[w].machine {
+                    // The worker's own bound, judged from outside: never more running than slots.
+                    let running = machine.running().count();
+                    if running > machine.capacity() as usize {
+                        return Err(format!(
+                            "capacity: worker w{w} runs {running} attempts with {} slots",
+                            machine.capacity()
+                        ));
+                    }
+                    if machine.waiting().next().is_some() {
+                        self.count("worker: a prefetched assignment waits for a slot");
+                    }
+                }
                 return Ok(());
             };
             match output {

@@ -155,7 +155,7 @@ impl LeaderState {
             } => self.on_assigned(m, job_id, lease, attempt),
             Applied::AssignSkipped { lease, .. } => {
                 if let Some(entry) = self.registry.get_mut(&lease.worker) {
-                    entry.leases.remove(&lease.id);
+                    entry.free(lease.id);
                 }
             }
             Applied::Completed { job_id, lease } => {
@@ -322,7 +322,7 @@ impl LeaderState {
         };
         let max_attempts = job.max_attempts;
         let queued_millis = queued_millis(job);
-        self.arm_lease_deadline(m, job_id, lease.id);
+        self.arm_lease_deadline(m, &lease.worker, job_id, lease.id);
         m.event(Event::JobAssigned {
             job_id,
             worker: lease.worker.clone(),

@@ -88,6 +88,13 @@ impl LeaderState {
             };
             if let Some(entry) = self.registry.get_mut(&worker_id) {
                 entry.leases.insert(lease.id, job_id);
+                assert!(
+                    entry.leases.len() <= entry.lease_bound(),
+                    "worker {worker_id} given {} leases; it has {} slots and prefetches {}",
+                    entry.leases.len(),
+                    entry.capacity,
+                    entry.prefetch
+                );
             }
             self.assigning.insert(job_id);
             self.propose(m, Command::Assign { job_id, lease }, None);

@@ -65,6 +65,7 @@ impl LeaderState {
             worker_id,
             incarnation,
             capacity,
+            prefetch,
             running,
             finished,
             tasks,
@@ -88,17 +89,28 @@ impl LeaderState {
                 format!("capacity must be between 1 and {WORKER_CAPACITY_MAX} (got {capacity})"),
             );
         }
-        // An honest process cannot be running (or holding results of) more attempts than it has
-        // slots plus results waiting; bounding the report bounds what a peer can make us track.
+        if prefetch > capacity {
+            return self.refuse_registration(
+                m,
+                conn,
+                worker_id,
+                RegisterRejection::InvalidRegistration,
+                format!("prefetch may be at most the capacity ({capacity}), got {prefetch}"),
+            );
+        }
+        // An honest process cannot hold (or hold results of) more attempts than it has slots and
+        // prefetch room, plus results waiting; bounding the report bounds what a peer can make
+        // us track.
+        let holdable = (capacity as usize).saturating_add(prefetch as usize);
         let reported = running.len().saturating_add(finished.len());
-        let reportable = (capacity as usize).saturating_mul(2).max(1);
-        if running.len() > capacity as usize || reported > reportable.max(REPORTED_FINISHED_MAX) {
+        let reportable = holdable.saturating_mul(2).max(1);
+        if running.len() > holdable || reported > reportable.max(REPORTED_FINISHED_MAX) {
             return self.refuse_registration(m,
                 conn,
                 worker_id,
                 RegisterRejection::InvalidRegistration,
                 format!(
-                    "reports {} running attempts with capacity {capacity} (and {} unacknowledged results)",
+                    "reports {} running or waiting attempts with capacity {capacity} and prefetch {prefetch} (and {} unacknowledged results)",
                     running.len(),
                     finished.len()
                 ),
@@ -187,10 +199,12 @@ impl LeaderState {
                     incarnation,
                     registration,
                     capacity,
+                    prefetch,
                     conn: Some(conn),
                     alive: true,
                     last_heartbeat: m.now,
                     leases: BTreeMap::new(),
+                    ends: BTreeMap::new(),
                     tasks,
                     draining,
                 });
@@ -266,7 +280,7 @@ impl LeaderState {
             .collect();
         for (lease_id, job_id) in missing {
             if let Some(entry) = self.registry.get_mut(worker_id) {
-                entry.leases.remove(&lease_id);
+                entry.free(lease_id);
             }
             let cause = format!(
                 "worker {worker_id} reconnected without attempt {lease_id}: its assignment was lost with the old connection"
@@ -309,6 +323,12 @@ impl LeaderState {
         }
         let job_id = attempt.job_id;
         entry.leases.insert(attempt.lease_id, job_id);
+        // Stale, and about to be told to stop; until it does, it holds a slot, for at most a
+        // default timeout if it is running.
+        entry.ends.insert(
+            attempt.lease_id,
+            m.now.saturating_add(m.config.task_timeout),
+        );
         if still_current {
             // Its revocation is proposed but not yet durable; the cancel goes out when it applies
             // (see `settle_effects`), never before.
@@ -352,7 +372,7 @@ impl LeaderState {
         }
         self.awaiting_readoption.remove(&lease_id);
         entry.leases.insert(lease_id, job_id);
-        self.arm_lease_deadline(m, job_id, lease_id);
+        self.arm_lease_deadline(m, worker_id, job_id, lease_id);
         m.event(Event::AttemptReadopted {
             job_id,
             lease_id,
@@ -568,7 +588,7 @@ impl LeaderState {
         // a report that gets the pair wrong changes nothing.
         let held = match self.registry.get_mut(&worker) {
             Some(entry) if entry.leases.get(&lease_id) == Some(&job_id) => {
-                entry.leases.remove(&lease_id);
+                entry.free(lease_id);
                 true
             }
             _ => false,
@@ -690,8 +710,27 @@ impl LeaderState {
         }
     }
 
-    pub(super) fn arm_lease_deadline(&mut self, m: &mut Member, job_id: JobId, lease_id: LeaseId) {
-        let at = m.now.saturating_add(task_timeout(m, job_id));
+    /// Arms the deadline of a lease that is going out to (or was re-adopted from) `worker`: its
+    /// attempt's timeout, counted from when the attempt can start at the latest, so time spent
+    /// waiting for a slot at a prefetching worker never counts against it.
+    pub(super) fn arm_lease_deadline(
+        &mut self,
+        m: &mut Member,
+        worker: &WorkerId,
+        job_id: JobId,
+        lease_id: LeaseId,
+    ) {
+        let timeout = task_timeout(m, job_id);
+        let start = match self.registry.get(worker) {
+            Some(entry) => entry.latest_start(lease_id, m.now),
+            None => m.now,
+        };
+        let at = start.saturating_add(timeout);
+        if let Some(entry) = self.registry.get_mut(worker) {
+            if entry.leases.contains_key(&lease_id) {
+                entry.ends.insert(lease_id, at);
+            }
+        }
         let key = self.timers.arm(at, Timer::LeaseDeadline(job_id, lease_id));
         self.lease_deadlines.insert(lease_id, key);
     }

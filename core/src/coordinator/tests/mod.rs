@@ -107,11 +107,12 @@ impl Harness {
         }
         for worker in self.c.workers() {
             assert!(
-                worker.leases.len() <= worker.capacity as usize,
-                "worker {} holds {} attempts with capacity {}",
+                worker.leases.len() <= worker.lease_bound(),
+                "worker {} holds {} attempts with capacity {} and prefetch {}",
                 worker.id,
                 worker.leases.len(),
-                worker.capacity
+                worker.capacity,
+                worker.prefetch
             );
         }
     }
@@ -192,6 +193,7 @@ impl Harness {
                 worker_id: WorkerId(name.into()),
                 incarnation,
                 capacity,
+                prefetch: 0,
                 running,
                 finished: Vec::new(),
             },
@@ -1139,6 +1141,7 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
 
 mod admission;
 mod batches;
+mod prefetch;
 mod recovery;
 mod registration;
 mod retention;

@@ -12,6 +12,7 @@ fn register_serving(h: &mut Harness, name: &str, capacity: u32, tasks: &[&str]) 
             worker_id: WorkerId(name.into()),
             incarnation: Incarnation(1),
             capacity,
+            prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
             tasks: tasks.iter().map(|t| t.to_string()).collect(),

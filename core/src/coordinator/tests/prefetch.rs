@@ -1,0 +1,111 @@
+//! Workers that prefetch: leases beyond the slots, and deadlines that do not count the wait.
+
+use super::*;
+
+fn register_prefetching(h: &mut Harness, name: &str, capacity: u32, prefetch: u32) {
+    h.worker_says(
+        name,
+        WorkerToCoordinator::Register {
+            worker_id: WorkerId(name.into()),
+            incarnation: Incarnation(1),
+            capacity,
+            prefetch,
+            running: Vec::new(),
+            finished: Vec::new(),
+            tasks: crate::protocol::builtin_task_names(),
+            draining: false,
+        },
+    );
+}
+
+fn sleep() -> serde_json::Value {
+    json!({"kind": "sleep", "milliseconds": 20_000})
+}
+
+#[test]
+fn a_prefetching_worker_is_given_its_slots_and_prefetch_and_no_more() {
+    let mut h = Harness::new();
+    register_prefetching(&mut h, "w1", 2, 1);
+    let jobs: Vec<JobId> = (0..4).map(|_| h.submit(sleep(), 3)).collect();
+    let assigned: Vec<JobId> = h.assignments("w1").iter().map(|a| a.0).collect();
+    assert_eq!(assigned, jobs[..3].to_vec());
+    assert_eq!(h.state(jobs[3]), JobState::Queued);
+    h.check();
+}
+
+#[test]
+fn a_waiting_lease_is_timed_from_when_a_slot_can_free_for_it() {
+    let mut h = Harness::with(CoordinatorConfig {
+        task_timeout: Duration::from_millis(1_000),
+        ..config()
+    });
+    register_prefetching(&mut h, "w1", 1, 1);
+    let first = h.submit(sleep(), 3);
+    h.advance_with_heartbeats(200, &["w1"]);
+    let second = h.submit(sleep(), 3);
+    assert_eq!(h.assignments("w1").len(), 2);
+    // The first runs from its assignment; the second cannot start before the first is due to
+    // end (at 1,000 ms), so its own second is counted from there.
+    h.advance_with_heartbeats(800, &["w1"]);
+    assert_eq!(h.state(first), JobState::RetryWait);
+    assert_eq!(h.state(second), JobState::Running);
+    h.advance_with_heartbeats(950, &["w1"]);
+    assert_eq!(h.state(second), JobState::Running, "timed out for its wait");
+    h.advance_with_heartbeats(50, &["w1"]);
+    assert_eq!(h.state(second), JobState::RetryWait);
+}
+
+#[test]
+fn a_lease_that_finds_a_free_slot_is_timed_from_its_assignment() {
+    let mut h = Harness::with(CoordinatorConfig {
+        task_timeout: Duration::from_millis(1_000),
+        ..config()
+    });
+    register_prefetching(&mut h, "w1", 2, 2);
+    let first = h.submit(sleep(), 3);
+    h.advance_with_heartbeats(200, &["w1"]);
+    let second = h.submit(sleep(), 3);
+    h.advance_with_heartbeats(800, &["w1"]);
+    assert_eq!(h.state(first), JobState::RetryWait);
+    h.advance_with_heartbeats(199, &["w1"]);
+    assert_eq!(h.state(second), JobState::Running);
+    h.advance_with_heartbeats(1, &["w1"]);
+    assert_eq!(h.state(second), JobState::RetryWait);
+}
+
+#[test]
+fn a_registration_asking_more_prefetch_than_slots_or_holding_more_is_refused() {
+    let mut h = Harness::new();
+    register_prefetching(&mut h, "w1", 2, 3);
+    assert!(matches!(
+        h.sent_to_worker("w1")[..],
+        [CoordinatorToWorker::RegisterRejected { .. }]
+    ));
+    let running = (1..=4u128)
+        .map(|n| RunningAttempt {
+            job_id: JobId(uuid::Uuid::from_u128(n)),
+            lease_id: LeaseId(uuid::Uuid::from_u128(100 + n)),
+        })
+        .collect::<Vec<_>>();
+    let holding = |running: Vec<RunningAttempt>| WorkerToCoordinator::Register {
+        worker_id: WorkerId("w2".into()),
+        incarnation: Incarnation(1),
+        capacity: 2,
+        prefetch: 1,
+        running,
+        finished: Vec::new(),
+        tasks: crate::protocol::builtin_task_names(),
+        draining: false,
+    };
+    h.worker_says("w2", holding(running.clone()));
+    assert!(matches!(
+        h.sent_to_worker("w2")[..],
+        [CoordinatorToWorker::RegisterRejected { .. }]
+    ));
+    // Three are within two slots and one prefetched.
+    h.worker_says("w2", holding(running[..3].to_vec()));
+    assert!(matches!(
+        h.sent_to_worker("w2").first(),
+        Some(CoordinatorToWorker::Registered { .. })
+    ));
+}
