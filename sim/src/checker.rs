@@ -1055,7 +1055,7 @@ impl Checker {
         }
         for worker in workers {
             ensure!(
-                worker.leases.len() <= worker.lease_bound(),
+                worker.leases.len() <= worker.capacity as usize + worker.prefetch as usize,
                 "worker {} holds {} leases with capacity {} and prefetch {}: {:?}",
                 worker.id,
                 worker.leases.len(),
