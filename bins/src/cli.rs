@@ -207,7 +207,7 @@ pub struct WorkerArgs {
     /// Task slots.
     #[arg(long, default_value_t = 4)]
     pub capacity: u32,
-    /// Assignments a worker holds beyond its slots, waiting for one (0 to the capacity). The
+    /// Assignments a worker holds beyond its slots, waiting for one (at most 4 per slot). The
     /// next job is then already at the worker when a slot frees: worth it for many short jobs,
     /// not for long ones (a waiting job cannot move to a worker that frees up meanwhile).
     #[arg(long, default_value_t = 0)]
@@ -652,7 +652,7 @@ pub struct DevArgs {
     /// Task slots per worker.
     #[arg(long, default_value_t = 4)]
     pub capacity: u32,
-    /// Assignments a worker holds beyond its slots, waiting for one (0 to the capacity). The
+    /// Assignments a worker holds beyond its slots, waiting for one (at most 4 per slot). The
     /// next job is then already at the worker when a slot frees: worth it for many short jobs,
     /// not for long ones (a waiting job cannot move to a worker that frees up meanwhile).
     #[arg(long, default_value_t = 0)]

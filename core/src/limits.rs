@@ -15,6 +15,8 @@ pub const FRAME_HEADER_BYTES: usize = 4;
 pub const ATTEMPTS_MAX: u32 = 100;
 /// Most task slots one worker may advertise.
 pub const WORKER_CAPACITY_MAX: u32 = 1024;
+/// Assignments a worker may hold waiting beyond its slots, per slot.
+pub const PREFETCH_PER_SLOT_MAX: u32 = 4;
 /// Unacknowledged results a worker may list in `REGISTER` beyond twice its capacity.
 pub const REPORTED_FINISHED_MAX: usize = 64;
 /// Longest worker id.

@@ -35,7 +35,8 @@ pub use crate::dial::ConnectAttempt;
 use crate::dial::{Dialer, RedirectRule};
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, Term, WorkerId};
 use crate::limits::{
-    ATTEMPT_ERROR_BYTES_MAX, PROGRESS_NOTE_BYTES_MAX, TASKS_PER_WORKER_MAX, WORKER_CAPACITY_MAX,
+    ATTEMPT_ERROR_BYTES_MAX, PREFETCH_PER_SLOT_MAX, PROGRESS_NOTE_BYTES_MAX, TASKS_PER_WORKER_MAX,
+    WORKER_CAPACITY_MAX,
 };
 use crate::protocol::{
     builtin_task_names, AttemptOutcome, CoordinatorToWorker, ErrorCode, RunningAttempt,
@@ -50,7 +51,7 @@ pub struct WorkerConfig {
     pub worker_id: WorkerId,
     pub capacity: u32,
     /// Assignments it may hold beyond `capacity`, waiting in order for a slot (at most
-    /// `capacity`). The next job is then already here when a slot frees, instead of a round
+    /// [`PREFETCH_PER_SLOT_MAX`] per slot). The next job is then already here when a slot frees, instead of a round
     /// trip and a commit away.
     pub prefetch: u32,
     /// Coordinator worker-port addresses, tried in turn.
@@ -83,7 +84,7 @@ impl WorkerConfig {
         if !(1..=WORKER_CAPACITY_MAX).contains(&self.capacity) {
             return Err(WorkerConfigError::Capacity(self.capacity));
         }
-        if self.prefetch > self.capacity {
+        if self.prefetch > self.capacity.saturating_mul(PREFETCH_PER_SLOT_MAX) {
             return Err(WorkerConfigError::Prefetch {
                 prefetch: self.prefetch,
                 capacity: self.capacity,
@@ -113,7 +114,7 @@ impl WorkerConfig {
 pub enum WorkerConfigError {
     #[error("capacity must be between 1 and {WORKER_CAPACITY_MAX} (got {0})")]
     Capacity(u32),
-    #[error("prefetch may be at most the capacity ({capacity}), got {prefetch}")]
+    #[error("prefetch may be at most {PREFETCH_PER_SLOT_MAX} per slot ({} with capacity {capacity}), got {prefetch}", capacity.saturating_mul(PREFETCH_PER_SLOT_MAX))]
     Prefetch { prefetch: u32, capacity: u32 },
     #[error("at least one coordinator address is needed")]
     NoCoordinators,
@@ -1534,15 +1535,15 @@ mod tests {
     }
 
     #[test]
-    fn prefetch_may_not_exceed_the_capacity() {
+    fn prefetch_is_bounded_per_slot() {
         let config = WorkerConfig {
-            prefetch: 3,
+            prefetch: 9,
             ..WorkerConfig::new(WorkerId::parse("w1").expect("id"), 2, vec!["a:1".into()])
         };
         assert_eq!(
             config.validate(),
             Err(WorkerConfigError::Prefetch {
-                prefetch: 3,
+                prefetch: 9,
                 capacity: 2
             })
         );

@@ -576,8 +576,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// How many assignments it holds beyond its slots, waiting for one (default 0, at most the
-    /// capacity). Prefetching keeps the next short job at hand when a slot frees; a long job
+    /// How many assignments it holds beyond its slots, waiting for one (default 0, at most 4
+    /// per slot). Prefetching keeps the next short job at hand when a slot frees; a long job
     /// waiting here cannot move to a worker that frees up first.
     pub fn prefetch(mut self, prefetch: u32) -> Self {
         self.prefetch = prefetch;

@@ -120,10 +120,9 @@ async fn a_prefetching_worker_holds_one_beyond_its_slot_and_every_job_completes_
         vec![coordinator.worker_addr().to_string()],
     );
     worker_config.prefetch = 1;
-    let worker = herder_runtime::worker::start(herder_runtime::worker::WorkerOptions::new(
-        worker_config,
-    ))
-    .expect("worker starts");
+    let worker =
+        herder_runtime::worker::start(herder_runtime::worker::WorkerOptions::new(worker_config))
+            .expect("worker starts");
     let client = client(coordinator.client_addr());
     let seen = wait_alive(&client, &["prefetcher"]).await;
     assert_eq!(seen[0].prefetch, 1);

@@ -403,7 +403,7 @@ impl Scenario {
             scenario.worker_prefetch = scenario
                 .worker_capacity
                 .iter()
-                .map(|&capacity| rng.range(0, u64::from(capacity)) as u32)
+                .map(|&capacity| rng.range(0, 4 * u64::from(capacity)) as u32)
                 .collect();
         }
         scenario

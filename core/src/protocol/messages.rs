@@ -46,7 +46,7 @@ pub enum WorkerToCoordinator {
         worker_id: WorkerId,
         incarnation: Incarnation,
         capacity: u32,
-        /// Assignments it holds beyond `capacity`, waiting for a slot (0 to `capacity`).
+        /// Assignments it holds beyond `capacity`, waiting for a slot (at most 4 per slot).
         #[serde(default, skip_serializing_if = "is_zero")]
         prefetch: u32,
         #[serde(default)]

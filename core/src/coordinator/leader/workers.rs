@@ -14,8 +14,8 @@ use crate::coordinator::{Event, LossReason, WorkerEntry};
 use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
 use crate::job::FailureKind;
 use crate::limits::{
-    ATTEMPT_ERROR_BYTES_MAX, PROGRESS_NOTE_BYTES_MAX, REPORTED_FINISHED_MAX, TASKS_PER_WORKER_MAX,
-    WORKERS_MAX, WORKER_CAPACITY_MAX,
+    ATTEMPT_ERROR_BYTES_MAX, PREFETCH_PER_SLOT_MAX, PROGRESS_NOTE_BYTES_MAX, REPORTED_FINISHED_MAX,
+    TASKS_PER_WORKER_MAX, WORKERS_MAX, WORKER_CAPACITY_MAX,
 };
 use crate::protocol::{
     AttemptOutcome, CancelReason, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
@@ -89,13 +89,16 @@ impl LeaderState {
                 format!("capacity must be between 1 and {WORKER_CAPACITY_MAX} (got {capacity})"),
             );
         }
-        if prefetch > capacity {
+        if prefetch > capacity.saturating_mul(PREFETCH_PER_SLOT_MAX) {
             return self.refuse_registration(
                 m,
                 conn,
                 worker_id,
                 RegisterRejection::InvalidRegistration,
-                format!("prefetch may be at most the capacity ({capacity}), got {prefetch}"),
+                format!(
+                    "prefetch may be at most {PREFETCH_PER_SLOT_MAX} per slot ({} with capacity {capacity}), got {prefetch}",
+                    capacity.saturating_mul(PREFETCH_PER_SLOT_MAX)
+                ),
             );
         }
         // An honest process cannot hold (or hold results of) more attempts than it has slots and

@@ -76,12 +76,12 @@ fn a_lease_that_finds_a_free_slot_is_timed_from_its_assignment() {
 #[test]
 fn a_registration_asking_more_prefetch_than_slots_or_holding_more_is_refused() {
     let mut h = Harness::new();
-    register_prefetching(&mut h, "w1", 2, 3);
+    register_prefetching(&mut h, "w1", 2, 9);
     assert!(matches!(
         h.sent_to_worker("w1")[..],
         [CoordinatorToWorker::RegisterRejected { .. }]
     ));
-    let running = (1..=4u128)
+    let running = (1..=11u128)
         .map(|n| RunningAttempt {
             job_id: JobId(uuid::Uuid::from_u128(n)),
             lease_id: LeaseId(uuid::Uuid::from_u128(100 + n)),
@@ -91,7 +91,7 @@ fn a_registration_asking_more_prefetch_than_slots_or_holding_more_is_refused() {
         worker_id: WorkerId("w2".into()),
         incarnation: Incarnation(1),
         capacity: 2,
-        prefetch: 1,
+        prefetch: 8,
         running,
         finished: Vec::new(),
         tasks: crate::protocol::builtin_task_names(),
@@ -102,8 +102,8 @@ fn a_registration_asking_more_prefetch_than_slots_or_holding_more_is_refused() {
         h.sent_to_worker("w2")[..],
         [CoordinatorToWorker::RegisterRejected { .. }]
     ));
-    // Three are within two slots and one prefetched.
-    h.worker_says("w2", holding(running[..3].to_vec()));
+    // Ten are within two slots and eight prefetched.
+    h.worker_says("w2", holding(running[..10].to_vec()));
     assert!(matches!(
         h.sent_to_worker("w2").first(),
         Some(CoordinatorToWorker::Registered { .. })
