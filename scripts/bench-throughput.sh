@@ -13,7 +13,8 @@
 # the CPU-seconds (user and kernel) each role spent per 1,000 accepted jobs, read from /proc
 # when the bench ends: coordinators (split into their store thread and the rest), workers and
 # the load generator. MAX_ACTIVE is every coordinator's --max-active-jobs; PREFETCH is every
-# worker's --prefetch (assignments held beyond its CAPACITY slots).
+# worker's --prefetch (assignments held beyond its CAPACITY slots); RATE paces the bench (jobs/s;
+# PIPELINES and BATCH are then not used).
 #   JOBS="2000 20000" PIPELINES="1 8" RUNS=3 ./scripts/bench-throughput.sh
 #   TOPOLOGIES="single group" JOBS=5000 OUT=/tmp/throughput.txt ./scripts/bench-throughput.sh
 #
@@ -24,7 +25,8 @@
 # submit-to-completed latency at a paced 300 jobs/s, and the coordinator's peak resident
 # memory with 100,000 jobs queued. SMOKE=1 makes every count 20 times smaller (CI runs it so,
 # to show the suite works; its figures mean nothing).
-#   SUITE=targets RUNS=3 ./scripts/bench-throughput.sh
+# PREFETCH applies to the suite's workers too.
+#   SUITE=targets RUNS=3 PREFETCH=16 ./scripts/bench-throughput.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 ensure_built
@@ -34,6 +36,7 @@ PIPELINES="${PIPELINES:-1 8}"
 RUNS="${RUNS:-3}"
 CONCURRENCY="${CONCURRENCY:-4}"
 BATCH="${BATCH:-1}"
+RATE="${RATE:-}"
 TOPOLOGIES="${TOPOLOGIES:-dev}"
 WORKERS="${WORKERS:-3}"
 CAPACITY="${CAPACITY:-4}"
@@ -154,7 +157,7 @@ run_targets() {
     for run in $(seq "$RUNS"); do
         echo "{\"target\": \"memory\", \"run\": $run, \"peak_rss_kib\": $(peak_memory)}" | tee -a "$results"
     done
-    python3 - "$results" "$work/fsync.json" <<'PY'
+    python3 - "$results" "$work/fsync.json" "$WORKERS x $CAPACITY slots, prefetch $PREFETCH" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 fsync = json.load(open(sys.argv[2]))
@@ -165,6 +168,7 @@ def median(target, topology, key):
 throughput = lambda r: r["throughput_jobs_per_second"]
 p99 = lambda r: r["end_to_end_millis"]["p99"]
 print()
+print(f"workers: {sys.argv[3]}")
 print(f"{'target':<46} {'topology':<8} {'runs':<26} {'median':>9}  goal")
 def line(name, topology, key, unit, goal, scale=1.0):
     m, values = median(name, topology, key)
@@ -201,9 +205,11 @@ for jobs in $JOBS; do
                 STARTED_PIDS=()
                 ROLES=()
                 start_topology "$topology"
+                load=(--pipeline "$pipeline" --batch "$BATCH")
+                [ -n "$RATE" ] && load=(--rate "$RATE")
                 python3 "$HERDER_ROOT/scripts/bench-run.py" "$topology" "$run" "${ROLES[@]}" -- \
                     "$HERDER_BIN" bench --jobs "$jobs" --concurrency "$CONCURRENCY" \
-                    --pipeline "$pipeline" --batch "$BATCH" --task sha256 --text herder \
+                    "${load[@]}" --task sha256 --text herder \
                     --coordinator "$CLIENT_ADDR" --json | tee -a "$results"
                 cleanup_started
             done

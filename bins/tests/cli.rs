@@ -850,3 +850,24 @@ fn a_batch_file_submits_every_line_and_a_bad_line_submits_nothing() {
         "the first two files made three jobs, the bad one none"
     );
 }
+
+#[test]
+fn a_worker_asking_more_prefetch_than_four_per_slot_is_refused_before_it_connects() {
+    let output = herder(&[
+        "worker",
+        "--id",
+        "w1",
+        "--capacity",
+        "2",
+        "--prefetch",
+        "9",
+        "--coordinator",
+        "127.0.0.1:1",
+    ]);
+    assert_eq!(code(&output), 2);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("prefetch may be at most 4 per slot (8 with capacity 2), got 9"),
+        "{stderr}"
+    );
+}

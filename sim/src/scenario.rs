@@ -189,6 +189,8 @@ impl Scenario {
         let mut scenario = Scenario::draw(seed);
         scenario.workers = 3;
         scenario.worker_capacity = vec![2; 3];
+        // No prefetch: the workers stay as they were measured.
+        scenario.worker_prefetch = Vec::new();
         scenario.clients = 2;
         scenario.ops_per_client = 20;
         scenario.fault_span_us = 10_000_000;

@@ -484,6 +484,7 @@ impl World {
             }
             let held: BTreeSet<_> = machine
                 .running()
+                .chain(machine.waiting())
                 .map(|(lease, _)| lease)
                 .chain(machine.unacknowledged_leases())
                 .collect();
