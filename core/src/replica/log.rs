@@ -30,9 +30,28 @@ pub struct RaftLog {
 
 /// Bytes an entry takes on the wire inside an `APPEND`.
 pub fn encoded_bytes(entry: &LogEntry) -> usize {
+    // Counted as it is written, never kept: every appended entry is measured, on every member.
+    let mut counter = ByteCounter(0);
     // An entry that cannot be encoded cannot be replicated either; counting it as huge makes the
     // sender put it in a message of its own, where the encoder reports the problem.
-    serde_json::to_vec(entry).map_or(usize::MAX / 4, |bytes| bytes.len())
+    match serde_json::to_writer(&mut counter, entry) {
+        Ok(()) => counter.0,
+        Err(_) => usize::MAX / 4,
+    }
+}
+
+/// A writer that only counts what is written to it.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(bytes.len());
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl RaftLog {
@@ -237,6 +256,14 @@ mod tests {
             log.append(entry(i as u64 + 1, *term));
         }
         log
+    }
+
+    #[test]
+    fn an_entry_is_counted_at_exactly_its_encoded_size() {
+        for entry in [entry(7, 3), entry(u64::MAX, u64::MAX)] {
+            let encoded = serde_json::to_vec(&entry).expect("encodes");
+            assert_eq!(encoded_bytes(&entry), encoded.len());
+        }
     }
 
     #[test]
