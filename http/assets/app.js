@@ -352,6 +352,8 @@
     const rows = sorted.map((w) => {
       const capacity = Number(w.capacity) || 0;
       const running = Number(w.running) || 0;
+      // A prefetching worker may hold up to `prefetch` more than its slots, waiting.
+      const prefetch = Number(w.prefetch) || 0;
       const pct = capacity > 0 ? Math.min(100, Math.round((running / capacity) * 100)) : 0;
       const bar = el('span', { className: 'meter', attrs: { 'aria-hidden': 'true' } }, el('span', { className: 'meter-fill' }));
       bar.firstChild.style.width = `${pct}%`;
@@ -361,7 +363,7 @@
         el('td', {},
           el('span', { className: `badge ${w.alive ? 'worker-alive' : 'worker-lost'}`, text: w.alive ? 'alive' : 'lost' }),
           w.draining ? el('span', { className: 'badge worker-draining', text: 'draining' }) : null),
-        el('td', { className: 'num' }, bar, el('span', { className: 'mono', text: `${running} / ${capacity}` })),
+        el('td', { className: 'num' }, bar, el('span', { className: 'mono', text: prefetch > 0 ? `${running} / ${capacity} +${prefetch}` : `${running} / ${capacity}` })),
         el('td', { className: 'num', text: fmtAgo(w.last_heartbeat_millis_ago) }),
         el('td', { className: 'num mono', text: w.incarnation ?? DASH }),
         el('td', { className: 'chips' }, ...(tasks.length

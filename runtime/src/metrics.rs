@@ -225,7 +225,7 @@ impl Metrics {
         let worker_running = Family::<WorkerLabel, Gauge>::default();
         registry.register(
             "worker_running",
-            "Slots in use on each worker",
+            "Attempts each worker holds, running or waiting for a slot",
             worker_running.clone(),
         );
         let worker_capacity = Family::<WorkerLabel, Gauge>::default();
