@@ -17,7 +17,8 @@ pub const ATTEMPTS_MAX: u32 = 100;
 pub const WORKER_CAPACITY_MAX: u32 = 1024;
 /// Assignments a worker may hold waiting beyond its slots, per slot.
 pub const PREFETCH_PER_SLOT_MAX: u32 = 4;
-/// Unacknowledged results a worker may list in `REGISTER` beyond twice its capacity.
+/// Unacknowledged results a worker may always list in `REGISTER`, whatever its room (it may
+/// list up to twice its capacity and prefetch together, if that is more).
 pub const REPORTED_FINISHED_MAX: usize = 64;
 /// Longest worker id.
 pub const WORKER_ID_BYTES_MAX: usize = 64;

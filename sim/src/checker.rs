@@ -1067,6 +1067,7 @@ impl Checker {
                 worker
                     .ends
                     .keys()
+                    .chain(&worker.overdue)
                     .all(|lease| worker.leases.contains_key(lease)),
                 "worker {} keeps the end of a lease it no longer holds",
                 worker.id

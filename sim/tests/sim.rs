@@ -309,6 +309,7 @@ fn the_checker_catches_a_worker_over_capacity() {
         last_heartbeat: Instant::ZERO,
         leases,
         ends: BTreeMap::new(),
+        overdue: std::collections::BTreeSet::new(),
     };
     let mut checker = Checker::new(1);
     let over = checker

@@ -29,6 +29,9 @@ pub struct WorkerEntry {
     /// leases in `leases` that have gone out. A prefetched lease's own deadline is placed after
     /// the ends of the attempts it waits behind.
     pub ends: BTreeMap<LeaseId, Instant>,
+    /// Leases whose deadline passed while the worker still held them: when they end is not
+    /// known, so nothing more is queued behind them (see `free_slots`).
+    pub overdue: BTreeSet<LeaseId>,
     /// The task kinds it serves (fixed for the life of its process).
     pub tasks: BTreeSet<String>,
     /// Shutting down: it gets no new work.
@@ -46,11 +49,21 @@ impl WorkerEntry {
     }
 
     /// Leases it can still be given: its slots plus what it prefetches, less what it holds.
+    /// While it holds an overdue lease, only its slots: an attempt queued behind one that
+    /// outlived its deadline could not be given a deadline it would meet.
     pub fn free_slots(&self) -> u32 {
         let used = u32::try_from(self.leases.len()).unwrap_or(u32::MAX);
-        self.capacity
-            .saturating_add(self.prefetch)
-            .saturating_sub(used)
+        let room = if self.overdue.is_empty() {
+            self.capacity.saturating_add(self.prefetch)
+        } else {
+            self.capacity
+        };
+        room.saturating_sub(used)
+    }
+
+    /// Whether it has a slot free now, not only room to queue.
+    pub fn has_idle_slot(&self) -> bool {
+        self.leases.len() < self.capacity as usize
     }
 
     /// The most leases it may hold at once.
@@ -61,6 +74,7 @@ impl WorkerEntry {
     /// Frees a lease's slot, with its end.
     pub fn free(&mut self, lease_id: LeaseId) -> Option<JobId> {
         self.ends.remove(&lease_id);
+        self.overdue.remove(&lease_id);
         self.leases.remove(&lease_id)
     }
 
@@ -162,6 +176,7 @@ impl Registry {
             self.by_conn.remove(&conn);
         }
         entry.ends.clear();
+        entry.overdue.clear();
         (conn, std::mem::take(&mut entry.leases))
     }
 
@@ -199,8 +214,9 @@ impl Registry {
 
     /// The worker serving `kind` with a free slot and the fewest attempts in hand, after first
     /// minimising `penalty` (e.g. how many partitions of the same job a worker already runs, so
-    /// partitions spread across workers). Ties: most free slots, then the smallest id, so the
-    /// choice is deterministic.
+    /// partitions spread across workers) and preferring a worker with a slot idle now to one
+    /// that would queue the job. Ties: most free slots, then the smallest id, so the choice is
+    /// deterministic.
     pub fn least_loaded_for(
         &self,
         kind: &str,
@@ -211,6 +227,7 @@ impl Registry {
             .min_by(|a, b| {
                 penalty(a)
                     .cmp(&penalty(b))
+                    .then(b.has_idle_slot().cmp(&a.has_idle_slot()))
                     .then(a.leases.len().cmp(&b.leases.len()))
                     .then(b.free_slots().cmp(&a.free_slots()))
                     .then(a.id.cmp(&b.id))

@@ -103,8 +103,15 @@ impl LeaderState {
         }
         // An honest process cannot hold (or hold results of) more attempts than it has slots and
         // prefetch room, plus results waiting; bounding the report bounds what a peer can make
-        // us track.
-        let holdable = (capacity as usize).saturating_add(prefetch as usize);
+        // us track. A reconnect is held to the room its entry was registered with, which it
+        // cannot change.
+        let (bound_capacity, bound_prefetch) = match self.registry.get(&worker_id) {
+            Some(entry) if entry.alive && entry.incarnation == incarnation => {
+                (entry.capacity, entry.prefetch)
+            }
+            _ => (capacity, prefetch),
+        };
+        let holdable = (bound_capacity as usize).saturating_add(bound_prefetch as usize);
         let reported = running.len().saturating_add(finished.len());
         let reportable = holdable.saturating_mul(2).max(1);
         if running.len() > holdable || reported > reportable.max(REPORTED_FINISHED_MAX) {
@@ -208,6 +215,7 @@ impl LeaderState {
                     last_heartbeat: m.now,
                     leases: BTreeMap::new(),
                     ends: BTreeMap::new(),
+                    overdue: BTreeSet::new(),
                     tasks,
                     draining,
                 });
@@ -552,6 +560,13 @@ impl LeaderState {
         else {
             return;
         };
+        if let Some(entry) = self.registry.get_mut(&worker) {
+            if entry.leases.contains_key(&lease_id) {
+                // It keeps its slot until the worker says it stopped, and when that will be
+                // is no longer known.
+                entry.overdue.insert(lease_id);
+            }
+        }
         let cause = format!(
             "attempt deadline of {} ms expired on worker {worker}",
             as_millis_u64(task_timeout(m, job_id))

@@ -109,3 +109,92 @@ fn a_registration_asking_more_prefetch_than_slots_or_holding_more_is_refused() {
         Some(CoordinatorToWorker::Registered { .. })
     ));
 }
+
+#[test]
+fn nothing_more_is_queued_behind_an_attempt_that_outlived_its_deadline() {
+    let mut h = Harness::with(CoordinatorConfig {
+        task_timeout: Duration::from_millis(1_000),
+        ..config()
+    });
+    register_prefetching(&mut h, "w1", 1, 2);
+    let first = h.submit(sleep(), 3);
+    let [(_, first_lease, _)] = h.assignments("w1")[..] else {
+        panic!("the first job runs on w1")
+    };
+    // It ignores its deadline's cancel: its slot stays taken, for how long nobody knows.
+    h.advance_with_heartbeats(1_000, &["w1"]);
+    assert_eq!(h.state(first), JobState::RetryWait);
+    h.sent_to_worker("w1");
+    let second = h.submit(sleep(), 3);
+    assert!(
+        h.assignments("w1").is_empty(),
+        "queued behind an attempt that may never end"
+    );
+    assert_eq!(h.state(second), JobState::Queued);
+    // Once it says it stopped, the slot (and the room behind it) is there again.
+    h.finish("w1", first, first_lease, AttemptOutcome::Cancelled {});
+    let given: Vec<JobId> = h.assignments("w1").iter().map(|a| a.0).collect();
+    assert!(given.contains(&second), "{given:?}");
+}
+
+#[test]
+fn a_worker_with_a_slot_idle_is_preferred_to_one_that_would_queue_the_job() {
+    let mut h = Harness::new();
+    register_prefetching(&mut h, "w1", 1, 4);
+    register_prefetching(&mut h, "w2", 4, 0);
+    for _ in 0..3 {
+        h.submit(sleep(), 3);
+    }
+    assert_eq!(h.assignments("w1").len(), 1);
+    assert_eq!(h.assignments("w2").len(), 2);
+}
+
+#[test]
+fn a_lost_prefetching_worker_takes_its_waiting_attempts_down_with_it() {
+    let mut h = Harness::new();
+    register_prefetching(&mut h, "w1", 1, 1);
+    let jobs = [h.submit(sleep(), 3), h.submit(sleep(), 3)];
+    assert_eq!(h.assignments("w1").len(), 2);
+    h.c.handle_closed(h.now, Harness::conn_of("w1"));
+    h.pump();
+    // Which of them had started is not known: both are failed and retried, each charged.
+    for job in jobs {
+        assert_eq!(h.state(job), JobState::RetryWait);
+        assert_eq!(h.job(job).attempt, Attempt(1));
+    }
+}
+
+#[test]
+fn a_reconnect_is_held_to_the_room_its_process_registered_with() {
+    let mut h = Harness::new();
+    register_prefetching(&mut h, "w1", 1, 0);
+    assert!(matches!(
+        h.sent_to_worker("w1")[..],
+        [CoordinatorToWorker::Registered { .. }]
+    ));
+    // The same process claims more room on a new connection, to report more attempts.
+    let running = (1..=3u128)
+        .map(|n| RunningAttempt {
+            job_id: JobId(uuid::Uuid::from_u128(n)),
+            lease_id: LeaseId(uuid::Uuid::from_u128(100 + n)),
+        })
+        .collect();
+    h.worker_says(
+        "w1",
+        WorkerToCoordinator::Register {
+            worker_id: WorkerId("w1".into()),
+            incarnation: Incarnation(1),
+            capacity: 2,
+            prefetch: 8,
+            running,
+            finished: Vec::new(),
+            tasks: crate::protocol::builtin_task_names(),
+            draining: false,
+        },
+    );
+    assert!(matches!(
+        h.sent_to_worker("w1")[..],
+        [CoordinatorToWorker::RegisterRejected { .. }]
+    ));
+    h.check();
+}
