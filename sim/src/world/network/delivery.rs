@@ -4,7 +4,9 @@
 use herder_core::client::ConnectAttempt;
 use herder_core::coordinator::Link;
 use herder_core::ids::{ConnectionId, LogIndex, Term};
-use herder_core::protocol::{ClientRequest, Partitions, WorkerToCoordinator};
+use herder_core::protocol::{
+    CancelReason, ClientRequest, CoordinatorToWorker, Partitions, WorkerToCoordinator,
+};
 use herder_core::tasks::TaskSpec;
 
 use super::{Conn, Down, Peer, Up};
@@ -255,8 +257,21 @@ impl World {
                     return Ok(());
                 }
                 let local = node.clock.local(self.now);
+                let mut timed_out_waiting = false;
                 if let Some(m) = &mut node.machine {
+                    if let CoordinatorToWorker::TaskCancel {
+                        lease_id,
+                        reason: CancelReason::DeadlineExpired,
+                        ..
+                    } = &message
+                    {
+                        timed_out_waiting = m.waiting().any(|(lease, _)| lease == *lease_id);
+                    }
                     m.handle_message(local, attempt, message);
+                }
+                if timed_out_waiting {
+                    // Allowed (an attempt ahead overran its deadline) but worth seeing.
+                    self.count("worker: a waiting attempt timed out before it started");
                 }
                 self.drain_worker(w)
             }
