@@ -1015,11 +1015,19 @@ mod tests {
     use uuid::Uuid;
 
     fn worker() -> Worker {
-        let config = WorkerConfig::new(
-            WorkerId::parse("w1").expect("valid id"),
-            2,
-            vec!["a:1".into(), "b:1".into()],
-        );
+        worker_with(0)
+    }
+
+    /// Worker w1 with two slots and `prefetch`, dialing a:1 then b:1.
+    fn worker_with(prefetch: u32) -> Worker {
+        let config = WorkerConfig {
+            prefetch,
+            ..WorkerConfig::new(
+                WorkerId::parse("w1").expect("valid id"),
+                2,
+                vec!["a:1".into(), "b:1".into()],
+            )
+        };
         Worker::new(config, 9, Instant::ZERO).expect("valid config")
     }
 
@@ -1142,11 +1150,7 @@ mod tests {
             w.handle_message(Instant::ZERO, attempt, assign(n));
         }
         let outputs = drain(&mut w);
-        let started = outputs
-            .iter()
-            .filter(|o| matches!(o, WorkerOutput::StartTask { .. }))
-            .count();
-        assert_eq!(started, 2);
+        assert_eq!(started(&outputs).len(), 2);
         let (job3, lease3) = ids(3);
         assert!(
             outputs.contains(&WorkerOutput::Send(WorkerToCoordinator::TaskResult {
@@ -1504,15 +1508,7 @@ mod tests {
     }
 
     fn prefetching_worker() -> Worker {
-        let config = WorkerConfig {
-            prefetch: 2,
-            ..WorkerConfig::new(
-                WorkerId::parse("w1").expect("valid id"),
-                2,
-                vec!["a:1".into()],
-            )
-        };
-        Worker::new(config, 9, Instant::ZERO).expect("valid config")
+        worker_with(2)
     }
 
     fn started(outputs: &[WorkerOutput]) -> Vec<LeaseId> {

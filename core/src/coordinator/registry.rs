@@ -94,8 +94,9 @@ impl WorkerEntry {
         if ahead.len() < slots {
             return now;
         }
-        ahead.sort_unstable();
-        ahead[ahead.len() - slots].max(now)
+        let rank = ahead.len() - slots;
+        let (_, end, _) = ahead.select_nth_unstable(rank);
+        (*end).max(now)
     }
 
     pub fn view(&self, now: Instant) -> WorkerView {

@@ -739,16 +739,16 @@ impl LeaderState {
         lease_id: LeaseId,
     ) {
         let timeout = task_timeout(m, job_id);
-        let start = match self.registry.get(worker) {
-            Some(entry) => entry.latest_start(lease_id, m.now),
-            None => m.now,
-        };
-        let at = start.saturating_add(timeout);
-        if let Some(entry) = self.registry.get_mut(worker) {
-            if entry.leases.contains_key(&lease_id) {
-                entry.ends.insert(lease_id, at);
+        let at = match self.registry.get_mut(worker) {
+            Some(entry) => {
+                let at = entry.latest_start(lease_id, m.now).saturating_add(timeout);
+                if entry.leases.contains_key(&lease_id) {
+                    entry.ends.insert(lease_id, at);
+                }
+                at
             }
-        }
+            None => m.now.saturating_add(timeout),
+        };
         let key = self.timers.arm(at, Timer::LeaseDeadline(job_id, lease_id));
         self.lease_deadlines.insert(lease_id, key);
     }

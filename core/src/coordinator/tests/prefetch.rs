@@ -2,20 +2,36 @@
 
 use super::*;
 
+/// `name`'s `REGISTER` (incarnation 1, the built-in kinds) with this room, reporting `running`.
+fn registration(
+    name: &str,
+    (capacity, prefetch): (u32, u32),
+    running: Vec<RunningAttempt>,
+) -> WorkerToCoordinator {
+    WorkerToCoordinator::Register {
+        worker_id: WorkerId(name.into()),
+        incarnation: Incarnation(1),
+        capacity,
+        prefetch,
+        running,
+        finished: Vec::new(),
+        tasks: crate::protocol::builtin_task_names(),
+        draining: false,
+    }
+}
+
 fn register_prefetching(h: &mut Harness, name: &str, capacity: u32, prefetch: u32) {
-    h.worker_says(
-        name,
-        WorkerToCoordinator::Register {
-            worker_id: WorkerId(name.into()),
-            incarnation: Incarnation(1),
-            capacity,
-            prefetch,
-            running: Vec::new(),
-            finished: Vec::new(),
-            tasks: crate::protocol::builtin_task_names(),
-            draining: false,
-        },
-    );
+    h.worker_says(name, registration(name, (capacity, prefetch), Vec::new()));
+}
+
+/// `n` attempts a worker may say it runs.
+fn attempts(n: u128) -> Vec<RunningAttempt> {
+    (1..=n)
+        .map(|n| RunningAttempt {
+            job_id: JobId(uuid::Uuid::from_u128(n)),
+            lease_id: LeaseId(uuid::Uuid::from_u128(100 + n)),
+        })
+        .collect()
 }
 
 fn sleep() -> serde_json::Value {
@@ -81,22 +97,8 @@ fn a_registration_asking_more_prefetch_than_slots_or_holding_more_is_refused() {
         h.sent_to_worker("w1")[..],
         [CoordinatorToWorker::RegisterRejected { .. }]
     ));
-    let running = (1..=11u128)
-        .map(|n| RunningAttempt {
-            job_id: JobId(uuid::Uuid::from_u128(n)),
-            lease_id: LeaseId(uuid::Uuid::from_u128(100 + n)),
-        })
-        .collect::<Vec<_>>();
-    let holding = |running: Vec<RunningAttempt>| WorkerToCoordinator::Register {
-        worker_id: WorkerId("w2".into()),
-        incarnation: Incarnation(1),
-        capacity: 2,
-        prefetch: 8,
-        running,
-        finished: Vec::new(),
-        tasks: crate::protocol::builtin_task_names(),
-        draining: false,
-    };
+    let running = attempts(11);
+    let holding = |running: Vec<RunningAttempt>| registration("w2", (2, 8), running);
     h.worker_says("w2", holding(running.clone()));
     assert!(matches!(
         h.sent_to_worker("w2")[..],
@@ -173,25 +175,7 @@ fn a_reconnect_is_held_to_the_room_its_process_registered_with() {
         [CoordinatorToWorker::Registered { .. }]
     ));
     // The same process claims more room on a new connection, to report more attempts.
-    let running = (1..=3u128)
-        .map(|n| RunningAttempt {
-            job_id: JobId(uuid::Uuid::from_u128(n)),
-            lease_id: LeaseId(uuid::Uuid::from_u128(100 + n)),
-        })
-        .collect();
-    h.worker_says(
-        "w1",
-        WorkerToCoordinator::Register {
-            worker_id: WorkerId("w1".into()),
-            incarnation: Incarnation(1),
-            capacity: 2,
-            prefetch: 8,
-            running,
-            finished: Vec::new(),
-            tasks: crate::protocol::builtin_task_names(),
-            draining: false,
-        },
-    );
+    h.worker_says("w1", registration("w1", (2, 8), attempts(3)));
     assert!(matches!(
         h.sent_to_worker("w1")[..],
         [CoordinatorToWorker::RegisterRejected { .. }]
