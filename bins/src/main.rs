@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod dev;
 mod group;
+mod log_writer;
 mod output;
 mod retention;
 mod verbs;
@@ -74,33 +75,37 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Logs go to stderr through a background writer thread, so a busy coordinator never waits on
-/// the terminal. The thread writes through a buffer that it flushes whenever it has nothing
-/// more to write, so a burst of lines costs one write instead of one per line, and a quiet
-/// moment shows every line at once. Servers log at info; client verbs only warn, so their
-/// stdout stays clean. The returned guard flushes what is buffered when dropped.
-/// The log writer's buffer: lines beyond it are written before the burst ends.
-const LOG_BUFFER_BYTES: usize = 64 * 1024;
-
-fn init_logging(format: LogFormat, server: bool) -> tracing_appender::non_blocking::WorkerGuard {
+/// Logs go to stderr through a background writer thread (see `log_writer`), so a busy
+/// coordinator never waits on the terminal and a burst of lines costs a few writes instead of
+/// one per line. Servers log at info; client verbs only warn, so their stdout stays clean. The
+/// returned guard writes what is still buffered when dropped; without a thread, lines are
+/// written directly.
+fn init_logging(format: LogFormat, server: bool) -> Option<log_writer::FlushGuard> {
     use tracing_subscriber::EnvFilter;
     let default = if server { "info" } else { "warn" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .finish(std::io::BufWriter::with_capacity(
-            LOG_BUFFER_BYTES,
-            std::io::stderr(),
-        ));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer)
         .with_target(false)
         .with_ansi(ansi);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+    match log_writer::start(std::io::stderr()) {
+        Ok((writer, guard)) => {
+            let builder = builder.with_writer(writer);
+            match format {
+                LogFormat::Text => builder.init(),
+                LogFormat::Json => builder.json().init(),
+            }
+            Some(guard)
+        }
+        Err(error) => {
+            eprintln!("herder: no log writer thread ({error}); writing log lines directly");
+            let builder = builder.with_writer(std::io::stderr);
+            match format {
+                LogFormat::Text => builder.init(),
+                LogFormat::Json => builder.json().init(),
+            }
+            None
+        }
     }
-    guard
 }
