@@ -18,9 +18,17 @@ pub struct Cli {
     /// Log line format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Threads that run the process's sockets, timers and protocol state machines. CPU-heavy
+    /// built-in tasks, `exec` children and the coordinator's store and log writer have threads
+    /// of their own, so one suffices on small machines and is the fastest measured there.
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=IO_THREADS_MAX))]
+    pub io_threads: u16,
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The most `--io-threads` a process may ask for.
+pub const IO_THREADS_MAX: i64 = 64;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum LogFormat {

@@ -44,6 +44,7 @@ fn main() -> ExitCode {
     );
     let log_guard = init_logging(cli.log_format, server);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(cli.io_threads))
         .enable_all()
         .build()
     {

@@ -871,3 +871,24 @@ fn a_worker_asking_more_prefetch_than_four_per_slot_is_refused_before_it_connect
         "{stderr}"
     );
 }
+
+#[test]
+fn io_threads_out_of_range_are_a_usage_error_and_in_range_run_the_verb() {
+    for bad in ["0", "65", "many"] {
+        let output = herder(&["workers", "--io-threads", bad, "--coordinator", "127.0.0.1:1"]);
+        assert_eq!(code(&output), 2, "--io-threads {bad}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("--io-threads"), "{stderr}");
+    }
+    // Accepted, the verb runs: nothing listens there, so it cannot reach a coordinator.
+    let output = herder(&[
+        "workers",
+        "--io-threads",
+        "3",
+        "--coordinator",
+        "127.0.0.1:1",
+        "--call-timeout-millis",
+        "500",
+    ]);
+    assert_eq!(code(&output), 4);
+}
