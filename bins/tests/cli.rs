@@ -875,7 +875,13 @@ fn a_worker_asking_more_prefetch_than_four_per_slot_is_refused_before_it_connect
 #[test]
 fn io_threads_out_of_range_are_a_usage_error_and_in_range_run_the_verb() {
     for bad in ["0", "65", "many"] {
-        let output = herder(&["workers", "--io-threads", bad, "--coordinator", "127.0.0.1:1"]);
+        let output = herder(&[
+            "workers",
+            "--io-threads",
+            bad,
+            "--coordinator",
+            "127.0.0.1:1",
+        ]);
         assert_eq!(code(&output), 2, "--io-threads {bad}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains("--io-threads"), "{stderr}");

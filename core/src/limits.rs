@@ -119,6 +119,9 @@ pub const MATERIALIZE_DIRTY_JOBS_MAX: usize = 2048;
 /// Log entries beyond the materialized rows that force the next materialization (the most a
 /// recovery replays).
 pub const MATERIALIZE_LOG_ENTRIES_MAX: u64 = 8192;
+/// How long nothing is written before changed job rows are written in a commit of their own
+/// (sooner, they ride with a commit that is made anyway).
+pub const MATERIALIZE_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
 /// How long a terminal job is kept by default before the leader purges it (a week).
 pub const RETAIN_TERMINAL_AGE_DEFAULT: std::time::Duration =
     std::time::Duration::from_secs(7 * 24 * 60 * 60);

@@ -93,7 +93,7 @@ impl Member {
 
     /// Hands the open batch to the driver now (if it holds anything).
     fn flush_batch_now(&mut self) {
-        if let Some(batch) = self.persistence.flush(&self.table, &self.replica) {
+        if let Some(batch) = self.persistence.flush(&self.table, &self.replica, self.now) {
             self.outputs.push_back(Output::Persist(batch));
         }
     }
@@ -109,7 +109,7 @@ impl Member {
             return Some(output);
         }
         self.persistence
-            .flush(&self.table, &self.replica)
+            .flush(&self.table, &self.replica, self.now)
             .map(Output::Persist)
     }
 

@@ -327,10 +327,8 @@ impl Coordinator {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let leader = self.leader.as_ref().and_then(LeaderState::next_timer);
         let replica = self.member.replica.poll_timeout();
-        match (leader, replica) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let rows = self.member.persistence.poll_timeout();
+        [leader, replica, rows].into_iter().flatten().min()
     }
 
     // -----------------------------------------------------------------------------------------

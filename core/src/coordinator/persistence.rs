@@ -8,20 +8,25 @@
 //!      └──> the last log index the durable batches carried
 //! ```
 //!
-//! The log alone is enough to recover, so the materialized rows are written lazily: when nothing
-//! else is being written (no extra latency for anyone), or when enough has piled up that recovery
-//! should not replay more. Under load a job's row is then written once instead of at every
-//! transition.
+//! The log alone is enough to recover, so the materialized rows are written lazily: with a batch
+//! that goes out anyway while nothing else is being written, when enough has piled up that
+//! recovery should not replay more, or in a batch of their own once nothing has been written
+//! for [`MATERIALIZE_QUIET`]. Not in a batch of their own as soon as the disk is free: that
+//! commit would hold the disk just when the next submission arrives, and at light load every
+//! submission would wait behind the previous job's rows. Under load a job's row is written once
+//! instead of at every transition.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use crate::command::JobTable;
 use crate::ids::{JobId, LogIndex};
 use crate::limits::{
-    MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX, PERSIST_BATCH_RECORDS_MAX,
+    MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX, MATERIALIZE_QUIET,
+    PERSIST_BATCH_RECORDS_MAX,
 };
 use crate::replica::Replica;
 use crate::storage::{BatchId, PersistBatch, Record};
+use crate::time::Instant;
 
 #[derive(Debug)]
 pub(super) struct Persistence {
@@ -30,6 +35,8 @@ pub(super) struct Persistence {
     dirty: BTreeSet<JobId>,
     /// The applied index the last handed-out rows reflect.
     materialized: LogIndex,
+    /// When the dirty rows are written by themselves if no batch carries them first.
+    rows_due_at: Option<Instant>,
     next_batch: u64,
     /// Batches handed out and not yet durable: (id, consensus records up to and in it, entry
     /// bytes in it).
@@ -50,6 +57,7 @@ impl Persistence {
             open_batch: Vec::new(),
             dirty: BTreeSet::new(),
             materialized,
+            rows_due_at: None,
             next_batch: 1,
             in_flight: VecDeque::new(),
             open_bytes: 0,
@@ -86,13 +94,30 @@ impl Persistence {
     /// the log goes. The batch is tagged with the consensus records pushed so far, not with
     /// all those taken: a batch closed because it filled up in the middle of a take must not
     /// make the rest of that take look durable.
-    pub(super) fn flush(&mut self, table: &JobTable, replica: &Replica) -> Option<PersistBatch> {
+    pub(super) fn flush(
+        &mut self,
+        table: &JobTable,
+        replica: &Replica,
+        now: Instant,
+    ) -> Option<PersistBatch> {
         let last_index = replica.last_index();
-        let idle = self.open_batch.is_empty() && self.in_flight.is_empty();
+        let disk_free = self.in_flight.is_empty();
+        // This batch is written anyway: the rows ride along.
+        let riding = !self.open_batch.is_empty() && disk_free;
+        let quiet = disk_free && self.rows_due_at.is_some_and(|at| at <= now);
         let unmaterialized = last_index.0.saturating_sub(self.materialized.0);
         let due = self.dirty.len() >= MATERIALIZE_DIRTY_JOBS_MAX
             || unmaterialized >= MATERIALIZE_LOG_ENTRIES_MAX;
-        if !self.dirty.is_empty() && (idle || due) {
+        if self.dirty.is_empty() {
+            self.rows_due_at = None;
+        } else if !(riding || due || quiet) {
+            // Every write from here on moves the quiet moment later.
+            if !self.open_batch.is_empty() || self.rows_due_at.is_none() {
+                self.rows_due_at = Some(now.saturating_add(MATERIALIZE_QUIET));
+            }
+        }
+        if !self.dirty.is_empty() && (riding || due || quiet) {
+            self.rows_due_at = None;
             for job_id in std::mem::take(&mut self.dirty) {
                 // A dirty job the table no longer holds was purged.
                 self.open_batch.push(match table.get(&job_id) {
@@ -129,6 +154,13 @@ impl Persistence {
         })
     }
 
+    /// When the dirty rows are next due by themselves: only while the disk is free, since a
+    /// durable report calls for a flush anyway (and a deadline reported while a batch is in
+    /// flight would be due and yet not acted on).
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        self.rows_due_at.filter(|_| self.in_flight.is_empty())
+    }
+
     /// Every batch up to and including `batch` is durable: how many consensus records that
     /// makes durable, if any batch was newly acknowledged.
     pub(super) fn durable(&mut self, batch: BatchId) -> Option<u64> {
@@ -148,6 +180,7 @@ impl Persistence {
     /// snapshot record itself.
     pub(super) fn snapshot_installed(&mut self, index: LogIndex) {
         self.dirty.clear();
+        self.rows_due_at = None;
         self.materialized = index;
     }
 }
