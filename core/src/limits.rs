@@ -120,7 +120,8 @@ pub const MATERIALIZE_DIRTY_JOBS_MAX: usize = 2048;
 /// recovery replays).
 pub const MATERIALIZE_LOG_ENTRIES_MAX: u64 = 8192;
 /// How long nothing is written before changed job rows are written in a commit of their own
-/// (sooner, they ride with a commit that is made anyway).
+/// (under steady load they wait for `MATERIALIZE_DIRTY_JOBS_MAX` or
+/// `MATERIALIZE_LOG_ENTRIES_MAX`).
 pub const MATERIALIZE_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
 /// How long a terminal job is kept by default before the leader purges it (a week).
 pub const RETAIN_TERMINAL_AGE_DEFAULT: std::time::Duration =

@@ -8,13 +8,14 @@
 //!      └──> the last log index the durable batches carried
 //! ```
 //!
-//! The log alone is enough to recover, so the materialized rows are written lazily: with a batch
-//! that goes out anyway while nothing else is being written, when enough has piled up that
-//! recovery should not replay more, or in a batch of their own once nothing has been written
-//! for [`MATERIALIZE_QUIET`]. Not in a batch of their own as soon as the disk is free: that
+//! The log alone is enough to recover, so the materialized rows are written lazily: when enough
+//! has piled up that recovery should not replay more, or once nothing has been written for
+//! [`MATERIALIZE_QUIET`]. So under any steady load a job's row is written once, with
+//! thousands of others, instead of at every transition. Not as soon as the disk is free: that
 //! commit would hold the disk just when the next submission arrives, and at light load every
-//! submission would wait behind the previous job's rows. Under load a job's row is written once
-//! instead of at every transition.
+//! submission would wait behind the previous job's rows. Nor with every batch that goes out
+//! while the disk is free: under load that is most batches, and each row would again be written
+//! at every transition.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -101,22 +102,22 @@ impl Persistence {
         now: Instant,
     ) -> Option<PersistBatch> {
         let last_index = replica.last_index();
-        let disk_free = self.in_flight.is_empty();
-        // This batch is written anyway: the rows ride along.
-        let riding = !self.open_batch.is_empty() && disk_free;
-        let quiet = disk_free && self.rows_due_at.is_some_and(|at| at <= now);
+        // Nothing was written for the quiet interval, and nothing is being written now.
+        let quiet = self.open_batch.is_empty()
+            && self.in_flight.is_empty()
+            && self.rows_due_at.is_some_and(|at| at <= now);
         let unmaterialized = last_index.0.saturating_sub(self.materialized.0);
         let due = self.dirty.len() >= MATERIALIZE_DIRTY_JOBS_MAX
             || unmaterialized >= MATERIALIZE_LOG_ENTRIES_MAX;
         if self.dirty.is_empty() {
             self.rows_due_at = None;
-        } else if !(riding || due || quiet) {
+        } else if !(due || quiet) {
             // Every write from here on moves the quiet moment later.
             if !self.open_batch.is_empty() || self.rows_due_at.is_none() {
                 self.rows_due_at = Some(now.saturating_add(MATERIALIZE_QUIET));
             }
         }
-        if !self.dirty.is_empty() && (riding || due || quiet) {
+        if !self.dirty.is_empty() && (due || quiet) {
             self.rows_due_at = None;
             for job_id in std::mem::take(&mut self.dirty) {
                 // A dirty job the table no longer holds was purged.
