@@ -122,7 +122,7 @@ pub const MATERIALIZE_LOG_ENTRIES_MAX: u64 = 8192;
 /// How long nothing is written before changed job rows are written in a commit of their own
 /// (under steady load they wait for `MATERIALIZE_DIRTY_JOBS_MAX` or
 /// `MATERIALIZE_LOG_ENTRIES_MAX`).
-pub const MATERIALIZE_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
+pub const MATERIALIZE_QUIET: std::time::Duration = std::time::Duration::from_millis(2);
 /// How long a terminal job is kept by default before the leader purges it (a week).
 pub const RETAIN_TERMINAL_AGE_DEFAULT: std::time::Duration =
     std::time::Duration::from_secs(7 * 24 * 60 * 60);
