@@ -9,8 +9,10 @@
 //! within about that interval, and a burst of thousands costs a handful of writes.
 //!
 //! Lines are never dropped while stderr takes them: beyond [`BUFFER_MAX_BYTES`] a logging
-//! thread waits for the writer. Once stderr refuses a write, later lines are discarded (there
-//! is nowhere left to put them) instead of stalling the process.
+//! thread waits for the writer. A write stderr refuses loses the lines it held; once stderr is
+//! gone for good (a closed pipe), later lines are discarded instead of stalling the process. At
+//! exit the guard waits at most [`SHUTDOWN_WAIT`] for the last write, so a stderr that nobody
+//! reads cannot keep the process from exiting; lines logged after that are discarded.
 
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -23,22 +25,29 @@ use tracing_subscriber::fmt::MakeWriter;
 const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 /// Waiting bytes that wake the writer before the interval is over.
 const WAKE_BYTES: usize = 64 * 1024;
-/// Waiting bytes beyond which a thread that logs waits for the writer to catch up.
-const BUFFER_MAX_BYTES: usize = 1024 * 1024;
+/// Waiting bytes beyond which a thread that logs waits for the writer to catch up: some
+/// 100,000 lines, seconds of a busy coordinator's logging, so a stderr that stalls briefly
+/// does not stall the process.
+const BUFFER_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// How long the guard waits at exit for the writer's last write.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 
 struct State {
     lines: Vec<u8>,
     /// The guard was dropped: write what is left and stop.
     closed: bool,
-    /// A write to the output failed; lines are discarded from then on.
+    /// The output is gone for good (a closed pipe); lines are discarded from then on.
     broken: bool,
+    /// The writer thread wrote its last lines and stopped.
+    finished: bool,
 }
 
 struct Shared {
     state: Mutex<State>,
     /// Wakes the writer: the first line arrived, enough is waiting, or the guard was dropped.
     wake: Condvar,
-    /// Wakes threads waiting for room once the writer took the buffer.
+    /// Wakes threads waiting for room once the writer took the buffer, and the guard once the
+    /// writer has finished.
     drained: Condvar,
 }
 
@@ -68,6 +77,7 @@ pub fn start(out: impl Write + Send + 'static) -> std::io::Result<(BufferedStder
             lines: Vec::with_capacity(WAKE_BYTES),
             closed: false,
             broken: false,
+            finished: false,
         }),
         wake: Condvar::new(),
         drained: Condvar::new(),
@@ -116,13 +126,19 @@ fn write_loop(shared: &Shared, mut out: impl Write) {
             state.closed
         };
         if !taken.is_empty() {
-            if out.write_all(&taken).and_then(|()| out.flush()).is_err() {
-                shared.lock().broken = true;
-                shared.drained.notify_all();
+            // A refused write loses its lines; only a closed pipe stops logging for good
+            // (a full disk or an interrupted write may pass).
+            if let Err(error) = out.write_all(&taken).and_then(|()| out.flush()) {
+                if error.kind() == std::io::ErrorKind::BrokenPipe {
+                    shared.lock().broken = true;
+                    shared.drained.notify_all();
+                }
             }
             taken.clear();
         }
         if closed {
+            shared.lock().finished = true;
+            shared.drained.notify_all();
             return;
         }
     }
@@ -138,7 +154,9 @@ impl Write for &BufferedStderr {
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        if state.broken {
+        // Nobody will write lines logged once the writer has stopped, and at exit nobody waits
+        // for room.
+        if state.broken || state.finished || state.lines.len() >= BUFFER_MAX_BYTES {
             return Ok(bytes.len());
         }
         let before = state.lines.len();
@@ -165,11 +183,22 @@ impl<'a> MakeWriter<'a> for BufferedStderr {
 
 impl Drop for FlushGuard {
     fn drop(&mut self) {
-        self.shared.lock().closed = true;
-        self.shared.wake.notify_one();
-        self.shared.drained.notify_all();
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        state.closed = true;
+        shared.wake.notify_one();
+        shared.drained.notify_all();
+        // Bounded: a writer stuck on a stderr nobody reads is left behind, not waited for.
+        let (state, _) = shared
+            .drained
+            .wait_timeout_while(state, SHUTDOWN_WAIT, |state| !state.finished)
+            .unwrap_or_else(PoisonError::into_inner);
+        let finished = state.finished;
+        drop(state);
         if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
+            if finished {
+                let _ = writer.join();
+            }
         }
     }
 }
@@ -188,7 +217,7 @@ mod tests {
     impl Write for Capture {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
             if self.refuse {
-                return Err(std::io::Error::other("closed"));
+                return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
             }
             self.bytes.lock().unwrap().extend_from_slice(bytes);
             Ok(bytes.len())
@@ -231,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_output_discards_lines_instead_of_stalling_the_logger() {
+    fn a_closed_pipe_discards_lines_instead_of_stalling_the_logger() {
         let capture = Capture {
             refuse: true,
             ..Capture::default()
@@ -244,5 +273,65 @@ mod tests {
         }
         drop(guard);
         assert!(capture.bytes.lock().unwrap().is_empty());
+    }
+
+    /// An output whose every write blocks until the test ends, like a pipe nobody reads.
+    struct Stuck(std::sync::mpsc::Receiver<()>);
+
+    impl Write for Stuck {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            let _ = self.0.recv();
+            Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stuck_output_does_not_keep_the_guard_from_returning() {
+        let (release, stuck) = std::sync::mpsc::channel();
+        let (writer, guard) = start(Stuck(stuck)).unwrap();
+        (&writer).write_all(b"a line nobody reads\n").unwrap();
+        // Returns (after SHUTDOWN_WAIT) instead of joining the stuck writer forever.
+        drop(guard);
+        // The writer has not finished, so a late line still goes to the buffer, bounded.
+        (&writer).write_all(b"after the end\n").unwrap();
+        assert!(!writer.shared.lock().finished);
+        drop(release);
+    }
+
+    #[test]
+    fn a_failed_write_other_than_a_closed_pipe_loses_only_its_own_lines() {
+        /// Refuses its first write (a full disk, say), then takes everything.
+        #[derive(Clone, Default)]
+        struct FailsOnce {
+            bytes: Arc<Mutex<Vec<u8>>>,
+            failed: Arc<Mutex<bool>>,
+        }
+        impl Write for FailsOnce {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                let mut failed = self.failed.lock().unwrap();
+                if !*failed {
+                    *failed = true;
+                    return Err(std::io::Error::other("no space left"));
+                }
+                self.bytes.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let output = FailsOnce::default();
+        let (writer, guard) = start(output.clone()).unwrap();
+        (&writer).write_all(b"lost\n").unwrap();
+        // Wait until the writer has tried (and failed) the first write.
+        while !*output.failed.lock().unwrap() {
+            std::thread::yield_now();
+        }
+        (&writer).write_all(b"kept\n").unwrap();
+        drop(guard);
+        assert_eq!(output.bytes.lock().unwrap().as_slice(), b"kept\n");
     }
 }

@@ -338,7 +338,7 @@ impl Coordinator {
     /// Every batch up to and including `batch` is durable.
     pub fn handle_persisted(&mut self, now: Instant, batch: BatchId) {
         self.member.advance_clock(now);
-        if let Some(records) = self.member.persistence.durable(batch) {
+        if let Some(records) = self.member.persistence.durable(batch, self.member.now) {
             self.member.replica.handle_persisted(records);
         }
         self.apply_committed();

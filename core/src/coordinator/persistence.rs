@@ -164,7 +164,7 @@ impl Persistence {
 
     /// Every batch up to and including `batch` is durable: how many consensus records that
     /// makes durable, if any batch was newly acknowledged.
-    pub(super) fn durable(&mut self, batch: BatchId) -> Option<u64> {
+    pub(super) fn durable(&mut self, batch: BatchId, now: Instant) -> Option<u64> {
         let mut durable = None;
         while let Some(&(id, records, bytes)) = self.in_flight.front() {
             if id > batch {
@@ -173,6 +173,12 @@ impl Persistence {
             self.in_flight.pop_front();
             self.in_flight_bytes -= bytes;
             durable = Some(records);
+        }
+        // The quiet moment is counted from when the disk went idle, not from when the last batch
+        // was handed out: a commit slower than the interval would otherwise have the rows follow
+        // it at once, just as the next submission arrives.
+        if durable.is_some() && self.in_flight.is_empty() && self.rows_due_at.is_some() {
+            self.rows_due_at = Some(now.saturating_add(MATERIALIZE_QUIET));
         }
         durable
     }

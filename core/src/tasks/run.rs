@@ -217,11 +217,19 @@ impl TaskSpec {
             }
             TaskSpec::PrimeCount { limit } if *limit <= INLINE_PRIME_LIMIT_MAX => TaskPlan::Inline,
             TaskSpec::Fail { .. } | TaskSpec::Max { .. } => TaskPlan::Inline,
-            TaskSpec::PrimeCountList { numbers } if numbers.len() <= INLINE_NUMBERS_MAX => {
+            // Cheap only while the numbers are small too: a large prime costs a dozen
+            // Miller-Rabin rounds, and a range far out a sieve up to its square root.
+            TaskSpec::PrimeCountList { numbers }
+                if numbers.len() <= INLINE_NUMBERS_MAX
+                    && numbers
+                        .iter()
+                        .all(|n| n.unsigned_abs() <= INLINE_PRIME_LIMIT_MAX) =>
+            {
                 TaskPlan::Inline
             }
             TaskSpec::PrimeSum { start, end }
                 if start <= end
+                    && end.unsigned_abs() <= INLINE_PRIME_LIMIT_MAX
                     && range_span(*start, *end) <= u128::from(INLINE_PRIME_LIMIT_MAX) =>
             {
                 TaskPlan::Inline

@@ -296,3 +296,33 @@ fn changed_rows_are_written_once_nothing_was_written_for_a_while() {
         Some(JobState::Queued)
     );
 }
+
+#[test]
+fn the_quiet_moment_counts_from_when_the_disk_went_idle_not_from_the_last_hand_out() {
+    let quiet = u64::try_from(crate::limits::MATERIALIZE_QUIET.as_millis()).expect("small");
+    let mut h = Harness::new();
+    let first = h.submit(sha("a"), 3);
+    // The next submission's commit takes longer than the quiet interval.
+    h.hold_writes = true;
+    let request_id = h.request_id();
+    h.client_says(ClientRequest::Submit {
+        timeout_millis: None,
+        partitions: None,
+        request_id,
+        task: sha("b"),
+        max_attempts: Some(3),
+        idempotency_key: None,
+    });
+    h.advance(3 * quiet);
+    assert!(
+        !h.disk.jobs.contains_key(&first),
+        "no rows while a write is in flight"
+    );
+    h.release_writes();
+    assert!(
+        !h.disk.jobs.contains_key(&first),
+        "nor at once when the slow write ends: the next submission may be on its way"
+    );
+    h.advance(quiet);
+    assert!(h.disk.jobs.contains_key(&first));
+}

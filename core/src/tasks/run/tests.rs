@@ -302,6 +302,38 @@ fn sleep_plans_a_wait_and_executes_without_one() {
         .plan(Attempt(1)),
         TaskPlan::Compute
     );
+    // Few numbers, but large ones are not cheap: they go to the blocking pool.
+    let far = i64::MAX - 1_000;
+    assert_eq!(
+        TaskSpec::PrimeSum {
+            start: far,
+            end: far + 100
+        }
+        .plan(Attempt(1)),
+        TaskPlan::Compute
+    );
+    assert_eq!(
+        TaskSpec::PrimeSum {
+            start: 2,
+            end: 1_000
+        }
+        .plan(Attempt(1)),
+        TaskPlan::Inline
+    );
+    assert_eq!(
+        TaskSpec::PrimeCountList {
+            numbers: vec![7, far]
+        }
+        .plan(Attempt(1)),
+        TaskPlan::Compute
+    );
+    assert_eq!(
+        TaskSpec::PrimeCountList {
+            numbers: vec![7, 11, -3]
+        }
+        .plan(Attempt(1)),
+        TaskPlan::Inline
+    );
 }
 
 #[test]
