@@ -82,6 +82,7 @@ fn main() -> ExitCode {
 /// returned guard writes what is still buffered when dropped; without a thread, lines are
 /// written directly.
 fn init_logging(format: LogFormat, server: bool) -> Option<log_writer::FlushGuard> {
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     use tracing_subscriber::EnvFilter;
     let default = if server { "info" } else { "warn" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -90,23 +91,17 @@ fn init_logging(format: LogFormat, server: bool) -> Option<log_writer::FlushGuar
         .with_env_filter(filter)
         .with_target(false)
         .with_ansi(ansi);
-    match log_writer::start(std::io::stderr()) {
-        Ok((writer, guard)) => {
-            let builder = builder.with_writer(writer);
-            match format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().init(),
-            }
-            Some(guard)
-        }
+    let (writer, guard) = match log_writer::start(std::io::stderr()) {
+        Ok((writer, guard)) => (BoxMakeWriter::new(writer), Some(guard)),
         Err(error) => {
             eprintln!("herder: no log writer thread ({error}); writing log lines directly");
-            let builder = builder.with_writer(std::io::stderr);
-            match format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().init(),
-            }
-            None
+            (BoxMakeWriter::new(std::io::stderr), None)
         }
+    };
+    let builder = builder.with_writer(writer);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
+    guard
 }

@@ -109,16 +109,14 @@ impl Persistence {
         let unmaterialized = last_index.0.saturating_sub(self.materialized.0);
         let due = self.dirty.len() >= MATERIALIZE_DIRTY_JOBS_MAX
             || unmaterialized >= MATERIALIZE_LOG_ENTRIES_MAX;
-        if self.dirty.is_empty() {
+        let write_rows = !self.dirty.is_empty() && (due || quiet);
+        if self.dirty.is_empty() || write_rows {
             self.rows_due_at = None;
-        } else if !(due || quiet) {
+        } else if !self.open_batch.is_empty() || self.rows_due_at.is_none() {
             // Every write from here on moves the quiet moment later.
-            if !self.open_batch.is_empty() || self.rows_due_at.is_none() {
-                self.rows_due_at = Some(now.saturating_add(MATERIALIZE_QUIET));
-            }
+            self.rows_due_at = Some(now.saturating_add(MATERIALIZE_QUIET));
         }
-        if !self.dirty.is_empty() && (due || quiet) {
-            self.rows_due_at = None;
+        if write_rows {
             for job_id in std::mem::take(&mut self.dirty) {
                 // A dirty job the table no longer holds was purged.
                 self.open_batch.push(match table.get(&job_id) {

@@ -217,12 +217,13 @@ impl Harness {
         RequestId(self.next_request)
     }
 
-    fn submit_request(
+    /// Sends a submission and returns its request id, without looking for the reply.
+    fn send_submit(
         &mut self,
         task: serde_json::Value,
         max_attempts: Option<u32>,
         key: Option<&str>,
-    ) -> ClientReply {
+    ) -> RequestId {
         let request_id = self.request_id();
         self.client_says(ClientRequest::Submit {
             timeout_millis: None,
@@ -232,6 +233,16 @@ impl Harness {
             max_attempts,
             idempotency_key: key.map(str::to_owned),
         });
+        request_id
+    }
+
+    fn submit_request(
+        &mut self,
+        task: serde_json::Value,
+        max_attempts: Option<u32>,
+        key: Option<&str>,
+    ) -> ClientReply {
+        let request_id = self.send_submit(task, max_attempts, key);
         self.reply_to(request_id)
     }
 
@@ -551,15 +562,7 @@ fn a_crash_before_the_write_loses_only_unacknowledged_work() {
     let mut h = Harness::new();
     let kept = h.submit(sha("kept"), 3);
     h.hold_writes = true;
-    let request_id = h.request_id();
-    h.client_says(ClientRequest::Submit {
-        timeout_millis: None,
-        partitions: None,
-        request_id,
-        task: sha("lost"),
-        max_attempts: None,
-        idempotency_key: None,
-    });
+    let request_id = h.send_submit(sha("lost"), None, None);
     assert_eq!(h.try_reply_to(request_id), None);
     h.restart(config());
     assert_eq!(

@@ -304,15 +304,7 @@ fn the_quiet_moment_counts_from_when_the_disk_went_idle_not_from_the_last_hand_o
     let first = h.submit(sha("a"), 3);
     // The next submission's commit takes longer than the quiet interval.
     h.hold_writes = true;
-    let request_id = h.request_id();
-    h.client_says(ClientRequest::Submit {
-        timeout_millis: None,
-        partitions: None,
-        request_id,
-        task: sha("b"),
-        max_attempts: Some(3),
-        idempotency_key: None,
-    });
+    h.send_submit(sha("b"), Some(3), None);
     h.advance(3 * quiet);
     assert!(
         !h.disk.jobs.contains_key(&first),
