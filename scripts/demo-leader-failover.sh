@@ -89,7 +89,8 @@ wait "$STREAM_PID" || true
 "$HERDER_BIN" status "$LONG" --coordinator "$CLIENT_ADDRS"
 
 failed=0
-while read -r id; do
+while read -r id _; do
+    # A resend answered from its idempotency key prints its id with a note after it.
     [ -n "$id" ] || continue
     state=$("$HERDER_BIN" wait "$id" --json --timeout-millis 20000 --coordinator "$CLIENT_ADDRS" |
         python3 -c "import json,sys; print(json.load(sys.stdin)['state'])" || echo UNKNOWN)
