@@ -25,6 +25,11 @@ impl LeaderState {
     ) {
         let at = (entry.term, entry.index);
         let pending = self.pending.remove(&at);
+        let submitted = match &entry.command {
+            Command::Submit { job_id, .. } => Some(*job_id),
+            _ => None,
+        };
+        self.fresh.applied(entry.index, submitted);
         if let (Command::Purge { job_ids }, Applied::Purged { purged, .. }) =
             (&entry.command, &outcome.applied)
         {
@@ -52,8 +57,14 @@ impl LeaderState {
         applied: Applied,
         pending: Option<Pending>,
     ) {
-        if let Command::Assign { job_id, .. } = command {
+        if let Command::Assign { job_id, lease } = command {
             self.assigning.remove(job_id);
+            if let Applied::UnknownJob { .. } = applied {
+                // A fresh job's `Submit` created no job: the slot it was given is free again.
+                if let Some(entry) = self.registry.get_mut(&lease.worker) {
+                    entry.free(lease.id);
+                }
+            }
         }
         match command {
             Command::Complete { lease_id, .. } => {

@@ -135,8 +135,10 @@ pub(super) struct LeaderState {
     /// Proposal `(term, index)` -> whom to answer when exactly that entry applies. An entry of
     /// another term at the same index is not ours and answers nobody here.
     pending: BTreeMap<(Term, LogIndex), Pending>,
-    /// Queued jobs with an `Assign` in flight.
+    /// Jobs with an `Assign` in flight (queued, or fresh: their `Submit` not yet applied).
     assigning: BTreeSet<JobId>,
+    /// Plain jobs whose `Submit` is in flight, not yet assigned.
+    fresh: scheduling::FreshJobs,
     /// Leases with a settling command (`Complete`, `AttemptFailed`, `Abandon`) in flight.
     settling: BTreeSet<LeaseId>,
     /// Results that arrived while their attempt was settling, answered once it is durable.
@@ -180,6 +182,7 @@ impl LeaderState {
             timers: TimerQueue::default(),
             pending: BTreeMap::new(),
             assigning: BTreeSet::new(),
+            fresh: scheduling::FreshJobs::default(),
             settling: BTreeSet::new(),
             deferred_acks: BTreeMap::new(),
             lease_deadlines: BTreeMap::new(),

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::admission::ParkedResend;
+use super::scheduling::FreshJob;
 use super::{LeaderState, Pending, Read};
 use crate::command::{Command, SubmitOptions};
 use crate::coordinator::member::Member;
@@ -305,6 +306,8 @@ impl LeaderState {
         let partitions = ids.split_off(1);
         let job_id = ids[0];
         let key = submission.idempotency_key.clone();
+        let plain = checked.partitions_asked.is_none() && partitions.is_empty();
+        let kind = plain.then(|| checked.task.kind().to_owned());
         let proposal = self.propose(
             m,
             Command::Submit {
@@ -321,6 +324,13 @@ impl LeaderState {
         );
         self.admitting
             .proposed((proposal.term, proposal.index), slots, key);
+        if let Some(kind) = kind {
+            self.fresh.proposed(FreshJob {
+                at: proposal.index,
+                job_id,
+                kind,
+            });
+        }
     }
 
     /// A job of a batch that waited for the entry binding its key, which has just applied: it

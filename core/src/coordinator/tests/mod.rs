@@ -493,18 +493,8 @@ fn unknown_jobs_are_reported_as_not_found() {
 #[test]
 fn nothing_is_revealed_before_its_records_are_durable() {
     let mut h = Harness::new();
-    h.register("w1", 1);
-    h.take();
     h.hold_writes = true;
-    let request_id = h.request_id();
-    h.client_says(ClientRequest::Submit {
-        timeout_millis: None,
-        partitions: None,
-        request_id,
-        task: sha("abc"),
-        max_attempts: None,
-        idempotency_key: None,
-    });
+    let request_id = h.send_submit(sha("abc"), None, None);
     assert_eq!(
         h.try_reply_to(request_id),
         None,
@@ -517,7 +507,10 @@ fn nothing_is_revealed_before_its_records_are_durable() {
         ClientReply::SubmitAccepted { .. }
     ));
     let job = h.c.table().jobs().next().expect("job").id;
-    // The assignment it triggered is proposed but held back until its own write is durable.
+    // A worker arrives for the queued job: the assignment is proposed but held back until its
+    // own write is durable.
+    h.register("w1", 1);
+    h.take();
     assert!(
         h.assignments("w1").is_empty(),
         "no TASK_ASSIGN before the assignment is durable"
@@ -555,6 +548,73 @@ fn nothing_is_revealed_before_its_records_are_durable() {
             ..
         }
     ));
+}
+
+#[test]
+fn a_submission_finding_a_free_slot_is_assigned_in_the_same_write() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    h.take();
+    h.hold_writes = true;
+    let request_id = h.send_submit(sha("abc"), None, None);
+    assert_eq!(
+        h.held.len(),
+        1,
+        "the submit and its assignment go in one write"
+    );
+    assert_eq!(h.try_reply_to(request_id), None);
+    assert!(
+        h.assignments("w1").is_empty(),
+        "no TASK_ASSIGN before its write is durable"
+    );
+    h.release_one();
+    let ClientReply::SubmitAccepted { job_id, .. } = h.reply_to(request_id) else {
+        panic!("the submission is accepted once durable")
+    };
+    let [(assigned, _, _)] = h.assignments("w1")[..] else {
+        panic!("one assignment once durable")
+    };
+    assert_eq!(assigned, job_id);
+    assert_eq!(h.state(job_id), JobState::Running);
+    // A second job finds the only slot taken: it is written alone and waits in the queue.
+    let second = h.send_submit(sha("def"), None, None);
+    h.release_writes();
+    let ClientReply::SubmitAccepted { job_id: queued, .. } = h.reply_to(second) else {
+        panic!("the second submission is accepted")
+    };
+    assert_eq!(h.state(queued), JobState::Queued);
+    assert!(h.assignments("w1").is_empty());
+}
+
+#[test]
+fn a_slot_that_frees_goes_to_the_queued_job_before_a_fresh_one() {
+    let mut h = Harness::new();
+    h.register("w1", 1);
+    let first = h.submit(sha("first"), 3);
+    let [(_, lease, _)] = h.assignments("w1")[..] else {
+        panic!("the first job runs")
+    };
+    let queued = h.submit(sha("queued"), 3);
+    assert_eq!(h.state(queued), JobState::Queued);
+    h.hold_writes = true;
+    let fresh = h.send_submit(sha("fresh"), None, None);
+    // The slot frees while the fresh job is still being written.
+    h.succeed("w1", first, lease);
+    h.release_writes();
+    let ClientReply::SubmitAccepted { job_id: fresh, .. } = h.reply_to(fresh) else {
+        panic!("the fresh submission is accepted")
+    };
+    let assigned: Vec<JobId> = h
+        .assignments("w1")
+        .into_iter()
+        .map(|(job, _, _)| job)
+        .collect();
+    assert_eq!(
+        assigned,
+        vec![queued],
+        "the older, queued job takes the slot"
+    );
+    assert_eq!(h.state(fresh), JobState::Queued);
 }
 
 #[test]
