@@ -21,7 +21,9 @@
 # SUITE=targets runs every throughput, latency and memory target instead, RUNS times each on
 # the single coordinator and the group (alternating), and prints one table with each row's
 # median against its target: batched submission, one submission in flight on each of four
-# connections (beside the rate of durable commits this disk allows, measured the same way),
+# connections (beside the rate of durable commits this disk allows, measured the same way, and
+# the floor: how fast a server with no job logic answers the same load, runtime/examples/
+# ack_floor.rs),
 # submit-to-completed latency at a paced 300 jobs/s, and the coordinator's peak resident
 # memory with 100,000 jobs queued. SMOKE=1 makes every count 20 times smaller (CI runs it so,
 # to show the suite works; its figures mean nothing).
@@ -130,6 +132,8 @@ for i in range($queued): print(json.dumps({'task': {'kind': 'sha256', 'text': f'
 }
 
 run_targets() {
+    FLOOR_BIN="$HERDER_ROOT/target/release/examples/ack_floor"
+    (cd "$HERDER_ROOT" && cargo build --release -q -p herder-runtime --example ack_floor) || exit 1
     local rows=(
         "batched (batch 100, 8 connections)|--jobs $(scaled 40000) --concurrency 8 --batch 100"
         "one in flight on each of 4 connections|--jobs $(scaled 20000) --concurrency 4 --pipeline 1"
@@ -154,6 +158,16 @@ run_targets() {
     done
     mkdir -p "$work/fsync"
     python3 "$HERDER_ROOT/scripts/fsync-limit.py" "$work/fsync" "$(scaled 2000)" >"$work/fsync.json"
+    # The floor: a server with no job logic that only commits and answers (ack_floor.rs).
+    for run in $(seq "$RUNS"); do
+        rm -rf "$work/floor"
+        "$FLOOR_BIN" server "127.0.0.1:$(port 0 3)" "$work/floor" &
+        STARTED_PIDS=("$!")
+        wait_for 15 "the floor server" python3 -c "import socket; socket.create_connection(('127.0.0.1', $(port 0 3)), 1)"
+        echo "{\"target\": \"floor\", \"run\": $run, \"floor\": $("$FLOOR_BIN" client "127.0.0.1:$(port 0 3)" 4 "$(scaled 20000)")}" |
+            tee -a "$results"
+        cleanup_started
+    done
     for run in $(seq "$RUNS"); do
         echo "{\"target\": \"memory\", \"run\": $run, \"peak_rss_kib\": $(peak_memory)}" | tee -a "$results"
     done
@@ -179,9 +193,15 @@ def line(name, topology, key, unit, goal, scale=1.0):
     print(f"{name:<46} {topology:<8} {runs:<26} {shown:>9}  {goal}")
 line("batched (batch 100, 8 connections)", "single", throughput, "jobs/s", "at least 20,000 jobs/s")
 line("batched (batch 100, 8 connections)", "group", throughput, "jobs/s", "at least 10,000 jobs/s")
+floor = [r["floor"]["per_second"] for r in rows if r.get("target") == "floor"]
+floor_median = statistics.median(floor) if floor else 0
 for topology in ("single", "group"):
     line("one in flight on each of 4 connections", topology, throughput, "jobs/s",
          f"at least 80% of {limit:,} jobs/s (4 x {fsync['commits_per_second']:,} commits/s, p50 commit {fsync['commit_millis_p50']} ms)")
+if floor:
+    runs = " ".join(f"{v:.0f}" for v in floor)
+    print(f"{'  the floor: commit-and-answer, no job logic':<46} {'-':<8} {runs:<26} {floor_median:>9.0f}  "
+          f"commit-and-answer alone, same disk and cores: {floor_median / limit:.0%} of that limit")
 line("paced at 300 jobs/s (4 connections)", "single", p99, "ms", "submit-to-completed p99 at most 5 ms")
 line("paced at 300 jobs/s (4 connections)", "group", p99, "ms", "submit-to-completed p99 at most 10 ms")
 memory = [r["peak_rss_kib"] for r in rows if r.get("target") == "memory"]
