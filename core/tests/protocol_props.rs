@@ -16,13 +16,16 @@ use herder_core::ids::{
 use herder_core::job::{JobState, Lease, PartitionOf};
 use herder_core::limits::{FRAME_BYTES_MAX_DEFAULT, FRAME_HEADER_BYTES};
 use herder_core::protocol::codec::{
-    decode_message, encode_frame, FrameDecoder, FrameError, WireMessage,
+    decode_binary_message, decode_message, encode_binary_frame, encode_frame, FrameDecoder,
+    FrameError, WireMessage,
 };
 use herder_core::protocol::{
-    AttemptOutcome, CancelReason, ClientReply, ClientRequest, ClusterView, CoordinatorToWorker,
-    ErrorCode, JobView, LeaderHint, MemberView, PartitionView, Partitions, PartitionsView,
-    PeerMessage, RegisterRejection, RunningAttempt, WorkerToCoordinator, WorkerView,
+    AttemptOutcome, CancelReason, ChunkBytes, ClientReply, ClientRequest, ClusterView,
+    CoordinatorToWorker, ErrorCode, JobView, LeaderHint, MemberView, PartitionView, Partitions,
+    PartitionsView, PeerMessage, RegisterRejection, RunningAttempt, WorkerToCoordinator,
+    WorkerView,
 };
+use herder_core::replica::log::encoded_bytes;
 use herder_core::tasks::{TaskOutput, TaskSpec};
 
 // ---------------------------------------------------------------------------------------------
@@ -423,14 +426,8 @@ fn log_entry() -> impl Strategy<Value = LogEntry> {
 
 /// What a `SNAPSHOT` chunk's `data` may hold: real base64, or any text (the codec does not
 /// check it; the follower does).
-fn snapshot_data() -> impl Strategy<Value = String> {
-    prop_oneof![
-        3 => proptest::collection::vec(any::<u8>(), 0..64).prop_map(|bytes| {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD.encode(bytes)
-        }),
-        1 => text(),
-    ]
+fn snapshot_data() -> impl Strategy<Value = ChunkBytes> {
+    proptest::collection::vec(any::<u8>(), 0..64).prop_map(ChunkBytes)
 }
 
 /// Arbitrary JSON. Floats are limited to eighths of an `i32`, which print and parse exactly, so
@@ -1069,6 +1066,52 @@ proptest! {
         cuts in proptest::collection::vec(any::<Index>(), 0..12),
     ) {
         round_trip_all(&messages, &cuts)?;
+    }
+
+    #[test]
+    fn peer_messages_round_trip_through_binary_frames_split_anywhere(
+        messages in proptest::collection::vec(peer_message(), 1..6),
+        cuts in proptest::collection::vec(any::<Index>(), 0..12),
+    ) {
+        let mut wire = Vec::new();
+        for message in &messages {
+            let before = wire.len();
+            encode_binary_frame(message, FRAME_BYTES_MAX_DEFAULT, &mut wire)
+                .map_err(|error| TestCaseError::fail(format!("encode failed: {error}")))?;
+            let payload = &wire[before + FRAME_HEADER_BYTES..];
+            // The entries of an APPEND are sized by what they take in this very encoding.
+            if let PeerMessage::Append { entries, .. } = message {
+                let counted: usize = entries.iter().map(encoded_bytes).sum();
+                prop_assert!(counted < payload.len());
+            }
+            prop_assert_eq!(&decode_binary_message::<PeerMessage>(payload), &Ok(message.clone()));
+        }
+        let mut decoder = FrameDecoder::default();
+        let mut got = Vec::new();
+        for piece in split(&wire, &cuts) {
+            decoder.extend(piece);
+            while let Some(message) = decoder
+                .next_binary_message::<PeerMessage>()
+                .map_err(|error| TestCaseError::fail(format!("a well-formed stream failed: {error}")))?
+            {
+                got.push(message);
+            }
+        }
+        prop_assert_eq!(got, messages);
+        prop_assert_eq!(decoder.buffered_len(), 0);
+    }
+
+    #[test]
+    fn a_binary_payload_with_bytes_after_its_message_is_refused(message in peer_message(), extra in 1u8..=255) {
+        let mut wire = Vec::new();
+        encode_binary_frame(&message, FRAME_BYTES_MAX_DEFAULT, &mut wire).expect("encodes");
+        let mut payload = wire[FRAME_HEADER_BYTES..].to_vec();
+        payload.push(extra);
+        let refused = matches!(
+            decode_binary_message::<PeerMessage>(&payload),
+            Err(FrameError::InvalidBinary { .. })
+        );
+        prop_assert!(refused);
     }
 
     #[test]
@@ -1959,7 +2002,7 @@ fn peer_consensus_wire_forms() {
             index_term: Term(4),
             offset: 0,
             total: 2,
-            data: "W10=".into(),
+            data: ChunkBytes(b"[]".to_vec()),
             seq: 3,
         },
         json!({

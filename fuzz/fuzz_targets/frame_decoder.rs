@@ -1,9 +1,13 @@
 //! Arbitrary bytes, cut into arbitrary chunks, through the frame decoder and every message
-//! decoder: nothing may panic, and whatever decodes must encode and decode back to itself.
+//! decoder (the JSON ones and the coordinators' binary one): nothing may panic, and whatever
+//! decodes must encode and decode back to itself.
 
 #![no_main]
 
-use herder_core::protocol::codec::{decode_message, encode_frame, FrameDecoder, WireMessage};
+use herder_core::protocol::codec::{
+    decode_binary_message, decode_message, encode_binary_frame, encode_frame, FrameDecoder,
+    WireMessage,
+};
 use herder_core::protocol::{
     ClientReply, ClientRequest, CoordinatorToWorker, PeerMessage, WorkerToCoordinator,
 };
@@ -26,6 +30,23 @@ fn round_trip<M: WireMessage + PartialEq + std::fmt::Debug>(payload: &[u8]) {
     assert_eq!(again, message, "the message changed on the way round");
 }
 
+/// The binary form of the coordinators' link, round the same way.
+fn binary_round_trip(payload: &[u8]) {
+    let Ok(message) = decode_binary_message::<PeerMessage>(payload) else {
+        return;
+    };
+    let mut frame = Vec::new();
+    encode_binary_frame(&message, 16 * 1024 * 1024, &mut frame)
+        .expect("a decoded message encodes");
+    let mut decoder = FrameDecoder::new(16 * 1024 * 1024);
+    decoder.extend(&frame);
+    let again = decoder
+        .next_binary_message::<PeerMessage>()
+        .expect("an encoded message decodes")
+        .expect("a whole frame");
+    assert_eq!(again, message, "the message changed on the way round");
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&chunk, rest)) = data.split_first() else {
         return;
@@ -41,6 +62,7 @@ fuzz_target!(|data: &[u8]| {
             round_trip::<WorkerToCoordinator>(&payload);
             round_trip::<CoordinatorToWorker>(&payload);
             round_trip::<PeerMessage>(&payload);
+            binary_round_trip(&payload);
         }
     }
 });

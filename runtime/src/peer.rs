@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Every pair of members uses two TCP connections, one in each direction: a member only writes
-//! on the connections it opened and only reads on the ones it accepted. What goes over them is
+//! on the connections it opened and only reads on the ones it accepted. Frames on this link are
+//! binary (MessagePack, the same fields the JSON links would carry), since only coordinators
+//! speak it and every entry crosses it once per follower. What goes over them is
 //! core's business; this module decides nothing about it. Consensus tolerates loss,
 //! duplication and reordering, so the link is best effort: a full queue drops the message (and
 //! counts it), a failed write drops the connection and what was being written, and the
@@ -22,7 +24,7 @@ use std::time::Duration;
 
 use herder_core::client::full_jitter;
 use herder_core::ids::NodeId;
-use herder_core::protocol::codec::{encode_frame, FrameDecoder};
+use herder_core::protocol::codec::{encode_binary_frame, FrameDecoder};
 use herder_core::protocol::PeerMessage;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -270,7 +272,7 @@ impl Outbound {
         queue: &mut mpsc::Receiver<PeerMessage>,
     ) -> LinkEnd {
         let mut buffer = Vec::new();
-        if let Err(error) = encode_frame(&self.hello, self.max_frame_bytes, &mut buffer) {
+        if let Err(error) = encode_binary_frame(&self.hello, self.max_frame_bytes, &mut buffer) {
             // Our own addresses do not fit in a frame: a configuration no link can carry.
             return LinkEnd::Lost(format!("cannot frame HELLO: {error}"));
         }
@@ -314,7 +316,7 @@ impl Outbound {
     /// message that does not fit is a bug there; it is dropped (and counted), not sent.
     fn frame(&self, message: &PeerMessage, buffer: &mut Vec<u8>) {
         let start = buffer.len();
-        if let Err(error) = encode_frame(message, self.max_frame_bytes, buffer) {
+        if let Err(error) = encode_binary_frame(message, self.max_frame_bytes, buffer) {
             buffer.truncate(start);
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::error!(peer = %self.to, %error, "peer message does not fit in a frame; dropped");
@@ -526,7 +528,7 @@ async fn next_message(
     chunk: &mut [u8],
 ) -> Result<Option<PeerMessage>, String> {
     loop {
-        match decoder.next_message::<PeerMessage>() {
+        match decoder.next_binary_message::<PeerMessage>() {
             Ok(Some(message)) => return Ok(Some(message)),
             Ok(None) => {}
             Err(error) => return Err(error.to_string()),

@@ -521,6 +521,14 @@ async fn lone_member_with_a_peer_port(dir: &TestDir) -> CoordinatorHandle {
     .unwrap_or_else(|e| panic!("coordinator failed to start: {e}"))
 }
 
+/// `message` in a frame of the coordinators' own (binary) link.
+fn peer_frame(message: &PeerMessage) -> Vec<u8> {
+    let mut out = Vec::new();
+    herder_core::protocol::codec::encode_binary_frame(message, usize::MAX, &mut out)
+        .expect("a peer message encodes");
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_peer_port_closes_strangers_garbage_and_connections_over_its_bound() {
     let dir = TestDir::new("peer-port");
@@ -530,7 +538,7 @@ async fn the_peer_port_closes_strangers_garbage_and_connections_over_its_bound()
     let cases: [(&str, Vec<u8>); 3] = [
         (
             "a HELLO from a node that is not a member",
-            frame(&PeerMessage::Hello {
+            peer_frame(&PeerMessage::Hello {
                 node_id: NodeId("intruder".into()),
                 client_address: "127.0.0.1:1".into(),
                 worker_address: "127.0.0.1:2".into(),
@@ -538,7 +546,7 @@ async fn the_peer_port_closes_strangers_garbage_and_connections_over_its_bound()
         ),
         (
             "a first frame that is not HELLO",
-            frame(&PeerMessage::TimeoutNow { term: Term(9) }),
+            peer_frame(&PeerMessage::TimeoutNow { term: Term(9) }),
         ),
         ("bytes that are not a frame", raw_frame(b"{not json")),
     ];

@@ -22,6 +22,14 @@
 //! [`encode_frame`] is the inverse. It refuses messages that would exceed the limit and leaves
 //! its output buffer untouched when it refuses.
 //!
+//! # Binary frames
+//!
+//! The link between the coordinators of a group carries the same frames with a MessagePack
+//! payload instead of JSON ([`encode_binary_frame`], [`decode_binary_message`],
+//! [`FrameDecoder::next_binary_message`]): the same serde data, field names kept, in a compact
+//! form that is cheaper to write and to read. Only Herder's own processes speak that link; the
+//! worker and client links stay JSON, for people and for other languages.
+//!
 //! This module is sans-IO: it never reads a clock, a socket or a file.
 
 use std::io;
@@ -96,6 +104,13 @@ pub enum FrameError {
         /// What was wrong, for logs (bounded by [`ERROR_DETAIL_BYTES_MAX`]).
         detail: String,
     },
+    /// A binary payload that is not one whole MessagePack message of the expected kind (or
+    /// has bytes after it).
+    #[error("binary frame payload is not a message: {detail}")]
+    InvalidBinary {
+        /// What was wrong, for logs (bounded by [`ERROR_DETAIL_BYTES_MAX`]).
+        detail: String,
+    },
 }
 
 impl FrameError {
@@ -108,7 +123,9 @@ impl FrameError {
             FrameError::InvalidJson { .. } => "INVALID_JSON",
             FrameError::MissingType => "MISSING_TYPE",
             FrameError::UnknownType { .. } => "UNKNOWN_TYPE",
-            FrameError::InvalidMessage { .. } => "INVALID_MESSAGE",
+            FrameError::InvalidMessage { .. } | FrameError::InvalidBinary { .. } => {
+                "INVALID_MESSAGE"
+            }
         }
     }
 }
@@ -218,6 +235,18 @@ impl FrameDecoder {
             return Ok(None);
         };
         match decode_message::<M>(self.buf.get(range).unwrap_or_default()) {
+            Ok(message) => Ok(Some(message)),
+            Err(error) => Err(self.fail(error)),
+        }
+    }
+
+    /// The next complete frame, decoded as a binary (MessagePack) message
+    /// ([`decode_binary_message`]). A payload that does not decode fails the decoder.
+    pub fn next_binary_message<M: DeserializeOwned>(&mut self) -> Result<Option<M>, FrameError> {
+        let Some(range) = self.take_frame()? else {
+            return Ok(None);
+        };
+        match decode_binary_message::<M>(self.buf.get(range).unwrap_or_default()) {
             Ok(message) => Ok(Some(message)),
             Err(error) => Err(self.fail(error)),
         }
@@ -363,6 +392,56 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     }
 }
 
+/// How deeply a binary payload may nest (maps in arrays in maps ...): far beyond any message
+/// Herder sends, and shallow enough that a hostile payload cannot exhaust the stack.
+pub const BINARY_NESTING_MAX: usize = 64;
+
+/// Decodes one binary frame payload: exactly one MessagePack value of type `M`, nothing after.
+pub fn decode_binary_message<M: DeserializeOwned>(payload: &[u8]) -> Result<M, FrameError> {
+    let mut deserializer = rmp_serde::Deserializer::new(io::Cursor::new(payload));
+    deserializer.set_max_depth(BINARY_NESTING_MAX);
+    let message = M::deserialize(&mut deserializer).map_err(|error| FrameError::InvalidBinary {
+        detail: bounded(error.to_string()),
+    })?;
+    let read = deserializer.position();
+    if read != payload.len() as u64 {
+        return Err(FrameError::InvalidBinary {
+            detail: format!(
+                "{} bytes follow the message",
+                (payload.len() as u64).saturating_sub(read)
+            ),
+        });
+    }
+    Ok(message)
+}
+
+/// Appends the binary frame (header and MessagePack, field names kept) of `message` to `out`;
+/// otherwise as [`encode_frame`].
+pub fn encode_binary_frame<M: Serialize>(
+    message: &M,
+    max_frame_bytes: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    encode_with(max_frame_bytes, out, |sink| {
+        message
+            .serialize(&mut rmp_serde::Serializer::new(sink).with_struct_map())
+            .map_err(|error| error.to_string())
+    })
+}
+
+/// Bytes `value` takes in a binary frame's payload, counted as it is written, never kept.
+pub fn binary_encoded_len<M: Serialize>(value: &M) -> Result<usize, String> {
+    let mut counter = BoundedSink {
+        out: &mut Vec::new(),
+        budget: 0,
+        written: 0,
+    };
+    value
+        .serialize(&mut rmp_serde::Serializer::new(&mut counter).with_struct_map())
+        .map_err(|error| error.to_string())?;
+    Ok(counter.written)
+}
+
 /// Appends the frame (header and JSON) of `message` to `out`.
 ///
 /// `max_frame_bytes` is clamped like [`FrameDecoder::new`]. On error `out` is left exactly as
@@ -374,6 +453,18 @@ pub fn encode_frame<M: Serialize>(
     max_frame_bytes: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
+    encode_with(max_frame_bytes, out, |sink| {
+        serde_json::to_writer(sink, message).map_err(|error| error.to_string())
+    })
+}
+
+/// Appends a frame whose payload `write` produces: the header, then the payload as written,
+/// stored only up to the limit; `out` is left as it was on any error.
+fn encode_with(
+    max_frame_bytes: usize,
+    out: &mut Vec<u8>,
+    write: impl FnOnce(&mut BoundedSink<'_>) -> Result<(), String>,
+) -> Result<(), EncodeError> {
     let max = clamp_frame_limit(max_frame_bytes);
     let original_len = out.len();
     out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
@@ -382,11 +473,11 @@ pub fn encode_frame<M: Serialize>(
         budget: max,
         written: 0,
     };
-    let result = serde_json::to_writer(&mut sink, message);
+    let result = write(&mut sink);
     let length = sink.written;
     let header = match (result, u32::try_from(length)) {
         (Err(error), _) => Err(EncodeError::Serialize {
-            detail: bounded(error.to_string()),
+            detail: bounded(error),
         }),
         (Ok(()), _) if length == 0 => Err(EncodeError::Serialize {
             detail: "message serialized to nothing".to_owned(),

@@ -766,7 +766,9 @@ impl From<&super::codec::FrameError> for ErrorCode {
             FrameError::InvalidJson { .. } => ErrorCode::InvalidJson,
             FrameError::MissingType => ErrorCode::MissingType,
             FrameError::UnknownType { .. } => ErrorCode::UnknownType,
-            FrameError::InvalidMessage { .. } => ErrorCode::InvalidMessage,
+            FrameError::InvalidMessage { .. } | FrameError::InvalidBinary { .. } => {
+                ErrorCode::InvalidMessage
+            }
         }
     }
 }
@@ -845,14 +847,14 @@ pub enum PeerMessage {
         abstaining: bool,
     },
     /// InstallSnapshot (paper 7): one chunk of the job table as of `index` (whose entry had
-    /// `index_term`), `data` in base64, starting `offset` bytes into a snapshot of `total` bytes.
+    /// `index_term`), `data` starting `offset` bytes into a snapshot of `total` bytes.
     Snapshot {
         term: Term,
         index: LogIndex,
         index_term: Term,
         offset: u64,
         total: u64,
-        data: String,
+        data: ChunkBytes,
         seq: u64,
     },
     /// The follower holds the first `received` bytes of the snapshot at `index` (all of it,
@@ -885,6 +887,61 @@ wire_message!(PeerMessage {
     SnapshotReply => "SNAPSHOT_REPLY",
     TimeoutNow => "TIMEOUT_NOW",
 });
+
+/// The bytes of one snapshot chunk: raw bytes in a binary frame (the coordinators' link), base64
+/// text where the message is shown as JSON.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ChunkBytes(pub Vec<u8>);
+
+impl std::fmt::Debug for ChunkBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ChunkBytes({} bytes)", self.0.len())
+    }
+}
+
+impl Serialize for ChunkBytes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use base64::Engine as _;
+        if serializer.is_human_readable() {
+            serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
+        } else {
+            serializer.serialize_bytes(&self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ChunkBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use base64::Engine as _;
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map(ChunkBytes)
+                .map_err(serde::de::Error::custom)
+        } else {
+            deserializer.deserialize_byte_buf(ChunkBytesVisitor)
+        }
+    }
+}
+
+struct ChunkBytesVisitor;
+
+impl serde::de::Visitor<'_> for ChunkBytesVisitor {
+    type Value = ChunkBytes;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the bytes of a snapshot chunk")
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<ChunkBytes, E> {
+        Ok(ChunkBytes(bytes.to_vec()))
+    }
+
+    fn visit_byte_buf<E: serde::de::Error>(self, bytes: Vec<u8>) -> Result<ChunkBytes, E> {
+        Ok(ChunkBytes(bytes))
+    }
+}
 
 impl PeerMessage {
     /// The sender's term, for every consensus message (`None` for `HELLO`).

@@ -2,8 +2,6 @@
 //! truncation and the commit index, paper 5.3) and receiving a snapshot in chunks (paper 7).
 //! Every acknowledgement waits until what it acknowledges is durable here.
 
-use base64::Engine;
-
 use super::{Incoming, Replica, ReplicaEvent, Role};
 use crate::command::LogEntry;
 use crate::ids::{LogIndex, NodeId, Term};
@@ -156,7 +154,7 @@ impl Replica {
         index_term: Term,
         offset: u64,
         total: u64,
-        data: &str,
+        data: &[u8],
         seq: u64,
     ) {
         if term < self.term {
@@ -212,16 +210,12 @@ impl Replica {
             return;
         }
         if offset == incoming.data.len() as u64 {
-            match base64::engine::general_purpose::STANDARD.decode(data) {
-                Ok(bytes) if incoming.data.len() as u64 + bytes.len() as u64 <= total => {
-                    incoming.data.extend_from_slice(&bytes)
-                }
-                _ => {
-                    self.incoming = None;
-                    self.refuse_incoming(from, index, seq);
-                    return;
-                }
+            if incoming.data.len() as u64 + data.len() as u64 > total {
+                self.incoming = None;
+                self.refuse_incoming(from, index, seq);
+                return;
             }
+            incoming.data.extend_from_slice(data);
         }
         let received = incoming.data.len() as u64;
         if received < total {

@@ -13,15 +13,13 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
-
 use super::log::RaftLog;
 use super::{Replica, ReplicaConfig, ReplicaEvent, Role, StepDownReason, TransferError};
 use crate::ids::{LogIndex, NodeId, Term};
 use crate::limits::{
     APPENDS_IN_FLIGHT_MAX, APPEND_ENTRIES_MAX, PEER_ENVELOPE_BYTES, SNAPSHOT_CHUNKS_IN_FLIGHT_MAX,
 };
-use crate::protocol::PeerMessage;
+use crate::protocol::{ChunkBytes, PeerMessage};
 use crate::time::{as_millis_u64, Instant};
 
 /// Where the leader gets a snapshot when a follower needs entries it no longer holds.
@@ -241,9 +239,12 @@ fn log_append(
     }
 }
 
-/// Bytes of snapshot per chunk, so that a chunk in base64 plus its envelope fits a frame.
+/// Bytes of snapshot per chunk, so that a chunk plus its envelope fits a (binary) frame.
 fn snapshot_chunk_bytes(config: &ReplicaConfig) -> usize {
-    (config.max_frame_bytes.saturating_sub(PEER_ENVELOPE_BYTES) / 4 * 3).max(1)
+    config
+        .max_frame_bytes
+        .saturating_sub(PEER_ENVELOPE_BYTES)
+        .max(1)
 }
 
 impl Replica {
@@ -492,8 +493,7 @@ impl Replica {
                 {
                     let start = usize::try_from(p.snapshot_offset).unwrap_or(usize::MAX);
                     let end = start.saturating_add(chunk_bytes).min(image.data.len());
-                    let data =
-                        base64::engine::general_purpose::STANDARD.encode(&image.data[start..end]);
+                    let data = ChunkBytes(image.data[start..end].to_vec());
                     out.push(PeerMessage::Snapshot {
                         term,
                         index: image.index,
@@ -514,7 +514,7 @@ impl Replica {
                         index_term: image.term,
                         offset: 0,
                         total: 0,
-                        data: String::new(),
+                        data: ChunkBytes::default(),
                         seq,
                     });
                     p.snapshot_sent_at = Some(now);

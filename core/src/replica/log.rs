@@ -28,30 +28,12 @@ pub struct RaftLog {
     bytes: usize,
 }
 
-/// Bytes an entry takes on the wire inside an `APPEND`.
+/// Bytes an entry takes on the wire inside an `APPEND` (the coordinators' link is binary).
 pub fn encoded_bytes(entry: &LogEntry) -> usize {
     // Counted as it is written, never kept: every appended entry is measured, on every member.
-    let mut counter = ByteCounter(0);
     // An entry that cannot be encoded cannot be replicated either; counting it as huge makes the
     // sender put it in a message of its own, where the encoder reports the problem.
-    match serde_json::to_writer(&mut counter, entry) {
-        Ok(()) => counter.0,
-        Err(_) => usize::MAX / 4,
-    }
-}
-
-/// A writer that only counts what is written to it.
-struct ByteCounter(usize);
-
-impl std::io::Write for ByteCounter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 = self.0.saturating_add(bytes.len());
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    crate::protocol::codec::binary_encoded_len(entry).unwrap_or(usize::MAX / 4)
 }
 
 impl RaftLog {
@@ -261,8 +243,11 @@ mod tests {
     #[test]
     fn an_entry_is_counted_at_exactly_its_encoded_size() {
         for entry in [entry(7, 3), entry(u64::MAX, u64::MAX)] {
-            let encoded = serde_json::to_vec(&entry).expect("encodes");
-            assert_eq!(encoded_bytes(&entry), encoded.len());
+            let mut frame = Vec::new();
+            crate::protocol::codec::encode_binary_frame(&entry, usize::MAX, &mut frame)
+                .expect("encodes");
+            let header = crate::limits::FRAME_HEADER_BYTES;
+            assert_eq!(encoded_bytes(&entry), frame.len() - header);
         }
     }
 

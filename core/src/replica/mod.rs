@@ -56,6 +56,7 @@ use crate::time::{Instant, UnixMillis};
 use leader::Leading;
 use log::RaftLog;
 use rejoin::Abstaining;
+use serde::Serialize;
 
 pub use leader::{FollowerProgress, SnapshotSource};
 
@@ -770,7 +771,7 @@ impl Replica {
                 total,
                 data,
                 seq,
-            } => self.on_snapshot(from, term, index, index_term, offset, total, &data, seq),
+            } => self.on_snapshot(from, term, index, index_term, offset, total, &data.0, seq),
             PeerMessage::SnapshotReply {
                 term,
                 index,
@@ -858,10 +859,12 @@ impl Replica {
 /// The job table as a snapshot: its rows, encoded for the wire.
 pub fn encode_snapshot(jobs: &[&Job]) -> Vec<u8> {
     // Rows are plain data; encoding them cannot fail short of running out of memory.
-    serde_json::to_vec(jobs).unwrap_or_default()
+    let mut data = Vec::new();
+    let _ = jobs.serialize(&mut rmp_serde::Serializer::new(&mut data).with_struct_map());
+    data
 }
 
 /// The rows of a snapshot, or why they do not decode.
 pub fn decode_snapshot(data: &[u8]) -> Result<Vec<Job>, String> {
-    serde_json::from_slice(data).map_err(|e| e.to_string())
+    crate::protocol::codec::decode_binary_message(data).map_err(|e| e.to_string())
 }
