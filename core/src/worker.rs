@@ -354,6 +354,10 @@ pub struct Worker {
     highest_term: Term,
     /// Shutting down: no new work is accepted, and the coordinator is told so.
     draining: bool,
+    /// A result went out since the last heartbeat was due: it shows the coordinator this worker
+    /// is alive, and its `RESULT_ACK` shows this worker the coordinator is, so the next
+    /// heartbeat is folded into it (not sent).
+    result_since_heartbeat: bool,
     outputs: VecDeque<WorkerOutput>,
 }
 
@@ -376,6 +380,7 @@ impl Worker {
             unacked: BTreeMap::new(),
             highest_term: Term(0),
             draining: false,
+            result_since_heartbeat: false,
             outputs: VecDeque::new(),
         };
         worker.connect(now);
@@ -538,6 +543,9 @@ impl Worker {
     }
 
     fn send(&mut self, message: WorkerToCoordinator) {
+        if matches!(message, WorkerToCoordinator::TaskResult { .. }) {
+            self.result_since_heartbeat = true;
+        }
         self.outputs.push_back(WorkerOutput::Send(message));
     }
 
@@ -993,7 +1001,11 @@ impl Worker {
                     let silent = as_millis_u64(now.saturating_since(last_heard));
                     self.back_off(now, format!("coordinator silent for {silent} ms"), true);
                 } else if next_heartbeat <= now {
-                    self.send(WorkerToCoordinator::Heartbeat {});
+                    // Folded into the traffic that flows anyway: a result (which the
+                    // coordinator answers) sent during the interval stands for the heartbeat.
+                    if !std::mem::take(&mut self.result_since_heartbeat) {
+                        self.send(WorkerToCoordinator::Heartbeat {});
+                    }
                     self.link = Link::Registered {
                         attempt,
                         heartbeat_interval,
@@ -1140,6 +1152,52 @@ mod tests {
         w.handle_timeout(retry_at);
         let (_, address) = connect_attempt(&drain(&mut w));
         assert_eq!(address, "b:1", "fails over to the next address");
+    }
+
+    #[test]
+    fn a_heartbeat_due_after_a_result_is_folded_into_it_and_the_next_is_sent_again() {
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        w.handle_message(Instant::from_millis(10), attempt, assign(1));
+        drain(&mut w);
+        let (_, lease_id) = ids(1);
+        w.handle_task_finished(
+            Instant::from_millis(20),
+            lease_id,
+            AttemptOutcome::Failed {
+                error: "boom".into(),
+                permanent: false,
+            },
+        );
+        let sent = drain(&mut w);
+        assert!(
+            sent.iter().any(|o| matches!(
+                o,
+                WorkerOutput::Send(WorkerToCoordinator::TaskResult { .. })
+            )),
+            "the result goes out: {sent:?}"
+        );
+        // The heartbeat due at 100 ms stands in the result: nothing is sent, the next is armed.
+        w.handle_timeout(Instant::from_millis(100));
+        assert_eq!(drain(&mut w), Vec::new());
+        assert_eq!(w.poll_timeout(), Some(Instant::from_millis(200)));
+        w.handle_message(
+            Instant::from_millis(150),
+            attempt,
+            CoordinatorToWorker::ResultAck {
+                term: Term(1),
+                job_id: ids(1).0,
+                lease_id,
+                accepted: true,
+            },
+        );
+        drain(&mut w);
+        // Nothing went out during this interval: its heartbeat is sent.
+        w.handle_timeout(Instant::from_millis(200));
+        assert_eq!(
+            drain(&mut w),
+            vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]
+        );
     }
 
     #[test]
