@@ -418,6 +418,7 @@ pub async fn start_on(
                 clock,
                 conns: HashMap::new(),
                 unanswered: HashMap::new(),
+                to_flush: Vec::new(),
                 batches: batch_tx,
                 peers: peer_links,
                 metrics,
@@ -681,6 +682,8 @@ struct Driver {
     conns: HashMap<ConnectionId, Outbound>,
     /// Requests read from each client connection and not yet answered.
     unanswered: HashMap<ConnectionId, Unanswered>,
+    /// Connections with messages corked in this drain: each gets one write at its end.
+    to_flush: Vec<ConnectionId>,
     batches: std::sync::mpsc::Sender<PersistBatch>,
     peers: PeerLinks,
     metrics: Arc<Metrics>,
@@ -825,8 +828,23 @@ impl Driver {
             .handle_malformed(self.clock.now(), conn, link, error);
     }
 
-    /// Performs every pending output.
+    /// Performs every pending output; the messages for each connection leave together in one
+    /// write at the end.
     fn drain(&mut self) -> Result<(), CoordinatorError> {
+        let drained = self.drain_outputs();
+        for conn in std::mem::take(&mut self.to_flush) {
+            let Some(outbound) = self.conns.get(&conn) else {
+                continue;
+            };
+            if let Err(error) = outbound.flush() {
+                tracing::warn!(%conn, %error, "dropping connection");
+                self.close_after_send_failure(conn);
+            }
+        }
+        drained
+    }
+
+    fn drain_outputs(&mut self) -> Result<(), CoordinatorError> {
         while let Some(output) = self.coordinator.poll_output() {
             match output {
                 Output::ToWorker { conn, message } => self.send_worker(conn, &message),
@@ -853,9 +871,16 @@ impl Driver {
 
     fn send_worker(&mut self, conn: ConnectionId, message: &CoordinatorToWorker) {
         if let Some(outbound) = self.conns.get(&conn) {
-            if let Err(error) = outbound.send(message) {
-                tracing::warn!(%conn, %error, "dropping worker connection");
-                self.close_after_send_failure(conn);
+            match outbound.send_corked(message) {
+                Ok(first) => {
+                    if first {
+                        self.to_flush.push(conn);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%conn, %error, "dropping worker connection");
+                    self.close_after_send_failure(conn);
+                }
             }
         }
     }
@@ -869,8 +894,12 @@ impl Driver {
                 unanswered.answered();
             }
         }
-        match outbound.send(message) {
-            Ok(()) => {}
+        match outbound.send_corked(message) {
+            Ok(first) => {
+                if first {
+                    self.to_flush.push(conn);
+                }
+            }
             Err(SendError::Encode(error)) => {
                 // A reply too large for one frame (e.g. a huge LIST): answer with a typed error.
                 let fallback = ClientReply::Error {
@@ -878,8 +907,10 @@ impl Driver {
                     code: ErrorCode::ReplyTooLarge,
                     message: format!("the reply does not fit in one frame ({error}); ask for less, e.g. a smaller --limit"),
                 };
-                if outbound.send(&fallback).is_err() {
-                    self.close_after_send_failure(conn);
+                match outbound.send_corked(&fallback) {
+                    Ok(true) => self.to_flush.push(conn),
+                    Ok(false) => {}
+                    Err(_) => self.close_after_send_failure(conn),
                 }
             }
             Err(error) => {

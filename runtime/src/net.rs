@@ -4,16 +4,23 @@
 //! error, after which it stops reading) to its owner through a channel. The writer owns the write
 //! half: it coalesces queued frames into one write, and closes the socket when asked. Neither
 //! makes any decision about what the bytes mean.
+//!
+//! A sender writes its frames itself while nothing is queued for the writer: one non-blocking
+//! write, straight into the kernel's buffer, without waking the writer task. Only what the
+//! socket does not take then (a peer that reads slowly) is queued for the writer, behind which
+//! every later frame waits, so frames always leave in the order they were sent. A driver that
+//! sends several messages to one connection in one turn corks them (`send_corked`): they are
+//! encoded into the connection's reused buffer and leave together in one write at `flush`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use herder_core::protocol::codec::{
     encode_frame, EncodeError, FrameDecoder, FrameError, WireMessage,
 };
 use herder_core::worker::ConnectAttempt;
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -73,9 +80,40 @@ impl OutboundTotal {
     }
 }
 
+/// The write half, shared by the writer task (which holds it, and closes the socket by dropping
+/// it) and the senders, which write straight into it while nothing is queued. Every write to
+/// the socket holds `writing`, so two writes never interleave their bytes.
+struct WriteHalf {
+    socket: OwnedWriteHalf,
+    writing: Mutex<()>,
+}
+
+impl WriteHalf {
+    /// One non-blocking write under the lock.
+    fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        let _one_writer = lock(&self.writing);
+        self.socket.try_write(bytes)
+    }
+}
+
+/// Locks `mutex`, whose data (bytes, or nothing) stays usable if a holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The sending side of a connection. Cheap to clone; sends never block.
 #[derive(Clone)]
 pub struct Outbound {
+    /// The socket, while the writer still holds it: a frame sent with nothing queued and the
+    /// connection not closing goes straight into it.
+    direct: Weak<WriteHalf>,
+    /// Set by `close`: from then on nothing is written directly.
+    closing: Arc<AtomicBool>,
+    /// Frames encoded and not yet written or queued (`send_corked`), in a buffer kept from one
+    /// flush to the next.
+    corked: Arc<Mutex<Vec<u8>>>,
     tx: mpsc::UnboundedSender<WriteCommand>,
     queued: Arc<AtomicUsize>,
     total: Option<OutboundTotal>,
@@ -98,24 +136,67 @@ pub enum SendError {
 }
 
 impl Outbound {
-    /// Encodes and queues one message.
+    /// Encodes one message and writes it (with anything corked before it), or queues it for
+    /// the writer.
     pub fn send<M: Serialize>(&self, message: &M) -> Result<(), SendError> {
-        let mut frame = Vec::new();
-        encode_frame(message, self.max_frame_bytes, &mut frame)?;
-        let bytes = frame.len();
-        let queued = self.queued.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.send_corked(message)?;
+        self.flush()
+    }
+
+    /// Encodes one message behind the others corked since the last `flush`, which sends them
+    /// all in one write. Returns whether it is the first since then (the connection now needs a
+    /// flush). A message that does not fit a frame is refused and nothing changes.
+    pub fn send_corked<M: Serialize>(&self, message: &M) -> Result<bool, SendError> {
+        let mut corked = lock(&self.corked);
+        let first = corked.is_empty();
+        encode_frame(message, self.max_frame_bytes, &mut corked)?;
+        Ok(first)
+    }
+
+    /// Writes the corked frames at once if nothing is queued for the writer, and queues what the
+    /// socket does not take (or all of it, behind frames already queued).
+    pub fn flush(&self) -> Result<(), SendError> {
+        let mut corked = lock(&self.corked);
+        if corked.is_empty() {
+            return Ok(());
+        }
+        // Held until the rest, if any, is queued: bytes another sender writes meanwhile cannot
+        // overtake it.
+        let socket = self.direct.upgrade();
+        let _one_writer = socket.as_ref().map(|socket| lock(&socket.writing));
+        let mut written = 0;
+        if let Some(socket) = &socket {
+            if self.queued.load(Ordering::Acquire) == 0 && !self.closing.load(Ordering::Acquire) {
+                // Full, or failed: the writer waits for room, or meets the failure and closes
+                // the connection.
+                written = socket.socket.try_write(&corked).unwrap_or(0);
+            }
+        }
+        if written == corked.len() {
+            corked.clear();
+            return Ok(());
+        }
+        let rest = corked.get(written..).unwrap_or_default().to_vec();
+        corked.clear();
+        self.queue(rest)
+    }
+
+    /// Hands `bytes` to the writer, counted against this connection's bound and the total.
+    fn queue(&self, bytes: Vec<u8>) -> Result<(), SendError> {
+        let length = bytes.len();
+        let queued = self.queued.fetch_add(length, Ordering::Relaxed) + length;
         if queued > OUTBOUND_BYTES_MAX {
-            self.queued.fetch_sub(bytes, Ordering::Relaxed);
+            self.queued.fetch_sub(length, Ordering::Relaxed);
             self.abort.notify_one();
             return Err(SendError::Stalled { queued });
         }
         if let Some(total) = &self.total {
-            let all = total.queued.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            let all = total.queued.fetch_add(length, Ordering::Relaxed) + length;
             if all > total.max {
                 // The connection being written to goes: the bound is far above what healthy
                 // peers hold, so whoever reaches it is most likely one that stopped reading.
-                total.release(bytes);
-                self.queued.fetch_sub(bytes, Ordering::Relaxed);
+                total.release(length);
+                self.queued.fetch_sub(length, Ordering::Relaxed);
                 self.abort.notify_one();
                 return Err(SendError::OverTotal {
                     queued: all,
@@ -124,7 +205,7 @@ impl Outbound {
             }
         }
         let frame = QueuedFrame {
-            bytes: frame,
+            bytes,
             counters: Counters {
                 own: self.queued.clone(),
                 total: self.total.clone(),
@@ -136,8 +217,10 @@ impl Outbound {
             .map_err(|_| SendError::Closed)
     }
 
-    /// Flushes what is queued, then closes the connection.
+    /// Flushes what is corked and queued, then closes the connection.
     pub fn close(&self) {
+        let _ = self.flush();
+        self.closing.store(true, Ordering::Release);
         let _ = self.tx.send(WriteCommand::Close);
     }
 }
@@ -361,6 +444,11 @@ pub fn open_connection_within(
 ) -> (Outbound, PendingReader) {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
+    let write_half = Arc::new(WriteHalf {
+        socket: write_half,
+        writing: Mutex::new(()),
+    });
+    let direct = Arc::downgrade(&write_half);
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let (closed_tx, closed_rx) = watch::channel(false);
@@ -377,6 +465,9 @@ pub fn open_connection_within(
         closed_tx,
     ));
     let outbound = Outbound {
+        direct,
+        closing: Arc::new(AtomicBool::new(false)),
+        corked: Arc::new(Mutex::new(Vec::new())),
         tx,
         queued,
         total,
@@ -426,7 +517,7 @@ impl Counters {
 }
 
 async fn write_loop(
-    mut socket: OwnedWriteHalf,
+    socket: Arc<WriteHalf>,
     mut rx: mpsc::UnboundedReceiver<WriteCommand>,
     queued: Counters,
     (abort, write_stall): (Arc<tokio::sync::Notify>, std::time::Duration),
@@ -465,7 +556,7 @@ async fn write_loop(
             }
         }
         if !buffer.is_empty() {
-            let write = tokio::time::timeout(write_stall, socket.write_all(&buffer));
+            let write = tokio::time::timeout(write_stall, write_all(&socket, &buffer));
             let written = tokio::select! {
                 written = write => written,
                 () = abort.notified() => break 'outer,
@@ -477,7 +568,7 @@ async fn write_loop(
                 Ok(Err(_)) => break 'outer,
                 Err(_) => {
                     tracing::warn!(
-                        peer = ?socket.peer_addr().ok(),
+                        peer = ?socket.socket.peer_addr().ok(),
                         stalled_millis = u64::try_from(write_stall.as_millis()).unwrap_or(u64::MAX),
                         unwritten = queued.own.load(Ordering::Relaxed),
                         "Closing a connection whose peer has read nothing for too long"
@@ -497,8 +588,24 @@ async fn write_loop(
     drop(in_buffer);
     rx.close();
     drop(rx);
-    let _ = socket.shutdown().await;
+    // The only lasting hold on the write half: dropping it shuts the socket down for writing
+    // (a sender writing directly at this instant holds it a moment longer, never more).
+    drop(socket);
     let _ = closed.send(true);
+}
+
+/// Writes all of `bytes`, waiting for room as needed; each write holds the socket's lock.
+async fn write_all(socket: &WriteHalf, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        socket.socket.writable().await?;
+        match socket.try_write(bytes) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(written) => bytes = bytes.get(written..).unwrap_or_default(),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }
 
 async fn read_loop<M, T, F>(
@@ -688,6 +795,24 @@ impl DialedConnection {
             .map(|(attempt, outbound)| (*attempt, outbound.send(message)))
     }
 
+    /// Corks `message` on the current connection (see [`Outbound::send_corked`]); `flush`
+    /// sends what is corked.
+    pub fn send_corked<M: Serialize>(
+        &self,
+        message: &M,
+    ) -> Option<(ConnectAttempt, Result<(), SendError>)> {
+        self.current
+            .as_ref()
+            .map(|(attempt, outbound)| (*attempt, outbound.send_corked(message).map(|_first| ())))
+    }
+
+    /// Writes what is corked on the current connection.
+    pub fn flush(&self) -> Option<(ConnectAttempt, Result<(), SendError>)> {
+        self.current
+            .as_ref()
+            .map(|(attempt, outbound)| (*attempt, outbound.flush()))
+    }
+
     /// Closes the current connection and stops waiting for any attempt.
     pub fn close(&mut self) {
         self.expected = None;
@@ -701,6 +826,7 @@ impl DialedConnection {
 mod tests {
     use super::*;
     use herder_core::protocol::WorkerToCoordinator;
+    use tokio::io::AsyncWriteExt;
     use tokio::net::TcpListener;
 
     #[tokio::test]
@@ -849,6 +975,74 @@ mod tests {
         match received.recv().await.expect("a report") {
             Inbound::Closed(reason) => assert!(reason.contains("no whole message"), "{reason}"),
             other => panic!("expected the connection closed, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_written_at_once_and_frames_queued_behind_a_slow_reader_arrive_whole_in_order() {
+        let (late_reader, accepted) = connected_pair().await;
+        let (outbound, _reader) = open_connection(accepted, 1 << 20);
+        // Numbered frames of 64 KiB: the first go straight into the kernel's buffer, until it
+        // is full and the rest (and the rest of a frame it took only part of) wait in the queue.
+        let frames = 96u64;
+        let message = |seq: u64| WorkerToCoordinator::Progress {
+            job_id: format!("{seq:032x}").parse().expect("a UUID"),
+            lease_id: format!("{:032x}", 0).parse().expect("a UUID"),
+            note: "x".repeat(64 * 1024),
+        };
+        for seq in 0..frames {
+            outbound.send(&message(seq)).expect("queued");
+        }
+        assert!(
+            outbound.queued.load(Ordering::Relaxed) > 0,
+            "the peer read nothing yet, so some frames must wait in the queue"
+        );
+        let (report, mut received) = mpsc::channel(4);
+        let (_unused, peer_reader) = open_connection(late_reader, 1 << 20);
+        peer_reader.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
+        for seq in 0..frames {
+            match received.recv().await.expect("a report") {
+                Inbound::Message(got) => assert_eq!(got, message(seq), "frame {seq}"),
+                other => panic!("expected frame {seq}, got {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn corked_frames_wait_for_the_flush_and_leave_in_the_order_they_were_sent() {
+        let (peer, accepted) = connected_pair().await;
+        let (outbound, _reader) = open_connection(accepted, 1 << 20);
+        let (report, mut received) = mpsc::channel(8);
+        let (_unused, peer_reader) = open_connection(peer, 1 << 20);
+        peer_reader.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
+        let note = |n: u64| WorkerToCoordinator::Progress {
+            job_id: format!("{n:032x}").parse().expect("a UUID"),
+            lease_id: format!("{:032x}", 0).parse().expect("a UUID"),
+            note: format!("note {n}"),
+        };
+        assert!(
+            outbound.send_corked(&note(1)).expect("corked"),
+            "the first since a flush"
+        );
+        assert!(!outbound.send_corked(&note(2)).expect("corked"));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(
+            received.try_recv().is_err(),
+            "nothing leaves before the flush"
+        );
+        // A plain send flushes what was corked before it, ahead of itself.
+        outbound.send(&note(3)).expect("sent");
+        for n in 1..=3 {
+            match received.recv().await.expect("a report") {
+                Inbound::Message(got) => assert_eq!(got, note(n)),
+                other => panic!("expected note {n}, got {other:?}"),
+            }
+        }
+        outbound.send_corked(&note(4)).expect("corked");
+        outbound.flush().expect("flushed");
+        match received.recv().await.expect("a report") {
+            Inbound::Message(got) => assert_eq!(got, note(4)),
+            other => panic!("expected note 4, got {other:?}"),
         }
     }
 

@@ -345,7 +345,22 @@ impl Driver {
         }
     }
 
+    /// Performs every pending output; what goes to the coordinator leaves in one write at the
+    /// end (results of inline tasks finished meanwhile included).
     fn drain_outputs(&mut self) {
+        loop {
+            self.perform_outputs();
+            let Some((attempt, Err(error))) = self.connection.flush() else {
+                return;
+            };
+            tracing::warn!(%error, "cannot send to coordinator");
+            self.connection.lost(attempt);
+            self.worker
+                .handle_disconnected(self.clock.now(), attempt, &error.to_string());
+        }
+    }
+
+    fn perform_outputs(&mut self) {
         while let Some(output) = self.worker.poll_output() {
             match output {
                 WorkerOutput::Connect { attempt, address } => {
@@ -359,7 +374,7 @@ impl Driver {
                     );
                 }
                 WorkerOutput::Send(message) => {
-                    if let Some((attempt, Err(error))) = self.connection.send(&message) {
+                    if let Some((attempt, Err(error))) = self.connection.send_corked(&message) {
                         tracing::warn!(%error, "cannot send to coordinator");
                         self.connection.lost(attempt);
                         self.worker.handle_disconnected(
