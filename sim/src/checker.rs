@@ -18,7 +18,12 @@
 //!   majority and on the sender's disk, and true;
 //! - task sets: every committed `Assign` names a worker process whose registered kinds include
 //!   the job's (so a kind no worker serves is never assigned), and a queued job of a kind no
-//!   worker serves is shown to clients as `unserved`.
+//!   worker serves is shown to clients as `unserved`;
+//! - every answer to a submission (a `SUBMIT`, a line of a `SUBMIT_BATCH_RESULT`, or the
+//!   `ERROR` failing a whole batch) against the checker's own reading of the submission checks
+//!   ([`crate::submission`]) and the model's record of which key is bound to which job: an
+//!   `ERROR` only for a check the submission fails, or a key bound to a job with other
+//!   options; an accepted job with exactly the options sent.
 //!
 //! Every error names the job, lease, entry or member concerned; the world prefixes the time and
 //! node.
@@ -30,11 +35,12 @@ use herder_core::coordinator::{Coordinator, DiskImage, Output, Record, WorkerEnt
 use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, NodeId, Term, WorkerId};
 use herder_core::job::JobState;
 use herder_core::protocol::{
-    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobView,
-    PeerMessage, SubmitResult,
+    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobSubmission,
+    JobView, PeerMessage, SubmitResult,
 };
 
 use crate::model::Model;
+use crate::submission::{self, code_name, Rules, Subject, Verdict};
 
 pub type Check = Result<(), String>;
 
@@ -184,6 +190,8 @@ pub struct Checker {
     served_ever: BTreeSet<String>,
     /// The coordinators' default per-attempt deadline, when the world says.
     default_timeout_millis: Option<u64>,
+    /// What the coordinators check submissions against (limits, defaults), when the world says.
+    rules: Rules,
 }
 
 impl Checker {
@@ -204,6 +212,12 @@ impl Checker {
     /// The coordinators' default per-attempt deadline (a job without its own gets this one).
     pub fn set_default_timeout(&mut self, millis: u64) {
         self.default_timeout_millis = Some(millis);
+    }
+
+    /// The coordinators' admission limit, default attempt budget and frame limit, against which
+    /// submissions are judged.
+    pub fn set_rules(&mut self, rules: Rules) {
+        self.rules = rules;
     }
 
     /// A worker process started: it registers `tasks`, and may only be given work of those.
@@ -967,25 +981,197 @@ impl Checker {
         Ok(())
     }
 
-    /// A `SUBMIT_BATCH_RESULT` of coordinator `c`: each job's answer checked as a `SUBMIT`'s.
+    /// The answer to a `SUBMIT` (`SUBMIT_ACCEPTED`, `SUBMIT_REJECTED` or `ERROR`), judged
+    /// against what was sent (the checks of `check_reply` come on top): a submission that fails
+    /// a check must get that check's `ERROR`, an accepted one must be the job it names, and an
+    /// `ERROR` must fit the submission. `committed` is how far the committed log went when the
+    /// request arrived.
+    pub fn check_submit_reply(
+        &mut self,
+        subject: Subject,
+        sent: &JobSubmission,
+        committed: LogIndex,
+        reply: &ClientReply,
+    ) -> Check {
+        let verdict = submission::verdict(sent, &self.rules);
+        match reply {
+            ClientReply::SubmitAccepted { job_id, .. } => {
+                self.refused_only_by_checks(subject, sent, &verdict, "SUBMIT_ACCEPTED")?;
+                self.check_options(subject, job_id, sent)
+            }
+            ClientReply::SubmitRejected { .. } => {
+                self.refused_only_by_checks(subject, sent, &verdict, "SUBMIT_REJECTED")
+            }
+            ClientReply::Error { code, message, .. } => {
+                self.judge_error(subject, sent, &verdict, committed, (*code, message), false)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A submission that a check of steps 1 to 6 refuses, or (without a key to answer it from)
+    /// the slot check of step 8, gets that check's `ERROR`, never `answer`.
+    fn refused_only_by_checks(
+        &self,
+        subject: Subject,
+        sent: &JobSubmission,
+        verdict: &Verdict,
+        answer: &str,
+    ) -> Check {
+        if let Some((code, why)) = verdict.invalid {
+            return Err(format!(
+                "submission checks: {subject} was answered {answer}, but it holds {why}, which must be answered ERROR {}",
+                code_name(code)
+            ));
+        }
+        ensure!(
+            !verdict.oversize || sent.idempotency_key.is_some(),
+            "submission checks: {subject} was answered {answer}, but it needs {} admission slots under a limit of {}, which must be answered ERROR INVALID_REQUEST",
+            submission::fewest_slots(&sent.task, sent.partitions),
+            self.rules.max_active_jobs
+        );
+        Ok(())
+    }
+
+    /// An `ERROR` answering a submission (a `SUBMIT`, or a line of a batch's reply) must be
+    /// one a `SUBMIT` of it alone could get: the code of the first check it fails; else an
+    /// `IDEMPOTENCY_CONFLICT` when its key is bound to a job with other options; else
+    /// `INVALID_REQUEST` when the job and its partitions could never fit under the admission
+    /// limit, or `INVALID_TASK` when a reply about it might not fit a frame. A line of a batch
+    /// gets neither of the last two (those checks fail the whole batch).
+    fn judge_error(
+        &self,
+        subject: Subject,
+        sent: &JobSubmission,
+        verdict: &Verdict,
+        committed: LogIndex,
+        (code, message): (ErrorCode, &str),
+        batch_line: bool,
+    ) -> Check {
+        let name = code_name(code);
+        if let Some((must, why)) = verdict.invalid {
+            ensure!(
+                code == must || (code == ErrorCode::InvalidTask && verdict.maybe_too_large),
+                "submission checks: {subject} was answered ERROR {name} ({message:?}), but it holds {why}, which is answered {} first",
+                code_name(must)
+            );
+            return Ok(());
+        }
+        match code {
+            ErrorCode::IdempotencyConflict => self.check_conflict(subject, sent, committed),
+            ErrorCode::InvalidRequest if verdict.oversize && !batch_line => Ok(()),
+            ErrorCode::InvalidTask if verdict.maybe_too_large && !batch_line => Ok(()),
+            ErrorCode::InvalidRequest | ErrorCode::InvalidTask if batch_line => Err(format!(
+                "submission checks: {subject} was answered ERROR {name} ({message:?}) on its own line; a batch's jobs are checked before any is admitted, and a job that fails a check fails the whole batch"
+            )),
+            ErrorCode::InvalidRequest => Err(format!(
+                "submission checks: {subject} was answered ERROR INVALID_REQUEST ({message:?}), but every field of it is in range and its {} admission slots fit under the limit of {}",
+                submission::fewest_slots(&sent.task, sent.partitions),
+                self.rules.max_active_jobs
+            )),
+            ErrorCode::InvalidTask => Err(format!(
+                "submission checks: {subject} was answered ERROR INVALID_TASK ({message:?}), but its task {} is valid and small",
+                sent.task
+            )),
+            _ => Err(format!(
+                "submission checks: {subject} was answered ERROR {name} ({message:?}); a submission that passes every check is accepted, refused for room, or (keyed) an IDEMPOTENCY_CONFLICT"
+            )),
+        }
+    }
+
+    /// An `IDEMPOTENCY_CONFLICT` needs a key bound, by the committed log, to a job submitted
+    /// with other options: the job it is bound to now, or one a purge committed after the
+    /// request arrived removed (which took the key along). A binding a purge had removed before
+    /// the request arrived is a stale read.
+    fn check_conflict(&self, subject: Subject, sent: &JobSubmission, committed: LogIndex) -> Check {
+        let Some(key) = &sent.idempotency_key else {
+            return Err(format!(
+                "idempotency: {subject}, which carries no idempotency key, was answered ERROR IDEMPOTENCY_CONFLICT"
+            ));
+        };
+        let mut bound: Vec<JobId> = self.model.keys.get(key).copied().into_iter().collect();
+        bound.extend(
+            self.model
+                .purged
+                .iter()
+                .filter(|(_, (at, job))| *at > committed && job.key.as_ref() == Some(key))
+                .map(|(id, _)| *id),
+        );
+        bound.sort();
+        ensure!(
+            !bound.is_empty(),
+            "idempotency: {subject} was answered ERROR IDEMPOTENCY_CONFLICT, but by the committed log no job holds key {key:?} (nor did one a purge removed after the request arrived)"
+        );
+        let differs = bound.iter().any(|id| {
+            self.model
+                .job_ever(id)
+                .is_some_and(|job| submission::differences(job, sent, &self.rules).is_some())
+        });
+        ensure!(
+            differs,
+            "idempotency: {subject} was answered ERROR IDEMPOTENCY_CONFLICT, but key {key:?} is bound to job {}, submitted with the same task, max attempts, timeout and partition request",
+            bound
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" or job ")
+        );
+        Ok(())
+    }
+
+    /// A submission answered accepted names the job it is: one with its task, max attempts
+    /// (the default filled in), timeout and partition request. A keyed one whose key's job has
+    /// other options is a conflict, not that job.
+    fn check_options(&self, subject: Subject, job_id: &JobId, sent: &JobSubmission) -> Check {
+        let Some(job) = self.model.job_ever(job_id) else {
+            return Ok(()); // `check_accepted` fails it: not committed
+        };
+        if let Some(difference) = submission::differences(job, sent, &self.rules) {
+            return Err(format!(
+                "submission checks: {subject} was answered accepted with job {job_id}, whose {difference}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A `SUBMIT_BATCH_RESULT` of coordinator `c`: each job's answer checked as a `SUBMIT`'s,
+    /// and no job of it may fail a check that fails the whole batch.
+    #[allow(clippy::too_many_arguments)]
     pub fn check_batch_result(
         &mut self,
         c: usize,
         machine: &Coordinator,
+        (conn, request): (usize, herder_core::ids::RequestId),
+        jobs: &[JobSubmission],
         results: &[SubmitResult],
         items: &[(Option<(&str, LogIndex)>, u64)],
-        arrived: LogIndex,
+        (arrived, committed): (LogIndex, LogIndex),
     ) -> Check {
         ensure!(
-            results.len() == items.len(),
+            results.len() == items.len() && jobs.len() == items.len(),
             "a batch of {} jobs was answered with {} results",
             items.len(),
             results.len()
         );
-        for (result, (key, slots)) in results.iter().zip(items) {
+        for (index, ((result, (key, slots)), sent)) in
+            results.iter().zip(items).zip(jobs).enumerate()
+        {
+            let subject = Subject::BatchJob {
+                conn,
+                request,
+                index,
+            };
+            let verdict = submission::verdict(sent, &self.rules);
+            self.refused_only_by_checks(
+                subject,
+                sent,
+                &verdict,
+                "with a line of a SUBMIT_BATCH_RESULT instead of an ERROR for the whole batch",
+            )?;
             match result {
                 SubmitResult::Accepted { job_id, existing } => {
-                    self.check_accepted(c, job_id, *existing, *key)?
+                    self.check_accepted(c, job_id, *existing, *key)?;
+                    self.check_options(subject, job_id, sent)?;
                 }
                 SubmitResult::Rejected {
                     active_jobs,
@@ -999,10 +1185,94 @@ impl Checker {
                     *slots,
                     Some(arrived),
                 )?,
-                SubmitResult::Error { .. } => {}
+                SubmitResult::Error { code, message } => {
+                    self.judge_error(subject, sent, &verdict, committed, (*code, message), true)?
+                }
             }
         }
         Ok(())
+    }
+
+    /// A `SUBMIT_BATCH` answered by one `ERROR`: the whole batch failed the checks. It must be
+    /// a batch of no jobs or too many (`INVALID_REQUEST`), or hold a job that fails a check of
+    /// steps 1 to 6 or 8, after jobs that all pass them, with that check's code (step 8 is
+    /// skipped for a job its key answers, so a keyed job that needs too many slots may, or may
+    /// not, be the one). A message naming `job N of the batch` must name such a job.
+    pub fn check_batch_error(
+        &self,
+        (conn, request): (usize, herder_core::ids::RequestId),
+        jobs: &[JobSubmission],
+        code: ErrorCode,
+        message: &str,
+    ) -> Check {
+        let name = code_name(code);
+        let most = submission::batch_jobs_max(&self.rules);
+        if jobs.is_empty() || jobs.len() > most {
+            ensure!(
+                code == ErrorCode::InvalidRequest,
+                "submission checks: the SUBMIT_BATCH of request {} on conn {conn} holds {} jobs (1 to {most} allowed), but was answered ERROR {name} ({message:?})",
+                request.0,
+                jobs.len()
+            );
+            return Ok(());
+        }
+        // The jobs that may fail the batch, with their code, up to the first that must.
+        let mut may: Vec<(usize, ErrorCode)> = Vec::new();
+        for (index, sent) in jobs.iter().enumerate() {
+            let verdict = submission::verdict(sent, &self.rules);
+            if verdict.maybe_too_large {
+                may.push((index, ErrorCode::InvalidTask));
+            }
+            if let Some((code, _)) = verdict.invalid {
+                may.push((index, code));
+                break;
+            }
+            if verdict.oversize {
+                may.push((index, ErrorCode::InvalidRequest));
+                if sent.idempotency_key.is_none() {
+                    break;
+                }
+            }
+        }
+        let named = message
+            .strip_prefix("job ")
+            .and_then(|rest| rest.split_once(" of the batch:"))
+            .and_then(|(index, _)| index.parse::<usize>().ok());
+        let fits = may
+            .iter()
+            .any(|(index, must)| *must == code && named.is_none_or(|n| n == *index));
+        if fits {
+            return Ok(());
+        }
+        let why = match named.map(|n| (n, jobs.get(n))) {
+            Some((n, Some(sent))) => {
+                let verdict = submission::verdict(sent, &self.rules);
+                match verdict.invalid {
+                    Some((must, why)) => {
+                        format!(
+                            "it names job {n}, which holds {why}, answered {}",
+                            code_name(must)
+                        )
+                    }
+                    None if verdict.passes() => {
+                        format!("it names job {n}, which passes every check")
+                    }
+                    None => format!("it names job {n}, judged {verdict:?}"),
+                }
+            }
+            Some((n, None)) => format!("it names job {n}, which the batch does not hold"),
+            None => "it names no job".to_owned(),
+        };
+        let may: Vec<String> = may
+            .iter()
+            .map(|(index, code)| format!("job {index}: {}", code_name(*code)))
+            .collect();
+        Err(format!(
+            "submission checks: the SUBMIT_BATCH of request {} on conn {conn} ({} jobs) was answered ERROR {name} ({message:?}): {why}; the jobs that may fail the batch first: [{}]",
+            request.0,
+            jobs.len(),
+            may.join(", ")
+        ))
     }
 
     /// A job of a kind no worker serves is never assigned, so while it is not terminal it (or

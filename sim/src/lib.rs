@@ -11,11 +11,13 @@
 //! - [`scenario`]: what each seed draws (swarm testing).
 //! - [`world`]: the event loop, nodes, network, disks, faults and workload.
 //! - [`checker`]: the invariants.
+//! - [`submission`]: the checker's own reading of the checks a submission must pass.
 
 pub mod checker;
 pub mod model;
 pub mod rng;
 pub mod scenario;
+pub mod submission;
 pub mod world;
 
 pub use scenario::Scenario;

@@ -38,6 +38,7 @@ use herder_core::command::{Command, LogEntry};
 use herder_core::ids::{Attempt, JobId, LeaseId, LogIndex, WorkerId};
 use herder_core::job::{FailureKind, Job, JobState, Lease};
 use herder_core::limits::ATTEMPT_HISTORY_MAX;
+use herder_core::protocol::Partitions;
 use herder_core::tasks::{self, TaskOutput, TaskSpec, UserTask};
 use serde_json::{json, Value};
 
@@ -67,6 +68,9 @@ pub struct ModelJob {
     pub partitions: Vec<JobId>,
     /// The per-attempt deadline its submission asked for.
     pub timeout_millis: Option<u64>,
+    /// A data-parallel parent's partition request as submitted (no request: `auto`); none for
+    /// any other job. A keyed resend must ask the same.
+    pub partitions_asked: Option<Partitions>,
     /// How its last attempt was settled, for messages ("released", "failed permanently", ...).
     pub last_settled: Option<&'static str>,
     /// Attempts handed back by a drain so far (each gave its attempt number back).
@@ -102,6 +106,7 @@ impl ModelJob {
             parent: None,
             partitions: Vec::new(),
             timeout_millis: None,
+            partitions_asked: None,
             last_settled: None,
             releases: 0,
             created: 0,
@@ -242,12 +247,12 @@ impl Model {
                 idempotency_key,
                 max_active_jobs,
                 partitions,
+                partitions_asked,
                 timeout_millis,
-                ..
             } => self.submit(
                 at,
                 *job_id,
-                (task, *max_attempts, *timeout_millis),
+                (task, *max_attempts, *timeout_millis, *partitions_asked),
                 idempotency_key,
                 *max_active_jobs,
                 partitions,
@@ -467,7 +472,12 @@ impl Model {
         &mut self,
         at: LogIndex,
         job_id: JobId,
-        (task, max_attempts, timeout_millis): (&TaskSpec, u32, Option<u64>),
+        (task, max_attempts, timeout_millis, partitions_asked): (
+            &TaskSpec,
+            u32,
+            Option<u64>,
+            Option<Partitions>,
+        ),
         key: &Option<String>,
         max_active_jobs: u64,
         partitions: &[JobId],
@@ -509,6 +519,7 @@ impl Model {
         job.created = self.stamp;
         job.key = key.clone();
         job.timeout_millis = timeout_millis;
+        job.partitions_asked = partitions_asked;
         if let Some(key) = key {
             self.keys.insert(key.clone(), job_id);
         }
@@ -627,6 +638,7 @@ impl Model {
             && row.partition_of.map(|p| (p.parent, p.index)) == job.parent
             && row.partitions == job.partitions
             && row.timeout_millis == job.timeout_millis
+            && row.partitions_asked == job.partitions_asked
             && (job.state != JobState::RetryWait
                 || row.retry_delay_millis == job.retry_delay_millis);
         ensure!(

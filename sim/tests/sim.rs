@@ -9,11 +9,14 @@ use herder_core::ids::{
     Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, Term, WorkerId,
 };
 use herder_core::job::{JobState, Lease};
-use herder_core::protocol::{ClientReply, ClientRequest};
+use herder_core::protocol::{
+    ClientReply, ClientRequest, ErrorCode, JobSubmission, Partitions, SubmitResult,
+};
 use herder_core::tasks::{TaskOutput, TaskSpec};
 use herder_core::time::Instant;
 use herder_sim::checker::{Checker, ConnOwner};
 use herder_sim::model::Model;
+use herder_sim::submission::{Rules, Subject};
 use herder_sim::{run_scenario, run_seed, Scenario};
 
 #[test]
@@ -106,6 +109,16 @@ fn five_hundred_seeds_pass_and_reach_the_interesting_cases() {
         "coordinator: drained attempt released",
         "liveness: a job waits queued, no worker serves its kind",
         "client: a job shown unserved",
+        // Submissions that fail the checks, conflicting keys, and batches large and small.
+        "client: a batch of 5 to 64 jobs sent",
+        "client: a batch holding a job that fails the checks sent",
+        "client: a submission that fails the checks sent",
+        "coordinator: a submission answered ERROR IDEMPOTENCY_CONFLICT",
+        "coordinator: a submission answered ERROR INVALID_REQUEST",
+        "coordinator: a submission answered ERROR INVALID_TASK",
+        "coordinator: a job of a batch answered ERROR IDEMPOTENCY_CONFLICT",
+        "coordinator: a batch failed whole, ERROR INVALID_REQUEST",
+        "coordinator: a batch failed whole, ERROR INVALID_TASK",
     ] {
         assert!(
             coverage.get(what).copied().unwrap_or(0) > 0,
@@ -598,4 +611,205 @@ fn the_checker_wants_a_job_no_worker_serves_shown_unserved() {
     checker
         .check_output(0, &c, &reply(&view), &ConnOwner::Client, None, 1)
         .expect("a kind some worker serves");
+}
+
+/// A submission of `task` with the given options.
+fn sent(task: serde_json::Value, max_attempts: Option<u32>, key: Option<&str>) -> JobSubmission {
+    JobSubmission {
+        task,
+        max_attempts,
+        idempotency_key: key.map(str::to_owned),
+        partitions: None,
+        timeout_millis: None,
+    }
+}
+
+fn error(code: ErrorCode, message: &str) -> ClientReply {
+    ClientReply::Error {
+        request_id: Some(RequestId(1)),
+        code,
+        message: message.to_owned(),
+    }
+}
+
+#[test]
+fn the_checker_judges_the_errors_a_submission_gets() {
+    let mut checker = Checker::new(1);
+    checker.set_rules(Rules {
+        max_active_jobs: 4,
+        default_max_attempts: 2,
+        max_frame_bytes: 1024 * 1024,
+    });
+    // Key "k" is bound to a sleep of 10 ms with the default of 2 attempts.
+    let sleep = TaskSpec::Sleep { milliseconds: 10 };
+    let log = entries(vec![Command::Submit {
+        job_id: job_id(1),
+        task: sleep.clone(),
+        max_attempts: 2,
+        idempotency_key: Some("k".into()),
+        max_active_jobs: 4,
+        partitions: Vec::new(),
+        partitions_asked: None,
+        timeout_millis: None,
+    }]);
+    checker.model.apply(&log[0]).expect("submit");
+    let subject = Subject::Submit {
+        conn: 2,
+        request: RequestId(1),
+    };
+    let committed = LogIndex(1);
+    let judge = |checker: &mut Checker, job: &JobSubmission, reply: &ClientReply| {
+        checker.check_submit_reply(subject, job, committed, reply)
+    };
+    let conflict = error(ErrorCode::IdempotencyConflict, "bound to another job");
+    // The same options (the default filled in) are the same job, not a conflict.
+    let same = sent(sleep.to_json(), None, Some("k"));
+    let caught = judge(&mut checker, &same, &conflict).expect_err("a conflict with itself");
+    assert!(caught.contains("same task"), "{caught}");
+    let accepted = ClientReply::SubmitAccepted {
+        request_id: RequestId(1),
+        term: Term(1),
+        job_id: job_id(1),
+        existing: true,
+    };
+    judge(&mut checker, &same, &accepted).expect("the same job");
+    // Other attempts: a conflict, and never that job.
+    let other = sent(sleep.to_json(), Some(3), Some("k"));
+    judge(&mut checker, &other, &conflict).expect("a real conflict");
+    let caught = judge(&mut checker, &other, &accepted).expect_err("accepted as another job");
+    assert!(
+        caught.contains("max attempts are 2 where this asks 3"),
+        "{caught}"
+    );
+    // No key, or a key bound to nothing: no conflict.
+    let unkeyed = sent(sleep.to_json(), Some(3), None);
+    judge(&mut checker, &unkeyed, &conflict).expect_err("a conflict without a key");
+    let unbound = sent(sleep.to_json(), Some(3), Some("free"));
+    judge(&mut checker, &unbound, &conflict).expect_err("a conflict on a free key");
+    // A field out of range gets that check's code, and only it.
+    let zero = sent(sleep.to_json(), Some(0), Some("k"));
+    judge(
+        &mut checker,
+        &zero,
+        &error(ErrorCode::InvalidRequest, "max_attempts"),
+    )
+    .expect("fits");
+    judge(&mut checker, &zero, &conflict).expect_err("checked before the key");
+    judge(&mut checker, &zero, &accepted).expect_err("an invalid job accepted");
+    let bad_task = sent(serde_json::json!({"kind": "sha256"}), None, None);
+    judge(
+        &mut checker,
+        &bad_task,
+        &error(ErrorCode::InvalidTask, "text"),
+    )
+    .expect("fits");
+    let caught = judge(
+        &mut checker,
+        &bad_task,
+        &error(ErrorCode::InvalidRequest, "?"),
+    )
+    .expect_err("the wrong code");
+    assert!(caught.contains("INVALID_TASK"), "{caught}");
+    // A valid job refused as invalid.
+    let valid = sent(sleep.to_json(), None, None);
+    judge(&mut checker, &valid, &error(ErrorCode::InvalidRequest, "?"))
+        .expect_err("a valid job refused");
+    judge(&mut checker, &valid, &error(ErrorCode::JobNotFound, "?"))
+        .expect_err("a code no submission gets");
+    // A data-parallel job that needs 6 slots under a limit of 4 can never be admitted.
+    let mut wide = sent(
+        serde_json::json!({"kind": "max", "numbers": [1, 2, 3, 4, 5, 6]}),
+        None,
+        None,
+    );
+    wide.partitions = Some(Partitions::Count(5));
+    judge(
+        &mut checker,
+        &wide,
+        &error(ErrorCode::InvalidRequest, "slots"),
+    )
+    .expect("fits");
+    let rejected = ClientReply::SubmitRejected {
+        request_id: RequestId(1),
+        retryable: true,
+        active_jobs: 1,
+        admitting_jobs: 0,
+        max_active_jobs: 4,
+        message: "full".into(),
+    };
+    judge(&mut checker, &wide, &rejected).expect_err("refused for room, not as invalid");
+
+    // A batch is checked whole: one ERROR naming its first job that fails a check.
+    let batch = (2, RequestId(1));
+    let jobs = vec![valid.clone(), bad_task.clone(), zero.clone()];
+    checker
+        .check_batch_error(
+            batch,
+            &jobs,
+            ErrorCode::InvalidTask,
+            "job 1 of the batch: text",
+        )
+        .expect("the first job that fails");
+    checker
+        .check_batch_error(
+            batch,
+            &jobs,
+            ErrorCode::InvalidRequest,
+            "job 2 of the batch: ?",
+        )
+        .expect_err("a job after the first that fails");
+    checker
+        .check_batch_error(
+            batch,
+            &jobs,
+            ErrorCode::InvalidTask,
+            "job 0 of the batch: ?",
+        )
+        .expect_err("a job that passes");
+    checker
+        .check_batch_error(
+            batch,
+            &[valid.clone(), other.clone()],
+            ErrorCode::InvalidRequest,
+            "?",
+        )
+        .expect_err("a batch whose every job passes");
+    // A batch's lines: only an idempotency conflict, and never for a batch that must fail.
+    let c = Coordinator::new(CoordinatorConfig::default(), 1).expect("valid config");
+    let line = |code| SubmitResult::Error {
+        code,
+        message: "?".into(),
+    };
+    let items = [(None, 1), (Some(("k", committed)), 1)];
+    let result = |checker: &mut Checker, jobs: &[JobSubmission], results: &[SubmitResult]| {
+        checker.check_batch_result(0, &c, batch, jobs, results, &items, (committed, committed))
+    };
+    let jobs = [valid.clone(), other.clone()];
+    let conflicting = [
+        line(ErrorCode::InvalidRequest),
+        line(ErrorCode::IdempotencyConflict),
+    ];
+    let caught = result(&mut checker, &jobs, &conflicting).expect_err("an invalid line");
+    assert!(caught.contains("fails the whole batch"), "{caught}");
+    let same_line = [line(ErrorCode::IdempotencyConflict)];
+    result(&mut checker, &jobs[1..], &same_line[..]).expect_err("counts differ");
+    let jobs = [valid.clone(), same.clone()];
+    let lines = [
+        line(ErrorCode::IdempotencyConflict),
+        line(ErrorCode::IdempotencyConflict),
+    ];
+    result(&mut checker, &jobs, &lines).expect_err("conflicts without a key and with itself");
+    let jobs = [bad_task.clone(), other.clone()];
+    let lines = [
+        SubmitResult::Rejected {
+            retryable: true,
+            active_jobs: 4,
+            admitting_jobs: 0,
+            max_active_jobs: 4,
+            message: "full".into(),
+        },
+        line(ErrorCode::IdempotencyConflict),
+    ];
+    let caught = result(&mut checker, &jobs, &lines).expect_err("a batch holding an invalid job");
+    assert!(caught.contains("INVALID_TASK"), "{caught}");
 }

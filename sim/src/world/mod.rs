@@ -35,7 +35,7 @@ use herder_core::client::{Client, ClientConfig};
 use herder_core::coordinator::Coordinator;
 use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerId};
 use herder_core::job::JobState;
-use herder_core::protocol::{CoordinatorToWorker, WorkerToCoordinator};
+use herder_core::protocol::{CoordinatorToWorker, JobSubmission, WorkerToCoordinator};
 use herder_core::tasks::TaskSpec;
 use herder_core::time::Instant;
 use herder_core::worker::{Worker, WorkerConfig};
@@ -43,6 +43,7 @@ use herder_core::worker::{Worker, WorkerConfig};
 use crate::checker::{Check, Checker, Disk, ReadFloor};
 use crate::rng::{Fnv, SimRng};
 use crate::scenario::Scenario;
+use crate::submission::Rules;
 
 use events::{Ev, Queued};
 use faults::COORDINATOR_DOWN_MAX_US;
@@ -82,10 +83,12 @@ pub struct RunReport {
 }
 
 /// What the checker needs of a `SUBMIT_BATCH`, noted when it reached a coordinator: what that
-/// coordinator had applied, and of each job its key (with how far the committed log went then)
-/// and the fewest admission slots it can take.
+/// coordinator had applied, how far the committed log went then, its jobs, and of each job its
+/// key (with that committed index) and the fewest admission slots it can take.
 pub(crate) struct SubmittedBatch {
     pub(crate) arrived: LogIndex,
+    pub(crate) committed: LogIndex,
+    pub(crate) jobs: Vec<JobSubmission>,
     pub(crate) items: Vec<(Option<(String, LogIndex)>, u64)>,
 }
 
@@ -123,6 +126,9 @@ pub struct World {
     submit_keys: HashMap<(usize, RequestId), (String, LogIndex)>,
     /// (connection, request id) -> the fewest admission slots that submission can take.
     submit_dp: HashMap<(usize, RequestId), u64>,
+    /// (connection, request id) of a `SUBMIT` -> what it asked, and how far the committed log
+    /// went when it reached a coordinator.
+    submit_jobs: HashMap<(usize, RequestId), (JobSubmission, LogIndex)>,
     /// (connection, request id) of a `SUBMIT_BATCH` -> the same of each of its jobs.
     submit_batches: HashMap<(usize, RequestId), SubmittedBatch>,
     /// (connection, request id) of a read about one job -> what the committed log said of that
@@ -204,6 +210,11 @@ impl World {
         checker.set_default_timeout(
             u64::try_from(scenario.coordinator.task_timeout.as_millis()).unwrap_or(u64::MAX),
         );
+        checker.set_rules(Rules {
+            max_active_jobs: scenario.coordinator.max_active_jobs,
+            default_max_attempts: scenario.coordinator.default_max_attempts,
+            max_frame_bytes: scenario.coordinator.max_frame_bytes,
+        });
         let mut workers = Vec::new();
         let mut incarnations = HashMap::new();
         for w in 0..scenario.workers {
@@ -287,6 +298,7 @@ impl World {
             next_token: 0,
             submit_keys: HashMap::new(),
             submit_dp: HashMap::new(),
+            submit_jobs: HashMap::new(),
             submit_batches: HashMap::new(),
             read_floors: HashMap::new(),
             wiped: 0,

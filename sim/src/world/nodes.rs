@@ -10,7 +10,7 @@ use herder_core::client::{Client, ClientOutput, ConnectAttempt, Operation};
 use herder_core::coordinator::{Coordinator, CoordinatorConfig, Event, Output, PersistBatch};
 use herder_core::ids::{ConnectionId, JobId, LeaseId, NodeId, RequestId};
 use herder_core::protocol::{
-    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, SubmitResult,
+    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, SubmitResult,
     WorkerToCoordinator,
 };
 use herder_core::tasks::{self, TaskSpec};
@@ -23,6 +23,7 @@ use super::World;
 use crate::checker::{Check, ConnOwner, Disk};
 use crate::rng::SimRng;
 use crate::scenario::Scenario;
+use crate::submission::Subject;
 
 /// A node of the world. Indices are stable for the whole run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -244,6 +245,39 @@ fn builtin_outcome(task: &TaskSpec, attempt: herder_core::ids::Attempt) -> Attem
     }
 }
 
+/// The count of a `SUBMIT` answered `ERROR` with `code`.
+fn submit_error_label(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::InvalidTask => "coordinator: a submission answered ERROR INVALID_TASK",
+        ErrorCode::InvalidRequest => "coordinator: a submission answered ERROR INVALID_REQUEST",
+        ErrorCode::IdempotencyConflict => {
+            "coordinator: a submission answered ERROR IDEMPOTENCY_CONFLICT"
+        }
+        _ => "coordinator: a submission answered another ERROR",
+    }
+}
+
+/// The count of a line of a `SUBMIT_BATCH_RESULT` that is an `ERROR` with `code`.
+fn batch_line_error_label(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::InvalidTask => "coordinator: a job of a batch answered ERROR INVALID_TASK",
+        ErrorCode::InvalidRequest => "coordinator: a job of a batch answered ERROR INVALID_REQUEST",
+        ErrorCode::IdempotencyConflict => {
+            "coordinator: a job of a batch answered ERROR IDEMPOTENCY_CONFLICT"
+        }
+        _ => "coordinator: a job of a batch answered another ERROR",
+    }
+}
+
+/// The count of a whole `SUBMIT_BATCH` answered `ERROR` with `code`.
+fn batch_error_label(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::InvalidTask => "coordinator: a batch failed whole, ERROR INVALID_TASK",
+        ErrorCode::InvalidRequest => "coordinator: a batch failed whole, ERROR INVALID_REQUEST",
+        _ => "coordinator: a batch failed whole, another ERROR",
+    }
+}
+
 fn event_name(event: &Event) -> &'static str {
     match event {
         Event::Recovered { .. } => "coordinator: recovered",
@@ -337,32 +371,11 @@ impl World {
                 let key = keyed.as_ref().map(|(key, floor)| (key.as_str(), *floor));
                 self.checker
                     .check_output(c, machine, &output, &owner, key, dp)?;
-                if let Output::ToClient {
-                    conn,
-                    message:
-                        ClientReply::SubmitBatchResult {
-                            request_id,
-                            results,
-                            ..
-                        },
-                } = &output
-                {
-                    let batch = (conn.0 as usize, *request_id);
-                    let Some(submitted) = self.submit_batches.get(&batch) else {
-                        return Err(format!(
-                            "SUBMIT_BATCH_RESULT for request {request_id} on connection {conn}, which sent no such batch"
-                        ));
-                    };
-                    let items: Vec<_> = submitted
-                        .items
-                        .iter()
-                        .map(|(key, slots)| {
-                            (key.as_ref().map(|(k, floor)| (k.as_str(), *floor)), *slots)
-                        })
-                        .collect();
-                    let arrived = submitted.arrived;
-                    self.checker
-                        .check_batch_result(c, machine, results, &items, arrived)?;
+                if let Output::ToClient { conn, message } = &output {
+                    let counted = self.check_submission_answer(c, conn.0 as usize, message)?;
+                    for what in counted {
+                        self.count(what);
+                    }
                 }
             }
             if let Output::ToWorker {
@@ -423,6 +436,73 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Judges a coordinator's answer to a `SUBMIT` or a `SUBMIT_BATCH` against what was sent
+    /// (see `Checker::check_submit_reply`, `check_batch_result` and `check_batch_error`), and
+    /// names the `ERROR`s in it, to count.
+    fn check_submission_answer(
+        &mut self,
+        c: usize,
+        conn: usize,
+        reply: &ClientReply,
+    ) -> Result<Vec<&'static str>, String> {
+        let Some(request) = reply.request_id() else {
+            return Ok(Vec::new());
+        };
+        let Some(machine) = &self.coords[c].machine else {
+            return Ok(Vec::new());
+        };
+        let mut counted = Vec::new();
+        if let Some((sent, committed)) = self.submit_jobs.get(&(conn, request)) {
+            let subject = Subject::Submit { conn, request };
+            self.checker
+                .check_submit_reply(subject, sent, *committed, reply)?;
+            if let ClientReply::Error { code, .. } = reply {
+                counted.push(submit_error_label(*code));
+            }
+            return Ok(counted);
+        }
+        let batch = (conn, request);
+        match reply {
+            ClientReply::SubmitBatchResult { results, .. } => {
+                let Some(submitted) = self.submit_batches.get(&batch) else {
+                    return Err(format!(
+                        "SUBMIT_BATCH_RESULT for request {request} on connection {conn}, which sent no such batch"
+                    ));
+                };
+                let items: Vec<_> = submitted
+                    .items
+                    .iter()
+                    .map(|(key, slots)| {
+                        (key.as_ref().map(|(k, floor)| (k.as_str(), *floor)), *slots)
+                    })
+                    .collect();
+                self.checker.check_batch_result(
+                    c,
+                    machine,
+                    batch,
+                    &submitted.jobs,
+                    results,
+                    &items,
+                    (submitted.arrived, submitted.committed),
+                )?;
+                for result in results {
+                    if let SubmitResult::Error { code, .. } = result {
+                        counted.push(batch_line_error_label(*code));
+                    }
+                }
+            }
+            ClientReply::Error { code, message, .. } => {
+                if let Some(submitted) = self.submit_batches.get(&batch) {
+                    self.checker
+                        .check_batch_error(batch, &submitted.jobs, *code, message)?;
+                    counted.push(batch_error_label(*code));
+                }
+            }
+            _ => {}
+        }
+        Ok(counted)
     }
 
     /// No attempt is revoked for its deadline before that deadline has passed since it was

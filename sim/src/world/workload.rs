@@ -1,10 +1,15 @@
 //! The workload: when each client starts its next operation and what it asks for — a
 //! submission of a random task (sometimes keyed, sometimes data-parallel, sometimes a user task
-//! whose payload decides how each attempt ends, sometimes with its own deadline), or the status
+//! whose payload decides how each attempt ends, sometimes with its own deadline), a batch of
+//! them (now and then a large one, some holding a job that fails the checks), or the status
 //! of, a wait for, or the cancellation of a job it knows, or a list of jobs.
 
 use herder_core::client::Operation;
 use herder_core::job::JobState;
+use herder_core::limits::{
+    ATTEMPTS_MAX, IDEMPOTENCY_KEY_BYTES_MAX, JOB_TIMEOUT_MILLIS_MAX, PARTITIONS_MAX,
+    SUBMIT_BATCH_JOBS_MAX,
+};
 use herder_core::protocol::{JobSubmission, Partitions};
 use herder_core::tasks::{TaskSpec, UserTask};
 use serde_json::json;
@@ -13,6 +18,7 @@ use super::events::Ev;
 use super::{NodeRef, World};
 use crate::checker::Check;
 use crate::rng::SimRng;
+use crate::submission::{invalid_tasks, is_data_parallel};
 
 /// The longest `WAIT` timeout the workload asks for.
 pub(super) const WAIT_MILLIS_MAX: u64 = 3_000;
@@ -97,6 +103,54 @@ fn random_spec(rng: &mut SimRng, user_tasks: &[String]) -> TaskSpec {
     }
 }
 
+/// How many jobs a batch holds: mostly 1 to 4 (80%), sometimes 5 to 64 (18%), now and then
+/// up to the protocol's bound of `SUBMIT_BATCH_JOBS_MAX` (2%), so batches cross the admission
+/// limit, repeat keys and carry conflicting reuses of them.
+fn batch_len(rng: &mut SimRng) -> u64 {
+    match rng.below(100) {
+        0..=79 => rng.range(1, 4),
+        80..=97 => rng.range(5, 64),
+        _ => rng.range(65, SUBMIT_BATCH_JOBS_MAX as u64),
+    }
+}
+
+/// Makes `job` fail one check of `SUBMIT` (docs/PROTOCOL.md, steps 1 to 6): an invalid task,
+/// or a request field out of range.
+fn spoil(rng: &mut SimRng, job: &mut JobSubmission) {
+    match rng.below(5) {
+        0 => {
+            if let Some((task, _)) = rng.pick(invalid_tasks()) {
+                job.task = task.clone();
+            }
+        }
+        1 => {
+            job.max_attempts = Some(match rng.below(2) {
+                0 => 0,
+                _ => rng.range(u64::from(ATTEMPTS_MAX) + 1, 1_000) as u32,
+            })
+        }
+        2 if !is_data_parallel(&job.task) => job.partitions = Some(Partitions::Count(2)),
+        2 => {
+            job.partitions = Some(Partitions::Count(match rng.below(2) {
+                0 => 0,
+                _ => rng.range(u64::from(PARTITIONS_MAX) + 1, 5_000) as u32,
+            }))
+        }
+        3 => {
+            job.timeout_millis = Some(match rng.below(2) {
+                0 => 0,
+                _ => JOB_TIMEOUT_MILLIS_MAX + rng.range(1, 1_000),
+            })
+        }
+        _ => {
+            job.idempotency_key = Some(match rng.below(2) {
+                0 => String::new(),
+                _ => "k".repeat(IDEMPOTENCY_KEY_BYTES_MAX + 1),
+            })
+        }
+    }
+}
+
 impl World {
     pub(super) fn start_op(&mut self, c: usize) -> Check {
         if self.clients[c].ops_left == 0 {
@@ -147,21 +201,40 @@ impl World {
                 limit: Some(10),
                 before: None,
             },
-            // Now and then a batch of a few jobs, each drawn as a submission alone is.
+            // Now and then a batch, mostly of a few jobs, each drawn as a submission alone is;
+            // a fifth of them hold one job that fails the checks.
             (0..=9, _) if batch_submits => {
-                let jobs = (0..rng.range(1, 5))
-                    .map(|_| self.next_submission(c))
-                    .collect();
+                let len = batch_len(rng);
+                let flawed = rng.chance(0.2).then(|| rng.below(len) as usize);
+                let mut jobs: Vec<JobSubmission> =
+                    (0..len).map(|_| self.next_submission(c)).collect();
+                if let Some(index) = flawed {
+                    spoil(&mut self.clients[c].rng, &mut jobs[index]);
+                }
+                self.count(match len {
+                    1..=4 => "client: a batch of 1 to 4 jobs sent",
+                    5..=64 => "client: a batch of 5 to 64 jobs sent",
+                    _ => "client: a batch of over 64 jobs sent",
+                });
+                if flawed.is_some() {
+                    self.count("client: a batch holding a job that fails the checks sent");
+                }
                 Operation::SubmitBatch { jobs }
             }
             _ => {
+                let mut job = self.next_submission(c);
+                // (Drawn only in seeds with batches, so other seeds draw what they always drew.)
+                if batch_submits && self.clients[c].rng.chance(0.03) {
+                    spoil(&mut self.clients[c].rng, &mut job);
+                    self.count("client: a submission that fails the checks sent");
+                }
                 let JobSubmission {
                     task,
                     max_attempts,
                     idempotency_key,
                     partitions,
                     timeout_millis,
-                } = self.next_submission(c);
+                } = job;
                 Operation::Submit {
                     timeout_millis,
                     task,

@@ -5,12 +5,12 @@ use herder_core::client::ConnectAttempt;
 use herder_core::coordinator::Link;
 use herder_core::ids::{ConnectionId, LogIndex, Term};
 use herder_core::protocol::{
-    CancelReason, ClientRequest, CoordinatorToWorker, Partitions, WorkerToCoordinator,
+    CancelReason, ClientRequest, CoordinatorToWorker, JobSubmission, WorkerToCoordinator,
 };
-use herder_core::tasks::TaskSpec;
 
 use super::{Conn, Down, Peer, Up};
 use crate::checker::Check;
+use crate::submission::fewest_slots;
 use crate::world::{NodeRef, SubmittedBatch, World};
 
 impl World {
@@ -166,16 +166,26 @@ impl World {
                     idempotency_key,
                     task,
                     partitions,
-                    ..
+                    max_attempts,
+                    timeout_millis,
                 } = &message
                 {
+                    let committed = self.checker.model.applied;
                     if let Some(key) = idempotency_key {
-                        let committed = self.checker.model.applied;
                         self.submit_keys
                             .insert((conn, *request_id), (key.clone(), committed));
                     }
                     self.submit_dp
                         .insert((conn, *request_id), fewest_slots(task, *partitions));
+                    let sent = JobSubmission {
+                        task: task.clone(),
+                        max_attempts: *max_attempts,
+                        idempotency_key: idempotency_key.clone(),
+                        partitions: *partitions,
+                        timeout_millis: *timeout_millis,
+                    };
+                    self.submit_jobs
+                        .insert((conn, *request_id), (sent, committed));
                 }
                 if let ClientRequest::SubmitBatch { request_id, jobs } = &message {
                     let committed = self.checker.model.applied;
@@ -187,7 +197,12 @@ impl World {
                             (key, fewest_slots(&job.task, job.partitions))
                         })
                         .collect();
-                    let batch = SubmittedBatch { arrived, items };
+                    let batch = SubmittedBatch {
+                        arrived,
+                        committed,
+                        jobs: jobs.clone(),
+                        items,
+                    };
                     self.submit_batches.insert((conn, *request_id), batch);
                 }
                 machine.handle_client_message(local, id, message)
@@ -340,20 +355,5 @@ impl World {
                 self.drain_client(c)
             }
         }
-    }
-}
-
-/// The fewest admission slots a submission can take: one, plus one per partition of a
-/// data-parallel job (`auto` is at least one).
-fn fewest_slots(task: &serde_json::Value, partitions: Option<Partitions>) -> u64 {
-    match TaskSpec::from_json(task) {
-        Ok(t) if t.is_data_parallel() => {
-            let asked = match partitions {
-                Some(Partitions::Count(n)) => u64::from(n),
-                _ => 1,
-            };
-            1 + asked.min(t.items()).max(1)
-        }
-        _ => 1,
     }
 }
