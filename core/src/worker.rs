@@ -355,8 +355,8 @@ pub struct Worker {
     /// Shutting down: no new work is accepted, and the coordinator is told so.
     draining: bool,
     /// A result went out since the last heartbeat was due: it shows the coordinator this worker
-    /// is alive, and its `RESULT_ACK` shows this worker the coordinator is, so the next
-    /// heartbeat is folded into it (not sent).
+    /// is alive, so the next heartbeat is folded into it (not sent) if the coordinator was heard
+    /// meanwhile too.
     result_since_heartbeat: bool,
     outputs: VecDeque<WorkerOutput>,
 }
@@ -766,6 +766,8 @@ impl Worker {
             last_heard: now,
         };
         self.dialer.reset_failures();
+        // A result sent on an earlier connection says nothing about this one.
+        self.result_since_heartbeat = false;
         self.event(WorkerEvent::Registered { address });
         if self.draining {
             // A drain that began while `REGISTER` (saying otherwise) was on its way.
@@ -1001,9 +1003,15 @@ impl Worker {
                     let silent = as_millis_u64(now.saturating_since(last_heard));
                     self.back_off(now, format!("coordinator silent for {silent} ms"), true);
                 } else if next_heartbeat <= now {
-                    // Folded into the traffic that flows anyway: a result (which the
-                    // coordinator answers) sent during the interval stands for the heartbeat.
-                    if !std::mem::take(&mut self.result_since_heartbeat) {
+                    // Folded into the traffic that flows anyway: a result sent during the
+                    // interval stands for the heartbeat, but only if the coordinator was heard
+                    // in it too. It answers a result only once the result is durable, so while
+                    // its disk is behind, the heartbeat's immediate answer is what keeps this
+                    // worker from taking it for silent.
+                    let heard_in_interval =
+                        last_heard.saturating_add(heartbeat_interval) >= next_heartbeat;
+                    let result_sent = std::mem::take(&mut self.result_since_heartbeat);
+                    if !(result_sent && heard_in_interval) {
                         self.send(WorkerToCoordinator::Heartbeat {});
                     }
                     self.link = Link::Registered {
@@ -1177,12 +1185,9 @@ mod tests {
             )),
             "the result goes out: {sent:?}"
         );
-        // The heartbeat due at 100 ms stands in the result: nothing is sent, the next is armed.
-        w.handle_timeout(Instant::from_millis(100));
-        assert_eq!(drain(&mut w), Vec::new());
-        assert_eq!(w.poll_timeout(), Some(Instant::from_millis(200)));
+        // The coordinator answers the result within the interval.
         w.handle_message(
-            Instant::from_millis(150),
+            Instant::from_millis(60),
             attempt,
             CoordinatorToWorker::ResultAck {
                 term: Term(1),
@@ -1192,7 +1197,43 @@ mod tests {
             },
         );
         drain(&mut w);
+        // The heartbeat due at 100 ms stands in the result: nothing is sent, the next is armed.
+        w.handle_timeout(Instant::from_millis(100));
+        assert_eq!(drain(&mut w), Vec::new());
+        assert_eq!(w.poll_timeout(), Some(Instant::from_millis(200)));
         // Nothing went out during this interval: its heartbeat is sent.
+        w.handle_timeout(Instant::from_millis(200));
+        assert_eq!(
+            drain(&mut w),
+            vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]
+        );
+    }
+
+    #[test]
+    fn a_result_not_yet_answered_does_not_stand_in_for_the_heartbeat() {
+        // A coordinator answers a result only once it is durable; while its disk is behind,
+        // only the heartbeat's answer shows the worker it is alive.
+        let mut w = worker();
+        let attempt = registered(&mut w);
+        // Last heard at 90 ms; the heartbeat of the first interval goes out unanswered.
+        w.handle_message(Instant::from_millis(90), attempt, assign(1));
+        drain(&mut w);
+        w.handle_timeout(Instant::from_millis(100));
+        assert_eq!(
+            drain(&mut w),
+            vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]
+        );
+        // A result in the second interval, and nothing heard in it.
+        let (_, lease_id) = ids(1);
+        w.handle_task_finished(
+            Instant::from_millis(120),
+            lease_id,
+            AttemptOutcome::Failed {
+                error: "boom".into(),
+                permanent: false,
+            },
+        );
+        drain(&mut w);
         w.handle_timeout(Instant::from_millis(200));
         assert_eq!(
             drain(&mut w),

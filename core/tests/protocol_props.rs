@@ -1873,6 +1873,27 @@ fn group_request_wire_forms() {
 }
 
 #[test]
+fn a_snapshot_chunk_of_any_bytes_crosses_the_binary_link_whole() {
+    // Bytes that are not UTF-8 and not base64: they must come back as they went, not be read
+    // as text because the message is decoded through serde's buffer for tagged enums.
+    let message = PeerMessage::Snapshot {
+        term: Term(2),
+        index: LogIndex(9),
+        index_term: Term(1),
+        offset: 0,
+        total: 4,
+        data: ChunkBytes(vec![0xff, 0x00, 0xc3, 0x28]),
+        seq: 1,
+    };
+    let mut frame = Vec::new();
+    encode_binary_frame(&message, FRAME_BYTES_MAX_DEFAULT, &mut frame).expect("encodes");
+    assert_eq!(
+        decode_binary_message::<PeerMessage>(&frame[FRAME_HEADER_BYTES..]),
+        Ok(message)
+    );
+}
+
+#[test]
 fn peer_hello_wire_form() {
     assert_wire_form(
         PeerMessage::Hello {

@@ -311,6 +311,9 @@ pub async fn start_on(
         client_address: config.client_address.clone(),
         worker_address: config.worker_address.clone(),
     };
+    if !config.peers.is_empty() {
+        greeting.check().map_err(CoordinatorError::Group)?;
+    }
     let members: BTreeSet<NodeId> = config.peers.iter().cloned().collect();
     // Several members may share a process (`herder dev`, tests): their lines say whose they
     // are. A group of one logs as it always has.

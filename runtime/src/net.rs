@@ -31,6 +31,9 @@ pub const OUTBOUND_BYTES_MAX: usize = 64 * 1024 * 1024;
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Frames coalesced into one write at most.
 const WRITE_COALESCE_MAX: usize = 256;
+/// Bytes a connection may hold corked before they are flushed on the spot (a turn with more to
+/// send writes in steps of this size), and the capacity its cork buffer keeps between turns.
+const CORKED_BYTES_MAX: usize = 1024 * 1024;
 /// How long one write may wait for the peer to read before the connection is closed (and its
 /// owner told, through the reader): a peer that stops reading must not hold buffers forever.
 pub const WRITE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
@@ -148,6 +151,11 @@ impl Outbound {
     /// flush). A message that does not fit a frame is refused and nothing changes.
     pub fn send_corked<M: Serialize>(&self, message: &M) -> Result<bool, SendError> {
         let mut corked = lock(&self.corked);
+        if corked.len() >= CORKED_BYTES_MAX {
+            // Bounded like everything queued: what is corked goes out (or to the writer,
+            // against the connection's bounds) before more is added.
+            self.flush_locked(&mut corked)?;
+        }
         let first = corked.is_empty();
         encode_frame(message, self.max_frame_bytes, &mut corked)?;
         Ok(first)
@@ -157,6 +165,10 @@ impl Outbound {
     /// socket does not take (or all of it, behind frames already queued).
     pub fn flush(&self) -> Result<(), SendError> {
         let mut corked = lock(&self.corked);
+        self.flush_locked(&mut corked)
+    }
+
+    fn flush_locked(&self, corked: &mut Vec<u8>) -> Result<(), SendError> {
         if corked.is_empty() {
             return Ok(());
         }
@@ -169,15 +181,20 @@ impl Outbound {
             if self.queued.load(Ordering::Acquire) == 0 && !self.closing.load(Ordering::Acquire) {
                 // Full, or failed: the writer waits for room, or meets the failure and closes
                 // the connection.
-                written = socket.socket.try_write(&corked).unwrap_or(0);
+                written = socket.socket.try_write(corked).unwrap_or(0);
             }
         }
         if written == corked.len() {
             corked.clear();
+            if corked.capacity() > CORKED_BYTES_MAX {
+                // One large turn does not leave a large buffer behind for the connection's life.
+                corked.shrink_to(CORKED_BYTES_MAX);
+            }
             return Ok(());
         }
-        let rest = corked.get(written..).unwrap_or_default().to_vec();
-        corked.clear();
+        // The buffer itself goes to the writer (the next turn starts a new one).
+        let mut rest = std::mem::take(corked);
+        rest.drain(..written);
         self.queue(rest)
     }
 
@@ -457,16 +474,17 @@ pub fn open_connection_within(
         total: total.clone(),
     };
     let abort = Arc::new(tokio::sync::Notify::new());
+    let closing = Arc::new(AtomicBool::new(false));
     tokio::spawn(write_loop(
         write_half,
         rx,
         counters,
         (abort.clone(), write_stall),
-        closed_tx,
+        (closing.clone(), closed_tx),
     ));
     let outbound = Outbound {
         direct,
-        closing: Arc::new(AtomicBool::new(false)),
+        closing,
         corked: Arc::new(Mutex::new(Vec::new())),
         tx,
         queued,
@@ -509,7 +527,9 @@ struct Counters {
 
 impl Counters {
     fn release(&self, bytes: usize) {
-        self.own.fetch_sub(bytes, Ordering::Relaxed);
+        // Release: a sender that then reads the count as zero also sees whatever the writer did
+        // before (the `closing` flag it sets on its way out).
+        self.own.fetch_sub(bytes, Ordering::Release);
         if let Some(total) = &self.total {
             total.release(bytes);
         }
@@ -521,7 +541,7 @@ async fn write_loop(
     mut rx: mpsc::UnboundedReceiver<WriteCommand>,
     queued: Counters,
     (abort, write_stall): (Arc<tokio::sync::Notify>, std::time::Duration),
-    closed: watch::Sender<bool>,
+    (closing, closed): (Arc<AtomicBool>, watch::Sender<bool>),
 ) {
     // Bytes stay counted as queued until the socket has taken them, so a write blocked on a
     // peer that does not read holds them against both bounds: the frames of a write are kept
@@ -583,6 +603,9 @@ async fn write_loop(
             break;
         }
     }
+    // No sender writes directly from here on: a write cut short (a stall) may have left half a
+    // frame on the socket, and the counts are about to drop to zero.
+    closing.store(true, Ordering::Release);
     // What was never written gives its bytes back as it drops: the unfinished write's frames
     // now, frames still in the channel (even one sent as it closes) with the channel.
     drop(in_buffer);
@@ -1044,6 +1067,26 @@ mod tests {
             Inbound::Message(got) => assert_eq!(got, note(4)),
             other => panic!("expected note 4, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn corking_for_a_peer_that_reads_nothing_meets_the_connections_bound() {
+        let (_silent, accepted) = connected_pair().await;
+        let (outbound, _reader) = open_connection(accepted, 2 << 20);
+        let message = WorkerToCoordinator::Progress {
+            job_id: format!("{:032x}", 1).parse().expect("a UUID"),
+            lease_id: format!("{:032x}", 0).parse().expect("a UUID"),
+            note: "x".repeat(1 << 20),
+        };
+        // One turn that corks far more than the connection may hold: the corked bytes are
+        // counted as they grow, not only at the end of the turn.
+        let frames = OUTBOUND_BYTES_MAX / (1 << 20) + 16;
+        let refused = (0..frames).find_map(|_| outbound.send_corked(&message).err());
+        assert!(
+            matches!(refused, Some(SendError::Stalled { .. })),
+            "expected the bound to refuse, got {refused:?}"
+        );
+        assert!(lock(&outbound.corked).capacity() <= 2 * CORKED_BYTES_MAX + (2 << 20));
     }
 
     #[tokio::test(start_paused = true)]

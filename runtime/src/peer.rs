@@ -62,6 +62,9 @@ pub const PEER_HELLO_TIMEOUT: Duration = Duration::from_millis(5_000);
 const PEER_WRITE_COALESCE_MAX: usize = 64;
 /// Bytes read from a peer socket per read call.
 const PEER_READ_CHUNK_BYTES: usize = 64 * 1024;
+/// The largest first frame (`HELLO`: a member id and two addresses) an accepted peer
+/// connection may send: a stranger's frame is decoded under this bound, not the frame limit.
+pub const PEER_HELLO_BYTES_MAX: usize = 4096;
 
 /// What this member says about itself in every `HELLO`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +75,19 @@ pub struct Greeting {
 }
 
 impl Greeting {
+    /// Whether the other members will take this greeting: its frame must fit
+    /// [`PEER_HELLO_BYTES_MAX`].
+    pub fn check(&self) -> Result<(), String> {
+        let mut frame = Vec::new();
+        encode_binary_frame(&self.hello(), PEER_HELLO_BYTES_MAX, &mut frame)
+            .map(|_| ())
+            .map_err(|error| {
+                format!(
+                    "this member's id and addresses do not fit a greeting of {PEER_HELLO_BYTES_MAX} bytes ({error}); use shorter ones"
+                )
+            })
+    }
+
     fn hello(&self) -> PeerMessage {
         PeerMessage::Hello {
             node_id: self.node_id.clone(),
@@ -438,7 +454,7 @@ impl Inbound {
         // Declared after the socket, so it is released before the socket closes: whoever sees
         // the close may connect again at once and find the slot free.
         let _permit = permit;
-        let mut decoder = FrameDecoder::new(max_frame_bytes);
+        let mut decoder = FrameDecoder::new(PEER_HELLO_BYTES_MAX.min(max_frame_bytes));
         let mut chunk = vec![0u8; PEER_READ_CHUNK_BYTES];
 
         let hello = tokio::time::timeout(
@@ -471,6 +487,8 @@ impl Inbound {
             }
         };
 
+        // A member: its frames may now be as large as the group's limit.
+        decoder.raise_max_frame_bytes(max_frame_bytes);
         // This is now the connection from `from`; an older one is closed.
         let (replaced_tx, mut replaced) = watch::channel(false);
         if let Ok(mut open) = current.lock() {

@@ -201,6 +201,12 @@ impl FrameDecoder {
         self.max_frame_bytes
     }
 
+    /// Accepts payloads up to `max_frame_bytes` from the next frame on, if that is more than
+    /// before (a link whose first message is small reads it under a small limit first).
+    pub fn raise_max_frame_bytes(&mut self, max_frame_bytes: usize) {
+        self.max_frame_bytes = self.max_frame_bytes.max(clamp_frame_limit(max_frame_bytes));
+    }
+
     /// Appends received bytes. Never panics.
     ///
     /// If the next frame's header is complete and bad, the decoder fails right here and drops

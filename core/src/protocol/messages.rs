@@ -912,26 +912,28 @@ impl Serialize for ChunkBytes {
 
 impl<'de> Deserialize<'de> for ChunkBytes {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use base64::Engine as _;
-        if deserializer.is_human_readable() {
-            let text = String::deserialize(deserializer)?;
-            base64::engine::general_purpose::STANDARD
-                .decode(text)
-                .map(ChunkBytes)
-                .map_err(serde::de::Error::custom)
-        } else {
-            deserializer.deserialize_byte_buf(ChunkBytesVisitor)
-        }
+        // Read by what the value is, not by `is_human_readable`: inside a `type`-tagged message
+        // serde buffers the value first, and the buffer reports itself human-readable whatever
+        // the format, so a binary frame's bytes would be taken for text.
+        deserializer.deserialize_any(ChunkBytesVisitor)
     }
 }
 
 struct ChunkBytesVisitor;
 
-impl serde::de::Visitor<'_> for ChunkBytesVisitor {
+impl<'de> serde::de::Visitor<'de> for ChunkBytesVisitor {
     type Value = ChunkBytes;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the bytes of a snapshot chunk")
+        f.write_str("the bytes of a snapshot chunk, raw or as base64 text")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ChunkBytes, E> {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map(ChunkBytes)
+            .map_err(E::custom)
     }
 
     fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<ChunkBytes, E> {
@@ -939,6 +941,14 @@ impl serde::de::Visitor<'_> for ChunkBytesVisitor {
     }
 
     fn visit_byte_buf<E: serde::de::Error>(self, bytes: Vec<u8>) -> Result<ChunkBytes, E> {
+        Ok(ChunkBytes(bytes))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ChunkBytes, A::Error> {
+        let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64 * 1024));
+        while let Some(byte) = seq.next_element::<u8>()? {
+            bytes.push(byte);
+        }
         Ok(ChunkBytes(bytes))
     }
 }

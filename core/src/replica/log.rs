@@ -132,7 +132,8 @@ impl RaftLog {
         let mut total = 0usize;
         let mut out = Vec::new();
         for stored in self.entries.iter().skip(first).take(max_entries) {
-            // One byte more per entry for the separator in the JSON array.
+            // One byte more per entry covers the array's header in the binary frame: 1 byte
+            // for up to 15 entries, 3 for up to 65,535, never more than the entries.
             let cost = stored.bytes.saturating_add(1);
             if !out.is_empty() && total.saturating_add(cost) > max_bytes {
                 break;

@@ -17,6 +17,7 @@ use crate::limits::{
     JOB_TIMEOUT_MILLIS_MAX, KEYED_RESENDS_PARKED_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX,
     SUBMIT_BATCH_JOBS_MAX, SUBMIT_RESULT_BYTES_MAX,
 };
+use crate::protocol::codec::binary_encoded_len;
 use crate::protocol::{
     ClientReply, ClientRequest, ErrorCode, JobSubmission, Partitions, SubmitResult,
 };
@@ -574,11 +575,20 @@ pub(super) fn idempotency_conflict(existing: JobId) -> SubmitResult {
 /// Every check of a job that depends on nothing but the job and the configuration.
 fn check_submission(m: &Member, s: &JobSubmission) -> Result<Checked, (ErrorCode, String)> {
     let task = TaskSpec::from_json(&s.task).map_err(|e| (ErrorCode::InvalidTask, e.to_string()))?;
-    let encoded = serde_json::to_vec(&task).map_or(usize::MAX, |bytes| bytes.len());
-    // The log entry also carries the key (escaped as JSON), and must fit one APPEND.
+    // The assignment carries the task as JSON; the log entry carries it and the key in the
+    // coordinators' binary form, which is smaller for most tasks but not all (a float takes
+    // 9 bytes there), and must fit one APPEND. Both must fit a frame.
+    let json = serde_json::to_vec(&task).map_or(usize::MAX, |bytes| bytes.len());
+    let binary = binary_encoded_len(&task).unwrap_or(usize::MAX);
     let key_bytes = s.idempotency_key.as_ref().map_or(0, |k| {
-        serde_json::to_vec(k).map_or(usize::MAX, |bytes| bytes.len())
+        let json = serde_json::to_vec(k).map_or(usize::MAX, |bytes| bytes.len());
+        json.max(binary_encoded_len(k).unwrap_or(usize::MAX))
     });
+    let (encoded, form) = if binary > json {
+        (binary, "in the coordinators' binary form")
+    } else {
+        (json, "as JSON")
+    };
     if encoded
         .saturating_add(key_bytes)
         .saturating_add(ASSIGN_ENVELOPE_BYTES)
@@ -587,7 +597,7 @@ fn check_submission(m: &Member, s: &JobSubmission) -> Result<Checked, (ErrorCode
         return Err((
             ErrorCode::InvalidTask,
             format!(
-                "the task is {encoded} bytes as JSON; its assignment would not fit the frame limit of {} bytes",
+                "the task is {encoded} bytes {form}; its assignment or log entry would not fit the frame limit of {} bytes",
                 m.config.max_frame_bytes
             ),
         ));

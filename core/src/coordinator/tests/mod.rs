@@ -463,6 +463,33 @@ fn invalid_submissions_get_typed_errors_and_change_nothing() {
     assert!(h.disk.log.is_empty(), "nothing was written");
 }
 
+/// A task whose JSON fits the frame limit but whose log entry, in the coordinators' binary
+/// form, would not (floats take 9 bytes there against 4 as `0.5,`) is refused: admitted, it
+/// could never be replicated in one APPEND.
+#[test]
+fn a_task_too_large_for_the_binary_log_entry_is_refused_though_its_json_fits() {
+    let mut h = Harness::with(CoordinatorConfig {
+        max_frame_bytes: 64 * 1024,
+        ..config()
+    });
+    let floats = vec![0.5f64; 12_000];
+    let task = json!({"kind": "resize", "payload": floats});
+    let json_bytes = serde_json::to_vec(&task).expect("JSON").len();
+    assert!(
+        json_bytes + 2 * 1024 < 64 * 1024,
+        "{json_bytes} bytes of JSON fit"
+    );
+    match h.submit_request(task, None, None) {
+        ClientReply::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::InvalidTask);
+            assert!(message.contains("binary form"), "{message}");
+        }
+        other => panic!("expected INVALID_TASK, got {other:?}"),
+    }
+    assert!(h.c.table().is_empty());
+    assert!(h.disk.log.is_empty(), "nothing was written");
+}
+
 #[test]
 fn unknown_jobs_are_reported_as_not_found() {
     let mut h = Harness::new();
