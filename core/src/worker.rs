@@ -1162,22 +1162,31 @@ mod tests {
         assert_eq!(address, "b:1", "fails over to the next address");
     }
 
+    /// Job `n`'s attempt ends, failed, at `at`; what it sends is drained.
+    fn fail_attempt(w: &mut Worker, n: u128, at: u64) -> Vec<WorkerOutput> {
+        w.handle_task_finished(
+            Instant::from_millis(at),
+            ids(n).1,
+            AttemptOutcome::Failed {
+                error: "boom".into(),
+                permanent: false,
+            },
+        );
+        drain(w)
+    }
+
+    fn heartbeat() -> Vec<WorkerOutput> {
+        vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]
+    }
+
     #[test]
     fn a_heartbeat_due_after_a_result_is_folded_into_it_and_the_next_is_sent_again() {
         let mut w = worker();
         let attempt = registered(&mut w);
         w.handle_message(Instant::from_millis(10), attempt, assign(1));
         drain(&mut w);
-        let (_, lease_id) = ids(1);
-        w.handle_task_finished(
-            Instant::from_millis(20),
-            lease_id,
-            AttemptOutcome::Failed {
-                error: "boom".into(),
-                permanent: false,
-            },
-        );
-        let sent = drain(&mut w);
+        let (job_id, lease_id) = ids(1);
+        let sent = fail_attempt(&mut w, 1, 20);
         assert!(
             sent.iter().any(|o| matches!(
                 o,
@@ -1191,7 +1200,7 @@ mod tests {
             attempt,
             CoordinatorToWorker::ResultAck {
                 term: Term(1),
-                job_id: ids(1).0,
+                job_id,
                 lease_id,
                 accepted: true,
             },
@@ -1203,10 +1212,7 @@ mod tests {
         assert_eq!(w.poll_timeout(), Some(Instant::from_millis(200)));
         // Nothing went out during this interval: its heartbeat is sent.
         w.handle_timeout(Instant::from_millis(200));
-        assert_eq!(
-            drain(&mut w),
-            vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]
-        );
+        assert_eq!(drain(&mut w), heartbeat());
     }
 
     #[test]
@@ -1219,26 +1225,11 @@ mod tests {
         w.handle_message(Instant::from_millis(90), attempt, assign(1));
         drain(&mut w);
         w.handle_timeout(Instant::from_millis(100));
-        assert_eq!(
-            drain(&mut w),
-            vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]
-        );
+        assert_eq!(drain(&mut w), heartbeat());
         // A result in the second interval, and nothing heard in it.
-        let (_, lease_id) = ids(1);
-        w.handle_task_finished(
-            Instant::from_millis(120),
-            lease_id,
-            AttemptOutcome::Failed {
-                error: "boom".into(),
-                permanent: false,
-            },
-        );
-        drain(&mut w);
+        fail_attempt(&mut w, 1, 120);
         w.handle_timeout(Instant::from_millis(200));
-        assert_eq!(
-            drain(&mut w),
-            vec![WorkerOutput::Send(WorkerToCoordinator::Heartbeat {})]
-        );
+        assert_eq!(drain(&mut w), heartbeat());
     }
 
     #[test]

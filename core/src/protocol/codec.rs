@@ -237,22 +237,23 @@ impl FrameDecoder {
     /// The next complete frame, decoded as a message ([`next_frame`](Self::next_frame) plus
     /// [`decode_message`]). A payload that does not decode fails the decoder like a bad header.
     pub fn next_message<M: WireMessage>(&mut self) -> Result<Option<M>, FrameError> {
-        let Some(range) = self.take_frame()? else {
-            return Ok(None);
-        };
-        match decode_message::<M>(self.buf.get(range).unwrap_or_default()) {
-            Ok(message) => Ok(Some(message)),
-            Err(error) => Err(self.fail(error)),
-        }
+        self.next_decoded(decode_message::<M>)
     }
 
     /// The next complete frame, decoded as a binary (MessagePack) message
     /// ([`decode_binary_message`]). A payload that does not decode fails the decoder.
     pub fn next_binary_message<M: DeserializeOwned>(&mut self) -> Result<Option<M>, FrameError> {
+        self.next_decoded(decode_binary_message::<M>)
+    }
+
+    fn next_decoded<M>(
+        &mut self,
+        decode: fn(&[u8]) -> Result<M, FrameError>,
+    ) -> Result<Option<M>, FrameError> {
         let Some(range) = self.take_frame()? else {
             return Ok(None);
         };
-        match decode_binary_message::<M>(self.buf.get(range).unwrap_or_default()) {
+        match decode(self.buf.get(range).unwrap_or_default()) {
             Ok(message) => Ok(Some(message)),
             Err(error) => Err(self.fail(error)),
         }
