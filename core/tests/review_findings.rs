@@ -2,7 +2,7 @@
 //!
 //! Each test drives a `Coordinator` through the public API with an explicit input sequence and
 //! asserts what docs/ARCHITECTURE.md and the invariants of docs/SIMULATION.md require. Workers
-//! are played by hand, following the rules of `core/src/worker.rs` that matter here:
+//! are played by hand, following the rules of `core/src/worker/` that matter here:
 //!
 //! - a worker drops an unacknowledged result on *any* `RESULT_ACK` naming its lease (accepted or
 //!   not) and re-sends the results it still holds after every registration;
