@@ -873,36 +873,23 @@ impl Driver {
     }
 
     fn send_worker(&mut self, conn: ConnectionId, message: &CoordinatorToWorker) {
-        if let Some(outbound) = self.conns.get(&conn) {
-            match outbound.send_corked(message) {
-                Ok(first) => {
-                    if first {
-                        self.to_flush.push(conn);
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(%conn, %error, "dropping worker connection");
-                    self.close_after_send_failure(conn);
-                }
-            }
+        if let Err(error) = self.cork(conn, message) {
+            tracing::warn!(%conn, %error, "dropping worker connection");
+            self.close_after_send_failure(conn);
         }
     }
 
     fn send_client(&mut self, conn: ConnectionId, message: &ClientReply) {
-        let Some(outbound) = self.conns.get(&conn) else {
+        if !self.conns.contains_key(&conn) {
             return;
-        };
+        }
         if message.request_id().is_some() {
             if let Some(unanswered) = self.unanswered.get(&conn) {
                 unanswered.answered();
             }
         }
-        match outbound.send_corked(message) {
-            Ok(first) => {
-                if first {
-                    self.to_flush.push(conn);
-                }
-            }
+        match self.cork(conn, message) {
+            Ok(()) => {}
             Err(SendError::Encode(error)) => {
                 // A reply too large for one frame (e.g. a huge LIST): answer with a typed error.
                 let fallback = ClientReply::Error {
@@ -910,10 +897,8 @@ impl Driver {
                     code: ErrorCode::ReplyTooLarge,
                     message: format!("the reply does not fit in one frame ({error}); ask for less, e.g. a smaller --limit"),
                 };
-                match outbound.send_corked(&fallback) {
-                    Ok(true) => self.to_flush.push(conn),
-                    Ok(false) => {}
-                    Err(_) => self.close_after_send_failure(conn),
+                if self.cork(conn, &fallback).is_err() {
+                    self.close_after_send_failure(conn);
                 }
             }
             Err(error) => {
@@ -921,6 +906,22 @@ impl Driver {
                 self.close_after_send_failure(conn);
             }
         }
+    }
+
+    /// Corks `message` on `conn` (nothing if it is gone), which then gets its write at the end
+    /// of the drain.
+    fn cork<M: serde::Serialize>(
+        &mut self,
+        conn: ConnectionId,
+        message: &M,
+    ) -> Result<(), SendError> {
+        let Some(outbound) = self.conns.get(&conn) else {
+            return Ok(());
+        };
+        if outbound.send_corked(message)? {
+            self.to_flush.push(conn);
+        }
+        Ok(())
     }
 
     fn close_after_send_failure(&mut self, conn: ConnectionId) {

@@ -1035,9 +1035,6 @@ mod tests {
     async fn corked_frames_wait_for_the_flush_and_leave_in_the_order_they_were_sent() {
         let (peer, accepted) = connected_pair().await;
         let (outbound, _reader) = open_connection(accepted, 1 << 20);
-        let (report, mut received) = mpsc::channel(8);
-        let (_unused, peer_reader) = open_connection(peer, 1 << 20);
-        peer_reader.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
         let note = |n: u64| WorkerToCoordinator::Progress {
             job_id: format!("{n:032x}").parse().expect("a UUID"),
             lease_id: format!("{:032x}", 0).parse().expect("a UUID"),
@@ -1048,11 +1045,16 @@ mod tests {
             "the first since a flush"
         );
         assert!(!outbound.send_corked(&note(2)).expect("corked"));
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // A flush would have written at once (one non-blocking write into the socket), so the
+        // peer's socket holding nothing means nothing left.
+        let mut byte = [0u8; 1];
         assert!(
-            received.try_recv().is_err(),
+            matches!(peer.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
             "nothing leaves before the flush"
         );
+        let (report, mut received) = mpsc::channel(8);
+        let (_unused, peer_reader) = open_connection(peer, 1 << 20);
+        peer_reader.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
         // A plain send flushes what was corked before it, ahead of itself.
         outbound.send(&note(3)).expect("sent");
         for n in 1..=3 {

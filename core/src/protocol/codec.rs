@@ -422,7 +422,16 @@ pub fn decode_binary_message<M: DeserializeOwned>(payload: &[u8]) -> Result<M, F
     Ok(message)
 }
 
-/// Appends the binary frame (header and MessagePack, field names kept) of `message` to `out`;
+/// Writes `value` in the binary form: MessagePack with field names kept, the form of the
+/// coordinators' link, of snapshots and of the store's records alike.
+pub fn write_binary<T: Serialize + ?Sized, W: io::Write>(
+    value: &T,
+    out: W,
+) -> Result<(), rmp_serde::encode::Error> {
+    value.serialize(&mut rmp_serde::Serializer::new(out).with_struct_map())
+}
+
+/// Appends the binary frame (header and [`write_binary`]'s form) of `message` to `out`;
 /// otherwise as [`encode_frame`].
 pub fn encode_binary_frame<M: Serialize>(
     message: &M,
@@ -430,9 +439,7 @@ pub fn encode_binary_frame<M: Serialize>(
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
     encode_with(max_frame_bytes, out, |sink| {
-        message
-            .serialize(&mut rmp_serde::Serializer::new(sink).with_struct_map())
-            .map_err(|error| error.to_string())
+        write_binary(message, sink).map_err(|error| error.to_string())
     })
 }
 
@@ -443,9 +450,7 @@ pub fn binary_encoded_len<M: Serialize>(value: &M) -> Result<usize, String> {
         budget: 0,
         written: 0,
     };
-    value
-        .serialize(&mut rmp_serde::Serializer::new(&mut counter).with_struct_map())
-        .map_err(|error| error.to_string())?;
+    write_binary(value, &mut counter).map_err(|error| error.to_string())?;
     Ok(counter.written)
 }
 

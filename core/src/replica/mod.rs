@@ -56,7 +56,6 @@ use crate::time::{Instant, UnixMillis};
 use leader::Leading;
 use log::RaftLog;
 use rejoin::Abstaining;
-use serde::Serialize;
 
 pub use leader::{FollowerProgress, SnapshotSource};
 
@@ -860,7 +859,7 @@ impl Replica {
 pub fn encode_snapshot(jobs: &[&Job]) -> Vec<u8> {
     // Rows are plain data; encoding them cannot fail short of running out of memory.
     let mut data = Vec::new();
-    let _ = jobs.serialize(&mut rmp_serde::Serializer::new(&mut data).with_struct_map());
+    let _ = crate::protocol::codec::write_binary(jobs, &mut data);
     data
 }
 

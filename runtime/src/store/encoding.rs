@@ -1,4 +1,5 @@
-//! How the store writes log entries and job rows: MessagePack with field names, the same serde
+//! How the store writes log entries and job rows: MessagePack with field names (the binary form
+//! of the coordinators' link, `herder_core::protocol::codec::write_binary`), the same serde
 //! data the wire carries as JSON, in a compact binary form (UUIDs as 16 bytes, numbers in as few
 //! bytes as they need, no quoting or escaping), stored as BLOBs.
 //!
@@ -18,7 +19,7 @@ pub(super) fn encode_into<T: Serialize>(
     buffer: &mut Vec<u8>,
 ) -> Result<(), rmp_serde::encode::Error> {
     buffer.clear();
-    value.serialize(&mut rmp_serde::Serializer::new(buffer).with_struct_map())
+    herder_core::protocol::codec::write_binary(value, buffer)
 }
 
 /// Decodes a stored value: a BLOB as written by [`encode_into`], TEXT as JSON.

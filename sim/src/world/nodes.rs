@@ -245,36 +245,39 @@ fn builtin_outcome(task: &TaskSpec, attempt: herder_core::ids::Attempt) -> Attem
     }
 }
 
-/// The count of a `SUBMIT` answered `ERROR` with `code`.
-fn submit_error_label(code: ErrorCode) -> &'static str {
-    match code {
-        ErrorCode::InvalidTask => "coordinator: a submission answered ERROR INVALID_TASK",
-        ErrorCode::InvalidRequest => "coordinator: a submission answered ERROR INVALID_REQUEST",
-        ErrorCode::IdempotencyConflict => {
+/// Which answer to a submission an `ERROR` was.
+#[derive(Clone, Copy)]
+enum Answered {
+    /// A `SUBMIT`'s.
+    Submit,
+    /// A line of a `SUBMIT_BATCH_RESULT`.
+    BatchLine,
+    /// A whole `SUBMIT_BATCH`'s.
+    Batch,
+}
+
+/// The count of an `ERROR` with `code` answering a submission as `answered` says.
+fn error_label(answered: Answered, code: ErrorCode) -> &'static str {
+    use Answered::{Batch, BatchLine, Submit};
+    use ErrorCode::{IdempotencyConflict, InvalidRequest, InvalidTask};
+    match (answered, code) {
+        (Submit, InvalidTask) => "coordinator: a submission answered ERROR INVALID_TASK",
+        (Submit, InvalidRequest) => "coordinator: a submission answered ERROR INVALID_REQUEST",
+        (Submit, IdempotencyConflict) => {
             "coordinator: a submission answered ERROR IDEMPOTENCY_CONFLICT"
         }
-        _ => "coordinator: a submission answered another ERROR",
-    }
-}
-
-/// The count of a line of a `SUBMIT_BATCH_RESULT` that is an `ERROR` with `code`.
-fn batch_line_error_label(code: ErrorCode) -> &'static str {
-    match code {
-        ErrorCode::InvalidTask => "coordinator: a job of a batch answered ERROR INVALID_TASK",
-        ErrorCode::InvalidRequest => "coordinator: a job of a batch answered ERROR INVALID_REQUEST",
-        ErrorCode::IdempotencyConflict => {
+        (Submit, _) => "coordinator: a submission answered another ERROR",
+        (BatchLine, InvalidTask) => "coordinator: a job of a batch answered ERROR INVALID_TASK",
+        (BatchLine, InvalidRequest) => {
+            "coordinator: a job of a batch answered ERROR INVALID_REQUEST"
+        }
+        (BatchLine, IdempotencyConflict) => {
             "coordinator: a job of a batch answered ERROR IDEMPOTENCY_CONFLICT"
         }
-        _ => "coordinator: a job of a batch answered another ERROR",
-    }
-}
-
-/// The count of a whole `SUBMIT_BATCH` answered `ERROR` with `code`.
-fn batch_error_label(code: ErrorCode) -> &'static str {
-    match code {
-        ErrorCode::InvalidTask => "coordinator: a batch failed whole, ERROR INVALID_TASK",
-        ErrorCode::InvalidRequest => "coordinator: a batch failed whole, ERROR INVALID_REQUEST",
-        _ => "coordinator: a batch failed whole, another ERROR",
+        (BatchLine, _) => "coordinator: a job of a batch answered another ERROR",
+        (Batch, InvalidTask) => "coordinator: a batch failed whole, ERROR INVALID_TASK",
+        (Batch, InvalidRequest) => "coordinator: a batch failed whole, ERROR INVALID_REQUEST",
+        (Batch, _) => "coordinator: a batch failed whole, another ERROR",
     }
 }
 
@@ -459,7 +462,7 @@ impl World {
             self.checker
                 .check_submit_reply(subject, sent, *committed, reply)?;
             if let ClientReply::Error { code, .. } = reply {
-                counted.push(submit_error_label(*code));
+                counted.push(error_label(Answered::Submit, *code));
             }
             return Ok(counted);
         }
@@ -489,7 +492,7 @@ impl World {
                 )?;
                 for result in results {
                     if let SubmitResult::Error { code, .. } = result {
-                        counted.push(batch_line_error_label(*code));
+                        counted.push(error_label(Answered::BatchLine, *code));
                     }
                 }
             }
@@ -497,7 +500,7 @@ impl World {
                 if let Some(submitted) = self.submit_batches.get(&batch) {
                     self.checker
                         .check_batch_error(batch, &submitted.jobs, *code, message)?;
-                    counted.push(batch_error_label(*code));
+                    counted.push(error_label(Answered::Batch, *code));
                 }
             }
             _ => {}

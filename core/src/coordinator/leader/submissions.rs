@@ -572,6 +572,9 @@ pub(super) fn idempotency_conflict(existing: JobId) -> SubmitResult {
     }
 }
 
+/// More than any value's binary form can take against its JSON (see `check_submission`).
+const BINARY_GROWTH_MAX: usize = 3;
+
 /// Every check of a job that depends on nothing but the job and the configuration.
 fn check_submission(m: &Member, s: &JobSubmission) -> Result<Checked, (ErrorCode, String)> {
     let task = TaskSpec::from_json(&s.task).map_err(|e| (ErrorCode::InvalidTask, e.to_string()))?;
@@ -579,11 +582,23 @@ fn check_submission(m: &Member, s: &JobSubmission) -> Result<Checked, (ErrorCode
     // coordinators' binary form, which is smaller for most tasks but not all (a float takes
     // 9 bytes there), and must fit one APPEND. Both must fit a frame.
     let json = serde_json::to_vec(&task).map_or(usize::MAX, |bytes| bytes.len());
-    let binary = binary_encoded_len(&task).unwrap_or(usize::MAX);
     let key_bytes = s.idempotency_key.as_ref().map_or(0, |k| {
         let json = serde_json::to_vec(k).map_or(usize::MAX, |bytes| bytes.len());
         json.max(binary_encoded_len(k).unwrap_or(usize::MAX))
     });
+    // No task's binary form takes three times its JSON (the worst value, a short float, takes 3
+    // bytes there and 9 here), so it is counted only for a task that could come near the limit:
+    // the tiny tasks a busy leader mostly admits are not written out twice.
+    let far_below_limit = json
+        .saturating_mul(BINARY_GROWTH_MAX)
+        .saturating_add(key_bytes)
+        .saturating_add(ASSIGN_ENVELOPE_BYTES)
+        <= m.config.max_frame_bytes;
+    let binary = if far_below_limit {
+        0
+    } else {
+        binary_encoded_len(&task).unwrap_or(usize::MAX)
+    };
     let (encoded, form) = if binary > json {
         (binary, "in the coordinators' binary form")
     } else {
