@@ -626,6 +626,11 @@ pub struct BenchArgs {
     /// load. One `SUBMIT` per job.
     #[arg(long, conflicts_with_all = ["batch", "pipeline"])]
     pub rate: Option<u32>,
+    /// Measure submissions alone: count each job once it is acknowledged and never wait for
+    /// it to finish (throughput is then accepted jobs per second, first submission to last
+    /// acknowledgement). The jobs stay queued or run as usual.
+    #[arg(long)]
+    pub no_wait: bool,
     /// Task type for every job.
     #[arg(long, default_value = "sha256")]
     pub task: String,

@@ -4,8 +4,9 @@
 mod common;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use common::{code, herder, start_server, stdout_json, temp_dir, Server};
+use common::{code, herder, herder_within, start_server, stdout_json, temp_dir, Server};
 
 fn dev_cluster(name: &str) -> (Server, PathBuf) {
     let dir = temp_dir(name);
@@ -501,6 +502,57 @@ fn admission_rejections_exit_3() {
         ])),
         3
     );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bench_without_waits_counts_acknowledged_jobs_that_stay_queued() {
+    // No worker ever connects, so a bench that waited would never end.
+    let dir = temp_dir("bench-no-wait");
+    let server = start_server(
+        &[
+            "coordinator",
+            "--data-dir",
+            dir.to_str().expect("utf-8"),
+            "--worker-port",
+            "127.0.0.1:0",
+            "--client-port",
+            "127.0.0.1:0",
+        ],
+        "client_addr=",
+    );
+    let at = server.client_addr.as_str();
+    for extra in [&["--pipeline", "2"][..], &["--batch", "5"]] {
+        let mut args = vec![
+            "bench",
+            "--no-wait",
+            "--jobs",
+            "10",
+            "--concurrency",
+            "2",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--coordinator", at]);
+        let output = herder_within(&args, Duration::from_secs(60));
+        assert_eq!(
+            code(&output),
+            0,
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report = stdout_json(&output);
+        assert_eq!(report["accepted"], 10, "{extra:?}: {report}");
+        assert_eq!(report["waited"], false);
+        assert_eq!(report["completed"], 0);
+    }
+    let listed = herder(&["list", "--state", "queued", "--json", "--coordinator", at]);
+    assert_eq!(code(&listed), 0);
+    let jobs = stdout_json(&listed)["jobs"]
+        .as_array()
+        .map_or(0, |jobs| jobs.len());
+    assert_eq!(jobs, 20, "every acknowledged job is queued");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

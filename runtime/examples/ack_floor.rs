@@ -11,6 +11,12 @@
 //! cargo run --release -p herder-runtime --example ack_floor -- client 127.0.0.1:27199 4 20000
 //! ```
 //!
+//! With `server ADDR DIR GATHER MICROS`, the server is an ideal one that knows its load: before
+//! each commit it waits up to MICROS microseconds for GATHER requests (one from each connection
+//! it expects), so that every commit carries every connection's request. No real server knows
+//! how many requests are about to arrive; this bounds what any choice of when to commit could
+//! reach.
+//!
 //! The client prints one JSON line: requests answered per second, and the median and p99 time
 //! from sending a request to reading its answer. `scripts/bench-throughput.sh` runs both as
 //! separate processes beside its one-in-flight target (`SUITE=targets`).
@@ -29,6 +35,14 @@ const CONNECTIONS_MAX: usize = 64;
 
 type Pending = Arc<(Mutex<Vec<(usize, u64)>>, Condvar)>;
 
+/// How long a commit waits for company: up to `wait` for `requests` requests in all. The
+/// default waits for nothing, as a server that cannot know its load must.
+#[derive(Clone, Copy, Default)]
+struct Gather {
+    requests: usize,
+    wait: Duration,
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args
@@ -37,12 +51,26 @@ fn main() {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["server", addr, dir] => server(addr, dir),
+        ["server", addr, dir] => server(addr, dir, Gather::default()),
+        ["server", addr, dir, requests, micros] => match (requests.parse(), micros.parse()) {
+            (Ok(requests), Ok(micros)) => server(
+                addr,
+                dir,
+                Gather {
+                    requests,
+                    wait: Duration::from_micros(micros),
+                },
+            ),
+            _ => Err("GATHER and MICROS are whole numbers".into()),
+        },
         ["client", addr, connections, requests] => match (connections.parse(), requests.parse()) {
             (Ok(connections), Ok(requests)) => client(addr, connections, requests),
             _ => Err("connections and requests are whole numbers".into()),
         },
-        _ => Err("usage: ack_floor server ADDR DIR | client ADDR CONNECTIONS REQUESTS".into()),
+        _ => Err(
+            "usage: ack_floor server ADDR DIR [GATHER MICROS] | client ADDR CONNECTIONS REQUESTS"
+                .into(),
+        ),
     };
     if let Err(error) = result {
         eprintln!("ack_floor: {error}");
@@ -50,7 +78,7 @@ fn main() {
     }
 }
 
-fn server(addr: &str, dir: &str) -> Result<(), Box<dyn std::error::Error>> {
+fn server(addr: &str, dir: &str, gather: Gather) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(dir)?;
     let db = Connection::open(std::path::Path::new(dir).join("ack-floor.sqlite3"))?;
     db.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
@@ -66,7 +94,7 @@ fn server(addr: &str, dir: &str) -> Result<(), Box<dyn std::error::Error>> {
         let pending = pending.clone();
         let writers = writers.clone();
         std::thread::spawn(move || {
-            if let Err(error) = commit_loop(db, &pending, &writers) {
+            if let Err(error) = commit_loop(db, &pending, &writers, gather) {
                 eprintln!("ack_floor: commit: {error}");
                 std::process::exit(1);
             }
@@ -102,6 +130,7 @@ fn commit_loop(
     mut db: Connection,
     pending: &Pending,
     writers: &Mutex<Vec<TcpStream>>,
+    gather: Gather,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (queue, wake) = &**pending;
     let row = [7u8; REQUEST_BYTES];
@@ -111,6 +140,14 @@ fn commit_loop(
             let mut queue = queue.lock().map_err(|_| "poisoned")?;
             while queue.is_empty() {
                 queue = wake.wait(queue).map_err(|_| "poisoned")?;
+            }
+            let deadline = Instant::now() + gather.wait;
+            while queue.len() < gather.requests {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                queue = wake.wait_timeout(queue, left).map_err(|_| "poisoned")?.0;
             }
             std::mem::take(&mut *queue)
         };

@@ -22,6 +22,27 @@ pub fn herder(args: &[&str]) -> Output {
         .expect("run herder")
 }
 
+/// Runs `herder ARGS` like [`herder`], but kills it and fails the test if it has not exited
+/// within `limit`: for a command whose bug would be to wait forever.
+pub fn herder_within(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(HERDER)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run herder");
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().expect("poll herder").is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("herder {args:?} did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collect herder's output")
+}
+
 pub fn code(output: &Output) -> i32 {
     output.status.code().expect("exited normally")
 }
