@@ -244,9 +244,8 @@ async fn run_connection(
 
 /// The connection's jobs in `SUBMIT_BATCH`es of `load.batch`, one batch at a time: each batch
 /// is sent, then every accepted job of it waited on (unless `load.wait` is off), then the next
-/// is sent (more batches in
-/// flight means more connections). A job's acknowledgement is its batch's, and its end to end
-/// runs from its batch's sending.
+/// is sent (more batches in flight means more connections). A job's acknowledgement is its
+/// batch's, and its end to end runs from its batch's sending.
 async fn run_batches(
     client: HerderClient,
     task: TaskSpec,
