@@ -20,8 +20,8 @@ use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::protocol::{AttemptOutcome, CoordinatorToWorker};
 use herder_core::tasks::{check_served_name, TaskFailure, TaskOutput, TaskSpec};
 use herder_core::worker::{
-    ConnectAttempt, Worker as CoreWorker, WorkerConfig, WorkerConfigError, WorkerEvent,
-    WorkerOutput,
+    ConnectAttempt, TaskAssignment, Worker as CoreWorker, WorkerConfig, WorkerConfigError,
+    WorkerEvent, WorkerOutput,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -385,14 +385,14 @@ impl Driver {
                     }
                 }
                 WorkerOutput::Close => self.connection.close(),
-                WorkerOutput::StartTask {
+                WorkerOutput::StartTask(TaskAssignment {
                     job_id,
                     lease_id,
                     attempt,
                     max_attempts,
                     task,
                     timeout,
-                } => {
+                }) => {
                     let Some(handler) = self.handlers.get(task.kind()).cloned() else {
                         // Registration names exactly the handlers, so the coordinator sent a
                         // kind it was never told of; another worker may serve it.

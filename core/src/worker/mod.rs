@@ -47,7 +47,7 @@ mod outputs;
 mod tests;
 
 pub use config::{WorkerConfig, WorkerConfigError};
-pub use outputs::{WorkerEvent, WorkerOutput};
+pub use outputs::{TaskAssignment, WorkerEvent, WorkerOutput};
 
 #[derive(Clone, Debug)]
 struct RunningTask {
@@ -57,17 +57,6 @@ struct RunningTask {
     releasing: bool,
     /// When the assignment arrived, by the driver's clock (for the log's run time).
     started: Instant,
-}
-
-/// An assignment held beyond the slots, waiting for one to free.
-#[derive(Clone, Debug)]
-struct WaitingTask {
-    job_id: JobId,
-    lease_id: LeaseId,
-    attempt: Attempt,
-    max_attempts: u32,
-    task: TaskSpec,
-    timeout: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +90,7 @@ pub struct Worker {
     running: BTreeMap<LeaseId, RunningTask>,
     /// Prefetched assignments in arrival order, each started as a slot frees (at most
     /// `config.prefetch`, and only while every slot is taken).
-    waiting: VecDeque<WaitingTask>,
+    waiting: VecDeque<TaskAssignment>,
     /// Finished attempts whose results await `RESULT_ACK`.
     unacked: BTreeMap<LeaseId, (JobId, AttemptOutcome)>,
     /// The highest coordinator term heard from. Anything from an older term comes from a
@@ -559,7 +548,7 @@ impl Worker {
             // Sent before the coordinator heard of the drain: hand it straight back.
             return self.release(job_id, lease_id);
         }
-        let assignment = WaitingTask {
+        let assignment = TaskAssignment {
             job_id,
             lease_id,
             attempt,
@@ -602,19 +591,11 @@ impl Worker {
         self.running.contains_key(&lease_id) || self.waiting.iter().any(|w| w.lease_id == lease_id)
     }
 
-    fn start(&mut self, now: Instant, assignment: WaitingTask) {
-        let WaitingTask {
-            job_id,
-            lease_id,
-            attempt,
-            max_attempts,
-            task,
-            timeout,
-        } = assignment;
+    fn start(&mut self, now: Instant, assignment: TaskAssignment) {
         self.running.insert(
-            lease_id,
+            assignment.lease_id,
             RunningTask {
-                job_id,
+                job_id: assignment.job_id,
                 cancel_requested: false,
                 releasing: false,
                 started: now,
@@ -628,19 +609,12 @@ impl Worker {
             self.config.capacity
         );
         self.event(WorkerEvent::TaskStarted {
-            job_id,
-            lease_id,
-            attempt,
-            kind: task.kind().to_owned(),
+            job_id: assignment.job_id,
+            lease_id: assignment.lease_id,
+            attempt: assignment.attempt,
+            kind: assignment.task.kind().to_owned(),
         });
-        self.outputs.push_back(WorkerOutput::StartTask {
-            job_id,
-            lease_id,
-            attempt,
-            max_attempts,
-            task,
-            timeout,
-        });
+        self.outputs.push_back(WorkerOutput::StartTask(assignment));
     }
 
     /// Starts waiting attempts, oldest first, while slots are free.

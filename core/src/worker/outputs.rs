@@ -21,20 +21,24 @@ pub enum WorkerOutput {
     /// Close the current connection (no report is expected back).
     Close,
     /// Run this attempt; call `handle_task_finished` when it ends.
-    StartTask {
-        job_id: JobId,
-        lease_id: LeaseId,
-        attempt: Attempt,
-        max_attempts: u32,
-        task: TaskSpec,
-        timeout: Duration,
-    },
+    StartTask(TaskAssignment),
     /// Stop this attempt as soon as possible, then report it finished (`Cancelled` if stopped).
     /// After a drain handed the attempt back, its report is no longer needed (it is ignored).
     CancelTask {
         lease_id: LeaseId,
     },
     Event(WorkerEvent),
+}
+
+/// One attempt the coordinator assigned: what a worker runs, or holds until a slot frees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskAssignment {
+    pub job_id: JobId,
+    pub lease_id: LeaseId,
+    pub attempt: Attempt,
+    pub max_attempts: u32,
+    pub task: TaskSpec,
+    pub timeout: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -572,7 +572,7 @@ fn started(outputs: &[WorkerOutput]) -> Vec<LeaseId> {
     outputs
         .iter()
         .filter_map(|o| match o {
-            WorkerOutput::StartTask { lease_id, .. } => Some(*lease_id),
+            WorkerOutput::StartTask(assignment) => Some(assignment.lease_id),
             _ => None,
         })
         .collect()

@@ -15,7 +15,7 @@ use herder_core::protocol::{
 };
 use herder_core::tasks::{self, TaskSpec};
 use herder_core::time::{Instant, UnixMillis};
-use herder_core::worker::{Worker, WorkerConfig, WorkerEvent, WorkerOutput};
+use herder_core::worker::{TaskAssignment, Worker, WorkerConfig, WorkerEvent, WorkerOutput};
 
 use super::events::Ev;
 use super::network::{Close, Down, Peer, Up};
@@ -618,14 +618,14 @@ impl World {
                         self.close_conn(conn, Close::ByPeer);
                     }
                 }
-                WorkerOutput::StartTask {
+                WorkerOutput::StartTask(TaskAssignment {
                     max_attempts: _,
                     job_id,
                     lease_id,
                     attempt,
                     task,
                     timeout,
-                } => {
+                }) => {
                     // Judged on the worker itself: it runs only the kinds it registered.
                     let kind = task.kind();
                     let serves = &self.workers[w].config.tasks;
