@@ -3,10 +3,26 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{code, herder, herder_within, start_server, stdout_json, temp_dir, Server};
+
+/// A lone coordinator (no workers) on loopback ephemeral ports, its data in `data_dir`, with
+/// `extra` flags.
+fn lone_coordinator(data_dir: &Path, extra: &[&str]) -> Server {
+    let mut args = vec![
+        "coordinator",
+        "--data-dir",
+        data_dir.to_str().expect("utf-8"),
+        "--worker-port",
+        "127.0.0.1:0",
+        "--client-port",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    start_server(&args, "client_addr=")
+}
 
 fn dev_cluster(name: &str) -> (Server, PathBuf) {
     let dir = temp_dir(name);
@@ -440,20 +456,7 @@ fn the_client_verbs_against_a_dev_cluster() {
 #[test]
 fn admission_rejections_exit_3() {
     let dir = temp_dir("admission");
-    let server = start_server(
-        &[
-            "coordinator",
-            "--data-dir",
-            dir.to_str().expect("utf-8"),
-            "--worker-port",
-            "127.0.0.1:0",
-            "--client-port",
-            "127.0.0.1:0",
-            "--max-active-jobs",
-            "1",
-        ],
-        "client_addr=",
-    );
+    let server = lone_coordinator(&dir, &["--max-active-jobs", "1"]);
     let at = ["--coordinator", server.client_addr.as_str()];
     let submit = |extra: &[&str]| {
         let mut args = vec!["submit", "sleep", "--milliseconds", "1000"];
@@ -510,18 +513,7 @@ fn admission_rejections_exit_3() {
 fn a_bench_without_waits_counts_acknowledged_jobs_that_stay_queued() {
     // No worker ever connects, so a bench that waited would never end.
     let dir = temp_dir("bench-no-wait");
-    let server = start_server(
-        &[
-            "coordinator",
-            "--data-dir",
-            dir.to_str().expect("utf-8"),
-            "--worker-port",
-            "127.0.0.1:0",
-            "--client-port",
-            "127.0.0.1:0",
-        ],
-        "client_addr=",
-    );
+    let server = lone_coordinator(&dir, &[]);
     let at = server.client_addr.as_str();
     for extra in [&["--pipeline", "2"][..], &["--batch", "5"]] {
         let mut args = vec![
@@ -745,18 +737,7 @@ fn purge_removes_terminal_jobs_for_good_and_a_restart_does_not_bring_them_back()
     );
     drop(server);
     // Durable: a coordinator restarted on the same directory does not know the job.
-    let restarted = start_server(
-        &[
-            "coordinator",
-            "--data-dir",
-            dir.to_str().expect("utf-8"),
-            "--worker-port",
-            "127.0.0.1:0",
-            "--client-port",
-            "127.0.0.1:0",
-        ],
-        "client_addr=",
-    );
+    let restarted = lone_coordinator(&dir, &[]);
     let status = herder(&[
         "status",
         &job_id,
@@ -794,21 +775,9 @@ fn connection_bounds_that_contradict_each_other_are_refused() {
 #[test]
 fn a_batch_file_submits_every_line_and_a_bad_line_submits_nothing() {
     let dir = temp_dir("batch-file");
-    let server = start_server(
-        &[
-            "coordinator",
-            "--data-dir",
-            dir.join("data").to_str().expect("utf-8"),
-            "--worker-port",
-            "127.0.0.1:0",
-            "--client-port",
-            "127.0.0.1:0",
-            "--http-port",
-            "off",
-            "--max-active-jobs",
-            "3",
-        ],
-        "client_addr=",
+    let server = lone_coordinator(
+        &dir.join("data"),
+        &["--http-port", "off", "--max-active-jobs", "3"],
     );
     let at = ["--coordinator", server.client_addr.as_str()];
     let run = |args: &[&str]| {
