@@ -28,11 +28,6 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/herder-own.XXXXXX")
 trap 'cleanup_started; rm -rf "$work"' EXIT
 results="$work/results.jsonl"
 
-all_workers_alive() {
-    "$HERDER_BIN" workers --json --coordinator "$CLIENT_ADDR" |
-        python3 -c "import json,sys; ws=json.load(sys.stdin)['workers']; sys.exit(0 if sum(1 for w in ws if w['alive']) >= 3 else 1)"
-}
-
 start_config() {
     rm -rf "$work/data"
     # The bench parks one WAIT per job; with a slow task most of JOBS wait at once.
@@ -49,7 +44,7 @@ start_config() {
             ;;
         esac
     done
-    wait_for 30 "$1: every worker registered" all_workers_alive
+    wait_for 30 "$1: every worker registered" workers_alive 3
 }
 
 task_of() {

@@ -96,7 +96,7 @@ run() {
         for w in $(seq "$workers"); do
             start_bg "$work/worker-$w.log" worker --id "worker-$w" --capacity 4 --prefetch 16 --coordinator "127.0.0.1:$BASE"
         done
-        wait_for 15 "every herder worker" all_alive "$workers"
+        wait_for 15 "every herder worker" workers_alive "$workers"
         "$HERDER_BIN" bench "${flags[@]}" --task sha256 --text herder --coordinator "$CLIENT_ADDR" --json |
             python3 -c "import json,sys; b=json.load(sys.stdin); print(json.dumps({'system': 'herder', 'load': '$load', 'run': $run, 'jobs_per_second': b['accepted'] / b['elapsed_seconds'], 'ack_p50_ms': b['submit_ack_millis']['p50'], 'ack_p99_ms': b['submit_ack_millis']['p99']}))"
     else
@@ -112,11 +112,6 @@ run() {
         for pid in "${STARTED_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
     fi
     cleanup_started
-}
-
-all_alive() {
-    "$HERDER_BIN" workers --json --coordinator "$CLIENT_ADDR" |
-        python3 -c "import json,sys; ws=json.load(sys.stdin)['workers']; sys.exit(0 if sum(1 for w in ws if w['alive']) >= $1 else 1)"
 }
 
 for run in $(seq "$RUNS"); do

@@ -58,12 +58,6 @@ results="$work/results.jsonl"
 
 port() { echo $((BASE + 10 * $1 + $2)); }
 
-# all_workers_alive: the coordinator (group: its leader) lists every worker alive.
-all_workers_alive() {
-    "$HERDER_BIN" workers --json --coordinator "$CLIENT_ADDR" |
-        python3 -c "import json,sys; ws=json.load(sys.stdin)['workers']; sys.exit(0 if sum(1 for w in ws if w['alive']) >= $WORKERS else 1)"
-}
-
 # start_topology NAME: starts it on fresh data and sets CLIENT_ADDR to where the bench goes.
 start_topology() {
     rm -rf "$work/data"
@@ -107,7 +101,7 @@ start_topology() {
         exit 2
         ;;
     esac
-    wait_for 30 "$1: every worker registered" all_workers_alive
+    wait_for 30 "$1: every worker registered" workers_alive "$WORKERS"
 }
 
 # scaled COUNT: COUNT, or a twentieth of it for a smoke run.
@@ -135,18 +129,24 @@ for i in range($queued): print(json.dumps({'task': {'kind': 'sha256', 'text': f'
 run_targets() {
     FLOOR_BIN="$HERDER_ROOT/target/release/examples/ack_floor"
     (cd "$HERDER_ROOT" && cargo build --release -q -p herder-runtime --example ack_floor) || exit 1
+    # Each row: its name, the workers it runs with, the bench's flags. "Submissions alone" is the
+    # one-in-flight load on coordinators with no workers, the bench not waiting for jobs, so only
+    # the submission path and its commits run (the jobs stay queued): what to hold against the
+    # floor, which runs no jobs either.
     local rows=(
-        "batched (batch 100, 8 connections)|--jobs $(scaled 40000) --concurrency 8 --batch 100"
-        "one in flight on each of 4 connections|--jobs $(scaled 20000) --concurrency 4 --pipeline 1"
-        "paced at 300 jobs/s (4 connections)|--jobs $(scaled 6000) --concurrency 4 --rate 300"
+        "batched (batch 100, 8 connections)|$WORKERS|--jobs $(scaled 40000) --concurrency 8 --batch 100"
+        "one in flight on each of 4 connections|$WORKERS|--jobs $(scaled 20000) --concurrency 4 --pipeline 1"
+        "one in flight, submissions alone (no workers)|0|--jobs $(scaled 20000) --concurrency 4 --pipeline 1 --no-wait"
+        "paced at 300 jobs/s (4 connections)|$WORKERS|--jobs $(scaled 6000) --concurrency 4 --rate 300"
     )
     for row in "${rows[@]}"; do
-        local name=${row%%|*} flags=${row#*|}
+        local name=${row%%|*} rest=${row#*|}
+        local workers=${rest%%|*} flags=${rest#*|}
         for run in $(seq "$RUNS"); do
             for topology in single group; do
                 STARTED_PIDS=()
                 ROLES=()
-                start_topology "$topology"
+                WORKERS=$workers start_topology "$topology"
                 # shellcheck disable=SC2086 # the flags are words
                 python3 "$HERDER_ROOT/scripts/bench-run.py" "$topology" "$run" "${ROLES[@]}" -- \
                     "$HERDER_BIN" bench $flags --task sha256 --text herder \
@@ -155,23 +155,6 @@ run_targets() {
                     tee -a "$results"
                 cleanup_started
             done
-        done
-    done
-    # Submissions alone: the same one-in-flight load on a coordinator with no workers, the bench
-    # not waiting for jobs, so only the submission path and its commits run (the jobs stay
-    # queued): what to hold against the floor, which runs no jobs either.
-    local alone="one in flight, submissions alone (no workers)"
-    for run in $(seq "$RUNS"); do
-        for topology in single group; do
-            STARTED_PIDS=()
-            ROLES=()
-            WORKERS=0 start_topology "$topology"
-            python3 "$HERDER_ROOT/scripts/bench-run.py" "$topology" "$run" "${ROLES[@]}" -- \
-                "$HERDER_BIN" bench --jobs "$(scaled 20000)" --concurrency 4 --pipeline 1 --no-wait \
-                --task sha256 --text herder --coordinator "$CLIENT_ADDR" --json |
-                python3 -c "import json,sys; print(json.dumps({'target': '$alone', **json.loads(sys.stdin.read())}))" |
-                tee -a "$results"
-            cleanup_started
         done
     done
     mkdir -p "$work/fsync"
@@ -228,11 +211,10 @@ for topology in ("single", "group"):
          f"at least 80% of {limit:,} jobs/s (4 x {fsync['commits_per_second']:,} commits/s, p50 commit {fsync['commit_millis_p50']} ms); "
          + (of_floor(m) if m else ""))
 alone = "one in flight, submissions alone (no workers)"
-accepted_per_second = lambda r: r["accepted"] / r["elapsed_seconds"]
 for topology in ("single", "group"):
-    m, _ = median(alone, topology, accepted_per_second)
+    m, _ = median(alone, topology, throughput)
     if m:
-        line(alone, topology, accepted_per_second, "jobs/s", f"(diagnostic) {of_floor(m)}")
+        line(alone, topology, throughput, "jobs/s", f"(diagnostic) {of_floor(m)}")
 for target, label, what in (
     ("floor", "  the floor: commit-and-answer, no job logic", "commit-and-answer alone, same disk and cores"),
     ("ideal-floor", "  the ideal floor: waits for all 4 (<= 100 us)", "a server that knows its load"),

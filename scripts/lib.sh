@@ -57,6 +57,13 @@ job_is() {
     [ "$(job_field "$1" "$2")" = "$3" ]
 }
 
+# workers_alive COUNT : succeeds once the coordinator (in a group, its leader) lists at least
+# COUNT workers alive (for wait_for).
+workers_alive() {
+    "$HERDER_BIN" workers --json --coordinator "$CLIENT_ADDR" |
+        python3 -c "import json,sys; ws=json.load(sys.stdin)['workers']; sys.exit(0 if sum(1 for w in ws if w['alive']) >= $1 else 1)"
+}
+
 # worker_registered NAME : succeeds once the coordinator lists NAME as alive (for wait_for).
 worker_registered() {
     "$HERDER_BIN" workers --json --coordinator "$CLIENT_ADDR" |
