@@ -8,7 +8,6 @@ use herder_core::client::ClientConfig;
 use herder_core::limits::SUBMIT_BATCH_JOBS_MAX;
 use herder_core::protocol::{JobSubmission, SubmitResult};
 use herder_core::tasks::TaskSpec;
-use herder_runtime::client::HerderClient;
 use serde_json::json;
 
 use crate::cli::SubmitArgs;
@@ -31,10 +30,13 @@ pub async fn submit_file(path: &Path, args: &SubmitArgs) -> u8 {
     if jobs.is_empty() {
         return usage_error(&format!("{} holds no jobs", path.display()), as_json);
     }
-    let client = HerderClient::new(ClientConfig::new(args.client.coordinator.clone()))
-        .with_call_timeout(std::time::Duration::from_millis(
-            args.client.call_timeout_millis.max(1),
-        ));
+    let client = crate::verbs::new_client(
+        &args.client,
+        ClientConfig::new(args.client.coordinator.clone()),
+    )
+    .with_call_timeout(std::time::Duration::from_millis(
+        args.client.call_timeout_millis.max(1),
+    ));
     let mut refused = 0usize;
     let mut sent = 0usize;
     let lines: Vec<usize> = jobs.iter().map(|(line, _)| *line).collect();

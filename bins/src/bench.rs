@@ -109,7 +109,10 @@ pub async fn run(args: BenchArgs) -> u8 {
     for c in 0..u64::from(args.concurrency) {
         let share = args.jobs / u64::from(args.concurrency)
             + u64::from(c < args.jobs % u64::from(args.concurrency));
-        let client = HerderClient::new(ClientConfig::new(args.client.coordinator.clone()));
+        let client = crate::verbs::new_client(
+            &args.client,
+            ClientConfig::new(args.client.coordinator.clone()),
+        );
         let task = task.clone();
         let progress = progress.clone();
         // Paced: this connection's jobs one interval apart, the connections staggered.

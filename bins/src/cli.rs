@@ -96,6 +96,8 @@ pub struct CoordinatorArgs {
     #[arg(long)]
     pub http_port: Option<String>,
     #[command(flatten)]
+    pub auth: crate::credentials::ServerAuthArgs,
+    #[command(flatten)]
     pub tuning: CoordinatorTuning,
 }
 
@@ -227,6 +229,9 @@ pub struct WorkerArgs {
     /// handed back (their jobs run elsewhere with no attempt charged).
     #[arg(long, default_value = "30s", value_parser = crate::retention::parse_duration)]
     pub drain_timeout: std::time::Duration,
+    /// File holding the worker secret the coordinators check (their --worker-secret-file).
+    #[arg(long, value_name = "FILE")]
+    pub worker_secret_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub exec: ExecArgs,
 }
@@ -283,6 +288,10 @@ pub struct ClientArgs {
     /// adds its own --timeout-millis; a `wait` without one is not bounded).
     #[arg(long, global = true, default_value_t = 30_000)]
     pub call_timeout_millis: u64,
+    /// File holding this client's token, for coordinators that check tokens (default: the
+    /// HERDER_TOKEN environment variable, if set).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]

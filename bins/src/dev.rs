@@ -56,7 +56,7 @@ pub async fn run(args: DevArgs) -> u8 {
     {
         let dial = herder_http::own_first(&client_addrs, n);
         let max_frame = args.tuning.max_frame_bytes;
-        match crate::web::start(listen, node_id, coordinator, dial, max_frame).await {
+        match crate::web::start(listen, node_id, coordinator, dial, max_frame, None).await {
             Ok(Some(server)) => http_servers.push(server),
             Ok(None) => {}
             Err(error) => {
@@ -258,6 +258,7 @@ async fn start_group(args: &DevArgs, members: Vec<Planned>) -> Result<Vec<Coordi
             peers: BTreeMap::new(),
             seed: None,
             limits: args.tuning.connection_limits(),
+            credentials: Default::default(),
         };
         let valid = options.config.validate().map_err(|e| e.to_string());
         if let Err(error) = valid.and_then(|()| args.tuning.check()) {

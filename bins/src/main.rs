@@ -3,6 +3,7 @@
 mod batch;
 mod bench;
 mod cli;
+mod credentials;
 mod dev;
 mod group;
 mod log_writer;

@@ -9,7 +9,9 @@ use herder_core::client::{ClientConfig, ClientError};
 use herder_core::coordinator::CoordinatorConfig;
 use herder_core::ids::{JobId, NodeId, WorkerId};
 use herder_core::job::JobState;
-use herder_core::limits::{DIAL_ADDRESSES_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
+use herder_core::limits::{
+    DIAL_ADDRESSES_MAX, FRAME_BYTES_MAX_DEFAULT, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX,
+};
 use herder_core::protocol::{ClusterView, JobView, Partitions};
 use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
@@ -63,17 +65,6 @@ fn own_peer_addr(host: &str, port: u16) -> Result<SocketAddr, String> {
 }
 
 /// Herder authenticates nobody yet: say so when a port is open beyond this machine.
-fn warn_if_reachable_from_elsewhere(addrs: &[Option<SocketAddr>]) {
-    for addr in addrs.iter().flatten() {
-        if !addr.ip().is_loopback() {
-            tracing::warn!(
-                %addr,
-                "Listening beyond this machine: anyone who can reach this port can submit and cancel jobs or pose as a worker or a member (Herder has no authentication yet); firewall it to trusted hosts"
-            );
-        }
-    }
-}
-
 /// The replication heartbeat for an election timeout: the default 50 ms, or a third of the
 /// timeout when that is shorter (followers must hear several heartbeats per timeout).
 fn replication_heartbeat(election_timeout_millis: u64) -> Duration {
@@ -203,7 +194,28 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
     };
     let max_frame_bytes = config.max_frame_bytes;
     let node_id = config.node_id.clone();
-    warn_if_reachable_from_elsewhere(&[Some(worker_addr), Some(client_addr), peer_addr]);
+    let credentials = match args.auth.load() {
+        Ok(credentials) => credentials,
+        Err(error) => return usage_error(&error, false),
+    };
+    let tokens_checked = credentials.client_tokens.is_some();
+    if let Err(error) = args.auth.check_exposure(&[
+        (
+            "--worker-port",
+            Some(worker_addr),
+            credentials.worker_secret.is_some(),
+        ),
+        ("--client-port", Some(client_addr), tokens_checked),
+        ("--peer-port", peer_addr, credentials.peer_secret.is_some()),
+        ("--http-port", http.addr(), tokens_checked),
+    ]) {
+        return usage_error(&error, false);
+    }
+    if let (Some(path), Some(tokens)) = (&args.auth.client_tokens_file, &credentials.client_tokens)
+    {
+        crate::credentials::reload_tokens_on_hangup(path.clone(), tokens.clone());
+    }
+    let http_tokens = credentials.client_tokens.clone();
     let mut options = coordinator::CoordinatorOptions {
         config,
         data_dir: args.data_dir,
@@ -213,6 +225,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         peers: others.iter().map(|e| (e.id.clone(), e.address())).collect(),
         seed: None,
         limits: args.tuning.connection_limits(),
+        credentials,
     };
     let listeners = match coordinator::Listeners::bind(&options).await {
         Ok(listeners) => listeners,
@@ -243,15 +256,23 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         own_client
     };
     // Redirects teach the HTTP server's client where the leader is.
-    let _http =
-        match crate::web::start(http, node_id, &handle, vec![own_client], max_frame_bytes).await {
-            Ok(server) => server,
-            Err(error) => {
-                eprintln!("herder: {error}");
-                let _ = handle.shutdown().await;
-                return exit::SERVER;
-            }
-        };
+    let _http = match crate::web::start(
+        http,
+        node_id,
+        &handle,
+        vec![own_client],
+        max_frame_bytes,
+        http_tokens,
+    )
+    .await
+    {
+        Ok(server) => server,
+        Err(error) => {
+            eprintln!("herder: {error}");
+            let _ = handle.shutdown().await;
+            return exit::SERVER;
+        }
+    };
     stop_on_signal(handle.shutdown_sender());
     match handle.wait().await {
         Ok(()) => exit::OK,
@@ -275,10 +296,20 @@ pub async fn worker(args: WorkerArgs) -> u8 {
         Ok(handlers) => handlers,
         Err(error) => return usage_error(&error, false),
     };
+    let secret = match args
+        .worker_secret_file
+        .as_deref()
+        .map(crate::credentials::read_secret)
+        .transpose()
+    {
+        Ok(secret) => secret,
+        Err(error) => return usage_error(&error, false),
+    };
     let options = worker::WorkerOptions {
         max_frame_bytes: args.max_frame_bytes,
         drain_timeout: args.drain_timeout,
         handlers,
+        secret,
         ..worker::WorkerOptions::new(config)
     };
     let handle = match worker::start(options) {
@@ -293,8 +324,18 @@ pub async fn worker(args: WorkerArgs) -> u8 {
 }
 
 pub fn client_for(args: &ClientArgs) -> HerderClient {
-    HerderClient::new(ClientConfig::new(args.coordinator.clone()))
+    new_client(args, ClientConfig::new(args.coordinator.clone()))
         .with_call_timeout(call_timeout(args))
+}
+
+/// A client with `config`, presenting the token `args` names (`--token-file` or
+/// `HERDER_TOKEN`). A token that cannot be read ends the process as a usage error: no call
+/// could succeed without it.
+pub fn new_client(args: &ClientArgs, config: ClientConfig) -> HerderClient {
+    match crate::credentials::client_token(args.token_file.as_deref()) {
+        Ok(token) => HerderClient::with_token(config, FRAME_BYTES_MAX_DEFAULT, token),
+        Err(error) => std::process::exit(i32::from(usage_error(&error, args.json))),
+    }
 }
 
 fn call_timeout(args: &ClientArgs) -> Duration {
@@ -357,7 +398,7 @@ pub async fn submit(args: SubmitArgs) -> u8 {
             .max(args.submit_retry_base_millis)
             .max(1),
     );
-    let client = HerderClient::new(config).with_call_timeout(call_timeout(&args.client));
+    let client = new_client(&args.client, config).with_call_timeout(call_timeout(&args.client));
     let options = SubmitOptions {
         partitions,
         max_attempts: args.max_attempts,
@@ -654,7 +695,8 @@ async fn cluster_view(args: &ClientArgs) -> u8 {
             config.connect_rounds = 1;
             config.connect_timeout = CLUSTER_CONNECT_TIMEOUT;
             config.request_timeout = CLUSTER_REPLY_TIMEOUT;
-            asking.spawn(async move { (address, HerderClient::new(config).cluster().await) });
+            let client = new_client(args, config);
+            asking.spawn(async move { (address, client.cluster().await) });
         }
         while let Some(joined) = asking.join_next().await {
             let Ok((address, answer)) = joined else {

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use herder_core::ids::NodeId;
 use herder_http::{HttpOptions, HttpServer};
+use herder_runtime::auth::Tokens;
 use herder_runtime::coordinator::CoordinatorHandle;
 
 use crate::verbs::parse_listen_addr;
@@ -20,6 +21,14 @@ pub enum HttpListen {
 }
 
 impl HttpListen {
+    /// Where it would listen, unless off.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        match self {
+            HttpListen::Off => None,
+            HttpListen::Default(addr) | HttpListen::Given(addr) => Some(*addr),
+        }
+    }
+
     /// Parses `--http-port` (`None`: the default `default`).
     pub fn parse(raw: Option<&str>, default: SocketAddr) -> Result<HttpListen, String> {
         match raw {
@@ -38,6 +47,7 @@ pub async fn start(
     coordinator: &CoordinatorHandle,
     coordinators: Vec<String>,
     max_frame_bytes: usize,
+    tokens: Option<Tokens>,
 ) -> Result<Option<HttpServer>, String> {
     let (addr, given) = match listen {
         HttpListen::Off => return Ok(None),
@@ -65,6 +75,7 @@ pub async fn start(
         coordinators,
         observer: Some(coordinator.observer()),
         max_body_bytes: max_frame_bytes,
+        tokens,
     };
     herder_http::serve(listener, options)
         .map(Some)

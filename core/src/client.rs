@@ -487,6 +487,34 @@ impl Client {
         self.connection_failed(now, format!("connect failed: {reason}"));
     }
 
+    /// The coordinator refused this client's credential (code `UNAUTHENTICATED`), or could
+    /// not prove its own. Final for every operation waiting: another member of the same group
+    /// would refuse it too. A later operation dials afresh.
+    pub fn handle_refused(
+        &mut self,
+        now: Instant,
+        attempt: ConnectAttempt,
+        code: ErrorCode,
+        message: &str,
+    ) {
+        if self.current_attempt() != Some(attempt) {
+            return;
+        }
+        self.link = Link::Idle;
+        self.last_error = message.to_owned();
+        let waiting: Vec<OpId> = self.ops.keys().copied().collect();
+        for id in waiting {
+            self.finish(
+                id,
+                Err(ClientError::Server {
+                    code,
+                    message: message.to_owned(),
+                }),
+            );
+        }
+        self.pump(now);
+    }
+
     pub fn handle_disconnected(&mut self, now: Instant, attempt: ConnectAttempt, reason: &str) {
         if self.current_attempt() != Some(attempt) {
             return;
@@ -564,6 +592,11 @@ impl Client {
             // A connection-level error: the coordinator is closing this connection.
             if let ClientReply::Error { code, message, .. } = reply {
                 self.outputs.push_back(ClientOutput::Close);
+                if code == ErrorCode::Unauthenticated {
+                    // The port wants a token this client does not have: no resend or other
+                    // member would do better.
+                    return self.handle_refused(now, attempt, code, &message);
+                }
                 self.link = Link::Idle;
                 self.connection_failed(now, format!("coordinator error {code:?}: {message}"));
             }

@@ -28,6 +28,7 @@
 //! - Same seed, same inputs: byte-identical outputs.
 //! - Durability before visibility: see [`coordinator`].
 
+pub mod auth;
 pub mod client;
 pub mod command;
 pub mod coordinator;

@@ -168,3 +168,17 @@ pub const READS_IN_FLIGHT_MAX: usize = 65_536;
 pub const KEYED_RESENDS_PARKED_MAX: usize = 4096;
 /// Coordinator addresses a worker or client dials in turn (configured plus learned).
 pub const DIAL_ADDRESSES_MAX: usize = 64;
+
+/// Shortest shared secret (worker or peer) and shortest client token, in bytes: 24 random
+/// characters from a 64-letter alphabet carry 144 bits, beyond any guessing.
+pub const CREDENTIAL_BYTES_MIN: usize = 24;
+/// Longest shared secret or client token a file may hold.
+pub const CREDENTIAL_BYTES_MAX: usize = 512;
+/// Most tokens a client tokens file may list.
+pub const TOKENS_MAX: usize = 10_000;
+/// Longest name a token may carry (it is logged and stored with the jobs it submits).
+pub const TOKEN_NAME_BYTES_MAX: usize = 64;
+/// The largest frame a connection may send before it has authenticated: every handshake
+/// message fits in a few hundred bytes, so a stranger's frame is read under this bound, not
+/// the frame limit.
+pub const HANDSHAKE_FRAME_BYTES_MAX: usize = 4096;

@@ -549,8 +549,12 @@ impl Model {
 
     fn send_client(&mut self, message: ClientRequest, pending: Pending) -> Check {
         self.pending.insert(message.request_id(), pending);
-        self.c
-            .handle_client_message(self.local(), self.client, message);
+        self.c.handle_client_message(
+            self.local(),
+            self.client,
+            &herder_core::auth::Caller::anonymous(),
+            message,
+        );
         self.pump()
     }
 
@@ -1461,6 +1465,7 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
         c.handle_client_message(
             Instant::ZERO,
             ConnectionId(1),
+            &herder_core::auth::Caller::anonymous(),
             ClientRequest::Submit {
                 timeout_millis: None,
                 partitions: None,

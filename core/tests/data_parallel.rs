@@ -1226,7 +1226,12 @@ impl Harness {
     }
 
     fn client_says(&mut self, message: ClientRequest) {
-        self.c.handle_client_message(self.now, CLIENT, message);
+        self.c.handle_client_message(
+            self.now,
+            CLIENT,
+            &herder_core::auth::Caller::anonymous(),
+            message,
+        );
         self.pump();
     }
 

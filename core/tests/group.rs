@@ -152,7 +152,12 @@ impl Group {
     fn ask(&mut self, i: usize, request: impl FnOnce(RequestId) -> ClientRequest) -> RequestId {
         self.next_request += 1;
         let request_id = RequestId(self.next_request);
-        self.c[i].handle_client_message(self.now, CLIENT, request(request_id));
+        self.c[i].handle_client_message(
+            self.now,
+            CLIENT,
+            &herder_core::auth::Caller::anonymous(),
+            request(request_id),
+        );
         self.drain(i);
         request_id
     }

@@ -111,6 +111,7 @@ impl Harness {
         self.c.handle_client_message(
             self.now,
             CLIENT,
+            &herder_core::auth::Caller::anonymous(),
             ClientRequest::Submit {
                 timeout_millis: None,
                 partitions: None,
@@ -143,6 +144,7 @@ impl Harness {
         self.c.handle_client_message(
             self.now,
             CLIENT,
+            &herder_core::auth::Caller::anonymous(),
             ClientRequest::Cancel {
                 request_id: RequestId(self.next_request),
                 job_id,

@@ -103,7 +103,7 @@ fuzz_target!(|data: &[u8]| {
                 rest = tail;
                 if kind == 0 {
                     if let Ok(message) = decode_message::<ClientRequest>(payload) {
-                        h.c.handle_client_message(h.now, conn(Link::Client, *c), message);
+                        h.c.handle_client_message(h.now, conn(Link::Client, *c), &herder_core::auth::Caller::anonymous(), message);
                     }
                 } else if let Ok(message) = decode_message::<WorkerToCoordinator>(payload) {
                     h.c.handle_worker_message(h.now, conn(Link::Worker, *c), message);

@@ -12,11 +12,15 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use herder_core::auth::ClientToken;
+use herder_core::client::ClientConfig;
 use herder_core::client::ClientError;
 use herder_core::ids::{JobId, NodeId};
 use herder_core::job::JobState;
+use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::limits::{GROUP_MEMBERS_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
 use herder_core::protocol::{ClusterView, ErrorCode, JobSubmission, Partitions};
+use herder_runtime::auth::Tokens;
 use herder_runtime::client::CallError;
 use herder_runtime::coordinator::Observer;
 use herder_runtime::{HerderClient, SubmitOptions, Submitted};
@@ -37,9 +41,72 @@ pub struct Gateway {
     pub members: Mutex<HashMap<String, HerderClient>>,
     pub node_id: NodeId,
     pub observer: Option<Observer>,
+    /// The tokens this member checks; `None`: no route asks for one.
+    pub tokens: Option<Tokens>,
+    /// Client-protocol addresses, this member's own first (for clients made per token).
+    pub coordinators: Vec<String>,
+    /// One client per token presented, made on its first valid use (at most
+    /// [`TOKEN_CLIENTS_MAX`]; beyond them the map starts again).
+    pub by_token: Mutex<HashMap<String, HerderClient>>,
 }
 
+/// Clients kept for distinct tokens: each holds one connection to the group.
+pub const TOKEN_CLIENTS_MAX: usize = 64;
+
 type Shared = State<Arc<Gateway>>;
+
+/// The client a request's calls go through: the shared one on a member that checks no tokens,
+/// otherwise one that presents the request's own bearer token, so the group judges its role.
+pub struct Group(HerderClient, Option<String>);
+
+/// The token of `Authorization: Bearer TOKEN`, once the table knows it.
+fn bearer(g: &Gateway, parts: &axum::http::request::Parts) -> Result<Option<String>, ApiError> {
+    let Some(tokens) = &g.tokens else {
+        return Ok(None);
+    };
+    let presented = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(token) = presented else {
+        return Err(ApiError::unauthenticated(
+            "this coordinator checks tokens: send `Authorization: Bearer TOKEN`",
+        ));
+    };
+    if tokens.current().lookup(token).is_none() {
+        return Err(ApiError::unauthenticated("unknown token"));
+    }
+    Ok(Some(token.to_owned()))
+}
+
+impl axum::extract::FromRequestParts<Arc<Gateway>> for Group {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        g: &Arc<Gateway>,
+    ) -> Result<Group, ApiError> {
+        let Some(token) = bearer(g, parts)? else {
+            return Ok(Group(g.group.clone(), None));
+        };
+        let mut clients = g.by_token.lock().await;
+        if !clients.contains_key(&token) && clients.len() >= TOKEN_CLIENTS_MAX {
+            clients.clear();
+        }
+        let client = clients.entry(token.clone()).or_insert_with(|| {
+            let parsed = ClientToken::from_text(&token).ok().map(Arc::new);
+            HerderClient::with_token(
+                ClientConfig::new(g.coordinators.clone()),
+                FRAME_BYTES_MAX_DEFAULT,
+                parsed,
+            )
+            .with_call_timeout(crate::CALL_TIMEOUT)
+        });
+        Ok(Group(client.clone(), Some(token)))
+    }
+}
 
 pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
     let in_flight = Arc::new(Semaphore::new(HTTP_REQUESTS_IN_FLIGHT_MAX));
@@ -119,6 +186,16 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
     }
 
+    pub fn unauthenticated(message: &str) -> ApiError {
+        let mut error = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHENTICATED",
+            message.to_owned(),
+        );
+        error.failure.kind = "unauthenticated";
+        error
+    }
+
     pub fn not_found(message: String) -> ApiError {
         let mut error = ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", message);
         error.failure.kind = "not_found";
@@ -133,6 +210,8 @@ impl From<CallError> for ApiError {
             CallError::Client(ClientError::Server { code, .. }) => match code {
                 ErrorCode::InvalidTask | ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
                 ErrorCode::JobNotFound => StatusCode::NOT_FOUND,
+                ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+                ErrorCode::Forbidden => StatusCode::FORBIDDEN,
                 ErrorCode::IdempotencyConflict => StatusCode::CONFLICT,
                 ErrorCode::TooManyWaiters | ErrorCode::TooManyConnections => {
                     StatusCode::SERVICE_UNAVAILABLE
@@ -208,7 +287,10 @@ struct SubmitBody {
     timeout_millis: Option<u64>,
 }
 
-async fn submit(State(g): Shared, request: Result<Json<SubmitBody>, JsonRejection>) -> Answer {
+async fn submit(
+    Group(client, _): Group,
+    request: Result<Json<SubmitBody>, JsonRejection>,
+) -> Answer {
     let request = body(request)?;
     let options = SubmitOptions {
         max_attempts: request.max_attempts,
@@ -216,7 +298,7 @@ async fn submit(State(g): Shared, request: Result<Json<SubmitBody>, JsonRejectio
         partitions: request.partitions,
         timeout_millis: request.timeout_millis,
     };
-    let submitted = g.group.submit_json(request.task, options).await?;
+    let submitted = client.submit_json(request.task, options).await?;
     Ok(created(&submitted, views::submitted(&submitted)))
 }
 
@@ -227,8 +309,11 @@ struct BatchBody {
 }
 
 /// Many jobs in one request and one durable write: 200 with one result per job, in order.
-async fn submit_batch(State(g): Shared, request: Result<Json<BatchBody>, JsonRejection>) -> Answer {
-    let results = g.group.submit_batch(body(request)?.jobs).await?;
+async fn submit_batch(
+    Group(client, _): Group,
+    request: Result<Json<BatchBody>, JsonRejection>,
+) -> Answer {
+    let results = client.submit_batch(body(request)?.jobs).await?;
     ok(json!({ "results": results }))
 }
 
@@ -247,8 +332,8 @@ fn created(submitted: &Submitted, body: Value) -> Response {
     response
 }
 
-async fn status(State(g): Shared, Path(id): Path<String>) -> Answer {
-    let job = g.group.status(job_id(&id)?).await?;
+async fn status(Group(client, _): Group, Path(id): Path<String>) -> Answer {
+    let job = client.status(job_id(&id)?).await?;
     ok(views::job(&job))
 }
 
@@ -259,7 +344,7 @@ struct WaitQuery {
 }
 
 async fn wait(
-    State(g): Shared,
+    Group(client, _): Group,
     Path(id): Path<String>,
     params: Result<Query<WaitQuery>, QueryRejection>,
 ) -> Answer {
@@ -270,18 +355,18 @@ async fn wait(
             "timeout_millis must be at most {WAIT_MILLIS_MAX} (got {timeout}); wait again for longer"
         )));
     }
-    let (job, timed_out) = g.group.wait(job_id, Some(timeout)).await?;
+    let (job, timed_out) = client.wait(job_id, Some(timeout)).await?;
     ok(views::waited(&job, timed_out))
 }
 
-async fn cancel(State(g): Shared, Path(id): Path<String>) -> Answer {
-    let (job, cancelled) = g.group.cancel(job_id(&id)?).await?;
+async fn cancel(Group(client, _): Group, Path(id): Path<String>) -> Answer {
+    let (job, cancelled) = client.cancel(job_id(&id)?).await?;
     ok(views::cancelled(&job, cancelled))
 }
 
 /// Submits a failed or cancelled job's task again, as a new job with the same options.
-async fn retry(State(g): Shared, Path(id): Path<String>) -> Answer {
-    let original = g.group.status(job_id(&id)?).await?;
+async fn retry(Group(client, _): Group, Path(id): Path<String>) -> Answer {
+    let original = client.status(job_id(&id)?).await?;
     let not_retryable = |why: String| ApiError::new(StatusCode::CONFLICT, "NOT_RETRYABLE", why);
     if !matches!(original.state, JobState::Failed | JobState::Cancelled) {
         return Err(not_retryable(format!(
@@ -304,10 +389,7 @@ async fn retry(State(g): Shared, Path(id): Path<String>) -> Answer {
             .map(|p| Partitions::Count(p.total.max(1))),
         timeout_millis: original.timeout_millis,
     };
-    let submitted = g
-        .group
-        .submit_json(original.task.to_json(), options)
-        .await?;
+    let submitted = client.submit_json(original.task.to_json(), options).await?;
     let mut answer = views::submitted(&submitted);
     answer["retry_of"] = json!(original.id);
     Ok(created(&submitted, answer))
@@ -321,7 +403,7 @@ struct ListQuery {
     before: Option<String>,
 }
 
-async fn list(State(g): Shared, params: Result<Query<ListQuery>, QueryRejection>) -> Answer {
+async fn list(Group(client, _): Group, params: Result<Query<ListQuery>, QueryRejection>) -> Answer {
     let params = query(params)?;
     let state = match params.state.as_deref() {
         None | Some("") => None,
@@ -343,20 +425,23 @@ async fn list(State(g): Shared, params: Result<Query<ListQuery>, QueryRejection>
     };
     // One more than asked says whether the page stopped at the limit.
     let fetch = (limit + 1).min(LIST_LIMIT_MAX);
-    let mut jobs = g.group.list_before(state, Some(fetch), before).await?;
+    let mut jobs = client.list_before(state, Some(fetch), before).await?;
     let truncated = jobs.len() > limit as usize;
     jobs.truncate(limit as usize);
     ok(views::job_list(&jobs, truncated))
 }
 
-async fn workers(State(g): Shared) -> Answer {
-    let workers = g.group.workers().await?;
+async fn workers(Group(client, _): Group) -> Answer {
+    let workers = client.workers().await?;
     ok(views::workers(&workers))
 }
 
 /// Every member's own view: this member's first, then each member it names.
-async fn cluster(State(g): Shared) -> Answer {
-    let own = g.own.as_ref().unwrap_or(&g.group);
+async fn cluster(State(g): Shared, Group(caller, token): Group) -> Answer {
+    let own = match (&g.tokens, &g.own) {
+        (None, Some(own)) => own,
+        _ => &caller,
+    };
     let mine = own.cluster().await?;
     let mut views: Vec<ClusterView> = vec![mine.clone()];
     let mut unreachable = Vec::new();
@@ -369,15 +454,27 @@ async fn cluster(State(g): Shared) -> Answer {
             continue;
         };
         let client = {
+            // Each member is asked with the caller's token (if any), one client per member and
+            // token.
+            let key = format!("{address}\n{}", token.as_deref().unwrap_or_default());
             let mut members = g.members.lock().await;
-            if !members.contains_key(&address) && members.len() >= GROUP_MEMBERS_MAX {
-                // Addresses the group no longer names: start again from the ones it does.
+            if !members.contains_key(&key) && members.len() >= GROUP_MEMBERS_MAX * 4 {
+                // Addresses the group no longer names, or tokens gone: start again.
                 members.clear();
             }
             members
-                .entry(address.clone())
+                .entry(key)
                 .or_insert_with(|| {
-                    HerderClient::connect([address.clone()]).with_call_timeout(MEMBER_VIEW_TIMEOUT)
+                    let token = token
+                        .as_deref()
+                        .and_then(|t| ClientToken::from_text(t).ok())
+                        .map(Arc::new);
+                    HerderClient::with_token(
+                        ClientConfig::new(vec![address.clone()]),
+                        FRAME_BYTES_MAX_DEFAULT,
+                        token,
+                    )
+                    .with_call_timeout(MEMBER_VIEW_TIMEOUT)
                 })
                 .clone()
         };
@@ -400,7 +497,7 @@ struct PurgeBody {
 }
 
 /// One batch: how many went and how many more match (ask again to purge them).
-async fn purge(State(g): Shared, request: Result<Json<PurgeBody>, JsonRejection>) -> Answer {
+async fn purge(Group(client, _): Group, request: Result<Json<PurgeBody>, JsonRejection>) -> Answer {
     let request = body(request)?;
     let state = match request.state.as_deref() {
         None => None,
@@ -414,11 +511,15 @@ async fn purge(State(g): Shared, request: Result<Json<PurgeBody>, JsonRejection>
         },
     };
     let older_than = std::time::Duration::from_millis(request.older_than_millis);
-    let (purged, remaining) = g.group.purge(state, older_than).await?;
+    let (purged, remaining) = client.purge(state, older_than).await?;
     ok(json!({ "purged": purged, "remaining": remaining }))
 }
 
-async fn metrics(State(g): Shared) -> Response {
+async fn metrics(State(g): Shared, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    if let Err(refused) = bearer(&g, &parts) {
+        return refused.into_response();
+    }
     let text = match &g.observer {
         Some(observer) => observer.metrics_text().await,
         None => None,

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herder_core::ids::NodeId;
+use herder_runtime::auth::Tokens;
 use herder_runtime::coordinator::Observer;
 use herder_runtime::HerderClient;
 use tokio::net::TcpListener;
@@ -52,6 +53,10 @@ pub struct HttpOptions {
     pub observer: Option<Observer>,
     /// Largest request body (the coordinator's frame limit: a larger one could not be relayed).
     pub max_body_bytes: usize,
+    /// The client tokens this member's client port checks, if any: then every route but the
+    /// dashboard's page and assets needs `Authorization: Bearer TOKEN`, and each call is made
+    /// with that token, so the group enforces its role.
+    pub tokens: Option<Tokens>,
 }
 
 /// A running HTTP server.
@@ -98,6 +103,9 @@ pub fn serve(listener: TcpListener, options: HttpOptions) -> std::io::Result<Htt
         members: Default::default(),
         node_id: options.node_id,
         observer: options.observer,
+        tokens: options.tokens,
+        coordinators: options.coordinators,
+        by_token: Default::default(),
     };
     let app = api::router(Arc::new(gateway), options.max_body_bytes);
     let listener = listener::Bounded::new(listener, HTTP_CONNECTIONS_MAX);

@@ -80,6 +80,7 @@ impl Cluster {
                 peers: BTreeMap::new(),
                 seed: None,
                 limits: Default::default(),
+                credentials: Default::default(),
             };
             bound.push(Listeners::bind(&options).await.expect("bind"));
         }
@@ -114,6 +115,7 @@ impl Cluster {
                 peers: others,
                 seed: None,
                 limits: Default::default(),
+                credentials: Default::default(),
             };
             let handle = coordinator::start_on(listeners, options)
                 .await
@@ -127,6 +129,7 @@ impl Cluster {
                     coordinators: dial,
                     observer: Some(handle.observer()),
                     max_body_bytes: 64 * 1024,
+                    tokens: None,
                 },
             )
             .expect("http serves");

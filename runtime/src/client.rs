@@ -19,7 +19,9 @@
 //! ```
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use herder_core::auth::{ClientToken, Credential};
 use herder_core::client::{
     Client, ClientConfig, ClientError, ClientOutput, ConnectAttempt, OpId, Operation,
 };
@@ -33,7 +35,7 @@ use herder_core::tasks::TaskSpec;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::{os_seed, sleep_until, Clock};
-use crate::net::{DialedConnection, Inbound, Outbound, SendError};
+use crate::net::{DialError, DialedConnection, Inbound, Outbound, SendError};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +100,7 @@ struct Call {
 
 enum Input {
     Call(Call),
-    Connected(ConnectAttempt, Result<Outbound, String>),
+    Connected(ConnectAttempt, Result<Outbound, DialError>),
     Conn(ConnectAttempt, Inbound<ClientReply>),
 }
 
@@ -119,6 +121,17 @@ impl HerderClient {
     }
 
     pub fn with_frame_limit(config: ClientConfig, max_frame_bytes: usize) -> HerderClient {
+        HerderClient::with_token(config, max_frame_bytes, None)
+    }
+
+    /// A client that presents `token` on every connection it opens (a coordinator that checks
+    /// tokens refuses one without). A refused token fails the waiting calls with
+    /// `ClientError::Server` and code `UNAUTHENTICATED`; they are not retried.
+    pub fn with_token(
+        config: ClientConfig,
+        max_frame_bytes: usize,
+        token: Option<Arc<ClientToken>>,
+    ) -> HerderClient {
         let (calls_tx, calls_rx) = mpsc::unbounded_channel();
         let (input_tx, input_rx) = mpsc::channel(1024);
         let driver = Driver {
@@ -127,6 +140,7 @@ impl HerderClient {
             max_frame_bytes,
             inputs: input_tx,
             connection: DialedConnection::default(),
+            credential: token.map(Credential::Token),
             waiting: HashMap::new(),
         };
         tokio::spawn(driver.run(calls_rx, input_rx));
@@ -366,6 +380,7 @@ struct Driver {
     max_frame_bytes: usize,
     inputs: mpsc::Sender<Input>,
     connection: DialedConnection,
+    credential: Option<Credential>,
     waiting: HashMap<OpId, oneshot::Sender<Result<ClientReply, ClientError>>>,
 }
 
@@ -409,9 +424,12 @@ impl Driver {
                     self.client.handle_connected(now, attempt);
                 }
             }
-            Input::Connected(attempt, Err(reason)) => {
+            Input::Connected(attempt, Err(DialError::Failed(reason))) => {
                 self.client.handle_connect_failed(now, attempt, &reason)
             }
+            Input::Connected(attempt, Err(DialError::Refused { address, error })) => self
+                .client
+                .handle_refused(now, attempt, error.code(), &format!("{address}: {error}")),
             Input::Conn(attempt, Inbound::Message(reply)) => {
                 self.client.handle_message(now, attempt, reply)
             }
@@ -435,6 +453,7 @@ impl Driver {
                         attempt,
                         address,
                         self.max_frame_bytes,
+                        self.credential.clone(),
                         self.inputs.clone(),
                         move |inbound| Input::Conn(attempt, inbound),
                         move |result| Input::Connected(attempt, result),

@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use herder_core::auth::Caller;
 use herder_core::coordinator::{
     BatchId, Coordinator, CoordinatorConfig, Event, Link, Output, PersistBatch, RecoveryError,
 };
@@ -39,11 +40,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::auth::{self as handshake, Port, RefusalLog, ServerCredentials};
 use crate::clock::{os_seed, sleep_until, Clock};
 use crate::metrics::{Metrics, Observation, WorkerObservation};
 use crate::net::{
-    open_connection_within, ConnectionSlots, Inbound, InputBudget, InputBytes, Outbound,
-    OutboundTotal, ReaderLimits, SendError, Unanswered,
+    open_connection_within, ConnectionSlot, ConnectionSlots, Inbound, InputBudget, InputBytes,
+    Outbound, OutboundTotal, ReaderLimits, SendError, Unanswered,
 };
 use crate::peer::{self, Greeting, PeerLinks};
 use crate::store::{Store, StoreError};
@@ -122,6 +124,9 @@ pub struct CoordinatorOptions {
     pub seed: Option<u64>,
     /// The bounds on its worker and client connections.
     pub limits: ConnectionLimits,
+    /// What each port checks before a connection reaches the coordinator (nothing, by
+    /// default: then every port must be on loopback, which the command line enforces).
+    pub credentials: ServerCredentials,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +152,13 @@ enum Input {
     Opened(ConnectionId, Outbound, Option<Unanswered>),
     /// A message and the input budget its frame holds until it has been handled.
     Worker(ConnectionId, Inbound<WorkerToCoordinator>, InputBytes),
-    Client(ConnectionId, Inbound<ClientRequest>, InputBytes),
+    /// A client's request, with the caller its connection authenticated as.
+    Client(
+        ConnectionId,
+        Arc<Caller>,
+        Inbound<ClientRequest>,
+        InputBytes,
+    ),
     /// A message from another member, tagged with the member its connection's `HELLO` named.
     Peer(NodeId, PeerMessage),
     /// A scrape wants the gauges as they are now.
@@ -277,6 +288,7 @@ pub async fn start_on(
         peers,
         seed,
         limits,
+        credentials,
         ..
     } = options;
     let Listeners {
@@ -357,18 +369,22 @@ pub async fn start_on(
         metrics: metrics.clone(),
     };
     let outbound_total = OutboundTotal::new(limits.outbound_bytes);
+    let refusals = RefusalLog::new(metrics.clone());
+    let port = |link: Link, inputs: mpsc::Sender<Input>, budget: u32| PortContext {
+        link,
+        max_frame_bytes,
+        inputs,
+        budget: InputBudget::new(budget),
+        outbound: outbound_total.clone(),
+        limits,
+        credentials: credentials.clone(),
+        refusals: refusals.clone(),
+    };
     let worker_accept = tokio::spawn(
         accept_loop(
             worker_listener,
-            Link::Worker,
-            max_frame_bytes,
-            input_tx.clone(),
-            PortLimits {
-                budget: InputBudget::new(WORKER_INPUT_BYTES_MAX),
-                slots: ConnectionSlots::new(limits.per_port),
-                outbound: outbound_total.clone(),
-                limits,
-            },
+            port(Link::Worker, input_tx.clone(), WORKER_INPUT_BYTES_MAX),
+            ConnectionSlots::new(limits.per_port),
             next_conn.clone(),
             shutdown_rx.clone(),
         )
@@ -377,15 +393,8 @@ pub async fn start_on(
     let client_accept = tokio::spawn(
         accept_loop(
             client_listener,
-            Link::Client,
-            max_frame_bytes,
-            client_tx,
-            PortLimits {
-                budget: InputBudget::new(CLIENT_INPUT_BYTES_MAX),
-                slots: ConnectionSlots::new(limits.per_port),
-                outbound: outbound_total,
-                limits,
-            },
+            port(Link::Client, client_tx, CLIENT_INPUT_BYTES_MAX),
+            ConnectionSlots::new(limits.per_port),
             next_conn,
             shutdown_rx.clone(),
         )
@@ -400,10 +409,19 @@ pub async fn start_on(
                 input_tx,
                 Input::Peer,
                 shutdown_rx.clone(),
+                credentials.peer_secret.clone(),
+                refusals.clone(),
             )
         })
     });
-    let peer_links = span.in_scope(|| PeerLinks::start(greeting, &peers, max_frame_bytes));
+    let peer_links = span.in_scope(|| {
+        PeerLinks::start(
+            greeting,
+            &peers,
+            max_frame_bytes,
+            credentials.peer_secret.clone(),
+        )
+    });
 
     let (batch_tx, batch_rx) = std::sync::mpsc::channel::<PersistBatch>();
     let (durable_tx, durable_rx) = mpsc::unbounded_channel::<Result<BatchId, String>>();
@@ -560,40 +578,48 @@ impl Refusals {
     }
 }
 
-/// What bounds the connections of one port: how many may be open, and the bytes their readers
-/// may have queued for the driver.
-struct PortLimits {
+/// Everything the connections of one port share: where their inputs go, the bytes their
+/// readers may have queued for the driver, the bytes queued for writing, the connection bounds
+/// and what the port checks before it hands a connection over.
+#[derive(Clone)]
+struct PortContext {
+    link: Link,
+    max_frame_bytes: usize,
+    inputs: mpsc::Sender<Input>,
     budget: InputBudget,
-    slots: ConnectionSlots,
     /// Bytes queued for writing, shared by every client connection.
     outbound: OutboundTotal,
     /// The rest of the connection bounds.
     limits: ConnectionLimits,
+    credentials: ServerCredentials,
+    refusals: RefusalLog,
+}
+
+impl PortContext {
+    fn port(&self) -> Port {
+        match self.link {
+            Link::Worker => Port::Worker,
+            Link::Client => Port::Client,
+        }
+    }
 }
 
 async fn accept_loop(
     listener: TcpListener,
-    link: Link,
-    max_frame_bytes: usize,
-    inputs: mpsc::Sender<Input>,
-    limits: PortLimits,
+    context: PortContext,
+    slots: ConnectionSlots,
     next_conn: Arc<AtomicU64>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let PortLimits {
-        budget,
-        slots,
-        outbound: outbound_total,
-        limits,
-    } = limits;
+    let link = context.link;
     let mut refusals = Refusals::default();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.changed() => return,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, remote) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 // Usually descriptor exhaustion; back off briefly rather than spin.
                 tracing::warn!(%error, "accept failed");
@@ -602,54 +628,101 @@ async fn accept_loop(
             }
         };
         let Some(slot) = slots.take() else {
-            refuse(&stream, link, slots.open(), max_frame_bytes);
+            refuse(&stream, link, slots.open(), context.max_frame_bytes);
             refusals.count(link, slots.open());
             drop(stream);
             continue;
         };
         let conn = ConnectionId(next_conn.fetch_add(1, Ordering::Relaxed));
-        // The driver learns of the connection before the first message it carries can arrive.
-        // Only client connections share the total: a send refused under it closes the
-        // connection it was for, and a worker must not be dropped (and its attempts charged)
-        // because clients stopped reading. Each worker connection keeps its own bound.
-        let shared = (link == Link::Client).then(|| outbound_total.clone());
-        let (outbound, reader) =
-            open_connection_within(stream, max_frame_bytes, shared, limits.write_stall);
-        // Every client request is answered exactly once, so a client's requests in flight
-        // are bounded by counting them in and out (workers send no requests).
-        let unanswered = (link == Link::Client).then(|| Unanswered::new(limits.requests_in_flight));
-        if inputs
-            .send(Input::Opened(conn, outbound, unanswered.clone()))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let limits = ReaderLimits {
-            budget: budget.clone(),
-            first_message_within: limits.first_message_within,
-            unanswered,
-        };
-        // The reader owns the slot (inside `wrap`): it is given back when the reader ends.
-        match link {
-            Link::Worker => reader.start_budgeted(
-                inputs.clone(),
-                move |inbound, bytes| {
-                    let _slot = &slot;
-                    Input::Worker(conn, inbound, bytes)
-                },
-                limits,
-            ),
-            Link::Client => reader.start_budgeted(
-                inputs.clone(),
-                move |inbound, bytes| {
-                    let _slot = &slot;
-                    Input::Client(conn, inbound, bytes)
-                },
-                limits,
-            ),
+        match context.credentials.policy(context.port()) {
+            // A port that checks nothing hands the connection over at once, in order.
+            None => {
+                if !serve(stream, conn, slot, Arc::new(Caller::anonymous()), &context).await {
+                    return;
+                }
+            }
+            // The handshake runs on a task of its own (holding the connection's slot), so a
+            // slow or silent stranger holds up nobody else.
+            Some(policy) => {
+                let context = context.clone();
+                tokio::spawn(
+                    async move {
+                        let mut stream = stream;
+                        let within = context.limits.first_message_within;
+                        match handshake::accept(&mut stream, context.port(), policy, within).await {
+                            Ok(caller) => {
+                                serve(stream, conn, slot, Arc::new(caller), &context).await;
+                            }
+                            Err(failure) => {
+                                context.refusals.refused(context.port(), remote, &failure)
+                            }
+                        }
+                    }
+                    .in_current_span(),
+                );
+            }
         }
     }
+}
+
+/// Hands an accepted (and, where the port checks credentials, authenticated) connection to the
+/// driver and starts its reader. False once the driver is gone.
+async fn serve(
+    stream: TcpStream,
+    conn: ConnectionId,
+    slot: ConnectionSlot,
+    caller: Arc<Caller>,
+    context: &PortContext,
+) -> bool {
+    let link = context.link;
+    // The driver learns of the connection before the first message it carries can arrive.
+    // Only client connections share the total: a send refused under it closes the
+    // connection it was for, and a worker must not be dropped (and its attempts charged)
+    // because clients stopped reading. Each worker connection keeps its own bound.
+    let shared = (link == Link::Client).then(|| context.outbound.clone());
+    let (outbound, reader) = open_connection_within(
+        stream,
+        context.max_frame_bytes,
+        shared,
+        context.limits.write_stall,
+    );
+    // Every client request is answered exactly once, so a client's requests in flight
+    // are bounded by counting them in and out (workers send no requests).
+    let unanswered =
+        (link == Link::Client).then(|| Unanswered::new(context.limits.requests_in_flight));
+    if context
+        .inputs
+        .send(Input::Opened(conn, outbound, unanswered.clone()))
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let limits = ReaderLimits {
+        budget: context.budget.clone(),
+        first_message_within: context.limits.first_message_within,
+        unanswered,
+    };
+    // The reader owns the slot (inside `wrap`): it is given back when the reader ends.
+    match link {
+        Link::Worker => reader.start_budgeted(
+            context.inputs.clone(),
+            move |inbound, bytes| {
+                let _slot = &slot;
+                Input::Worker(conn, inbound, bytes)
+            },
+            limits,
+        ),
+        Link::Client => reader.start_budgeted(
+            context.inputs.clone(),
+            move |inbound, bytes| {
+                let _slot = &slot;
+                Input::Client(conn, caller.clone(), inbound, bytes)
+            },
+            limits,
+        ),
+    }
+    true
 }
 
 fn store_loop(
@@ -773,17 +846,17 @@ impl Driver {
             Input::Worker(conn, Inbound::Message(message), _bytes) => {
                 self.coordinator.handle_worker_message(now, conn, message)
             }
-            Input::Client(conn, Inbound::Message(message), _bytes) => {
-                self.coordinator.handle_client_message(now, conn, message)
-            }
+            Input::Client(conn, caller, Inbound::Message(message), _bytes) => self
+                .coordinator
+                .handle_client_message(now, conn, &caller, message),
             Input::Worker(conn, Inbound::Malformed(error), _) => {
                 self.malformed(conn, Link::Worker, &error)
             }
-            Input::Client(conn, Inbound::Malformed(error), _) => {
+            Input::Client(conn, _, Inbound::Malformed(error), _) => {
                 self.malformed(conn, Link::Client, &error)
             }
             Input::Worker(conn, Inbound::Closed(_), _)
-            | Input::Client(conn, Inbound::Closed(_), _) => {
+            | Input::Client(conn, _, Inbound::Closed(_), _) => {
                 self.conns.remove(&conn);
                 self.unanswered.remove(&conn);
                 self.coordinator.handle_closed(now, conn);

@@ -24,6 +24,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod auth;
 pub mod client;
 pub mod clock;
 pub mod coordinator;

@@ -62,6 +62,11 @@ struct CauseLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PortLabel {
+    port: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WorkerLabel {
     worker: String,
 }
@@ -83,6 +88,8 @@ pub struct Metrics {
     failed: Counter,
     cancelled: Counter,
     stale_results: Counter,
+    auth_refusals: Family<PortLabel, Counter>,
+    forbidden: Counter,
     lease_expiries: Counter,
     released: Counter,
     workers_lost: Counter,
@@ -109,6 +116,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A connection to `port` was refused for want of a valid credential.
+    pub fn auth_refused(&self, port: crate::auth::Port) {
+        self.auth_refusals
+            .get_or_create(&PortLabel {
+                port: port.as_str(),
+            })
+            .inc();
+    }
+
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("herder");
         let jobs = Family::<StateLabel, Gauge>::default();
@@ -148,6 +164,18 @@ impl Metrics {
             "stale_results_rejected",
             "Results refused because their attempt's lease was no longer current",
             stale_results.clone(),
+        );
+        let auth_refusals = Family::<PortLabel, Counter>::default();
+        registry.register(
+            "auth_refusals",
+            "Connections refused for want of a valid credential, by port",
+            auth_refusals.clone(),
+        );
+        let forbidden = Counter::default();
+        registry.register(
+            "requests_forbidden",
+            "Client requests refused because the caller's token does not allow them",
+            forbidden.clone(),
         );
         let lease_expiries = Counter::default();
         registry.register(
@@ -284,6 +312,8 @@ impl Metrics {
             failed: finished_as(JobState::Failed),
             cancelled: finished_as(JobState::Cancelled),
             stale_results,
+            auth_refusals,
+            forbidden,
             lease_expiries,
             released,
             workers_lost,
@@ -346,6 +376,9 @@ impl Metrics {
             }
             Event::StaleResultRejected { .. } => {
                 self.stale_results.inc();
+            }
+            Event::Forbidden { .. } => {
+                self.forbidden.inc();
             }
             Event::LeaseExpired { .. } => {
                 self.lease_expiries.inc();

@@ -15,6 +15,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use herder_core::auth::{AuthError, Credential};
 use herder_core::protocol::codec::{
     encode_frame, EncodeError, FrameDecoder, FrameError, WireMessage,
 };
@@ -24,6 +25,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+
+use crate::auth::InitiateFailure;
 
 /// Bytes queued for one connection before it is treated as a stalled peer and closed.
 pub const OUTBOUND_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -728,12 +731,25 @@ async fn read_loop<M, T, F>(
     let _ = report.send(wrap(Inbound::Closed(reason), none())).await;
 }
 
-/// Connects to `address` in the background. On success the connection's reader reports through
-/// `report` (tagged by `wrap`); either way, `connected` builds the one input that says how the
-/// attempt went, which is sent on `report` too.
+/// Why a dial did not give a connection.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DialError {
+    /// No connection, or it broke during the handshake: worth another try.
+    #[error("{0}")]
+    Failed(String),
+    /// The coordinator refused this side's credential, or could not prove its own.
+    #[error("{address}: {error}")]
+    Refused { address: String, error: AuthError },
+}
+
+/// Connects to `address` in the background and, with a `credential`, authenticates. On success
+/// the connection's reader reports through `report` (tagged by `wrap`); either way,
+/// `connected` builds the one input that says how the attempt went, which is sent on `report`
+/// too.
 pub fn spawn_connect<M, T, F, C>(
     address: String,
     max_frame_bytes: usize,
+    credential: Option<Credential>,
     report: mpsc::Sender<T>,
     wrap: F,
     connected: C,
@@ -741,17 +757,32 @@ pub fn spawn_connect<M, T, F, C>(
     M: WireMessage + Send + 'static,
     T: Send + 'static,
     F: Fn(Inbound<M>) -> T + Send + 'static,
-    C: FnOnce(Result<Outbound, String>) -> T + Send + 'static,
+    C: FnOnce(Result<Outbound, DialError>) -> T + Send + 'static,
 {
     tokio::spawn(async move {
         let result = match TcpStream::connect(&address).await {
-            Ok(stream) => Ok(spawn_connection(
-                stream,
-                max_frame_bytes,
-                report.clone(),
-                wrap,
-            )),
-            Err(error) => Err(format!("{address}: {error}")),
+            Ok(mut stream) => {
+                let authenticated = match credential {
+                    None => Ok(()),
+                    Some(credential) => crate::auth::initiate(&mut stream, credential).await,
+                };
+                match authenticated {
+                    Ok(()) => Ok(spawn_connection(
+                        stream,
+                        max_frame_bytes,
+                        report.clone(),
+                        wrap,
+                    )),
+                    Err(InitiateFailure::Refused(error)) => Err(DialError::Refused {
+                        address: address.clone(),
+                        error,
+                    }),
+                    Err(InitiateFailure::Broken(reason)) => {
+                        Err(DialError::Failed(format!("{address}: {reason}")))
+                    }
+                }
+            }
+            Err(error) => Err(DialError::Failed(format!("{address}: {error}"))),
         };
         let _ = report.send(connected(result)).await;
     });
@@ -774,6 +805,7 @@ impl DialedConnection {
         attempt: ConnectAttempt,
         address: String,
         max_frame_bytes: usize,
+        credential: Option<Credential>,
         report: mpsc::Sender<T>,
         wrap: F,
         connected: C,
@@ -781,10 +813,17 @@ impl DialedConnection {
         M: WireMessage + Send + 'static,
         T: Send + 'static,
         F: Fn(Inbound<M>) -> T + Send + 'static,
-        C: FnOnce(Result<Outbound, String>) -> T + Send + 'static,
+        C: FnOnce(Result<Outbound, DialError>) -> T + Send + 'static,
     {
         self.expected = Some(attempt);
-        spawn_connect(address, max_frame_bytes, report, wrap, connected);
+        spawn_connect(
+            address,
+            max_frame_bytes,
+            credential,
+            report,
+            wrap,
+            connected,
+        );
     }
 
     /// The connection for `attempt` opened. Returns false (and closes it) if the machine no longer

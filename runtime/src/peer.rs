@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use herder_core::auth::{AcceptPolicy, Credential, Secret, SecretLink};
 use herder_core::client::full_jitter;
 use herder_core::ids::NodeId;
 use herder_core::protocol::codec::{encode_binary_frame, FrameDecoder};
@@ -35,6 +36,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::auth::{self as handshake, InitiateFailure, Port, RefusalLog};
 use crate::clock::os_seed;
 
 /// Messages queued for one member before new ones are dropped. The leader keeps at most
@@ -128,10 +130,12 @@ pub struct PeerLinks {
 impl PeerLinks {
     /// Starts one outbound task per entry of `peers` (member id -> its peer address). The tasks
     /// log in the span current when this is called.
+    /// With a `secret`, every connection first proves it (and checks the other member does).
     pub fn start(
         greeting: Greeting,
         peers: &BTreeMap<NodeId, String>,
         max_frame_bytes: usize,
+        secret: Option<Arc<Secret>>,
     ) -> PeerLinks {
         let links = peers
             .iter()
@@ -146,6 +150,7 @@ impl PeerLinks {
                         max_frame_bytes,
                         counters: counters.clone(),
                         rng: ChaCha8Rng::seed_from_u64(os_seed()),
+                        secret: secret.clone(),
                     }
                     .run(rx)
                     .in_current_span(),
@@ -207,6 +212,7 @@ struct Outbound {
     max_frame_bytes: usize,
     counters: Arc<LinkCounters>,
     rng: ChaCha8Rng,
+    secret: Option<Arc<Secret>>,
 }
 
 /// Why an outbound connection ended.
@@ -225,7 +231,7 @@ impl Outbound {
         loop {
             let connected =
                 tokio::time::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(&self.address)).await;
-            let stream = match connected {
+            let mut stream = match connected {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(error)) => {
                     self.connect_failed(&mut failures, &mut down_logged, &error.to_string());
@@ -240,6 +246,25 @@ impl Outbound {
                 }
             };
             let _ = stream.set_nodelay(true);
+            if let Some(secret) = &self.secret {
+                let credential = Credential::Secret {
+                    link: SecretLink::Peer,
+                    secret: secret.clone(),
+                };
+                if let Err(failure) = handshake::initiate(&mut stream, credential).await {
+                    // A refusal is logged every time (with backoff): a member that cannot join
+                    // its group is the one thing its operator must see.
+                    if matches!(failure, InitiateFailure::Refused(_)) {
+                        tracing::error!(peer = %self.to, address = %self.address, reason = %failure, "The peer refused this member's credential");
+                        down_logged = true;
+                        failures = failures.saturating_add(1);
+                    } else {
+                        self.connect_failed(&mut failures, &mut down_logged, &failure.to_string());
+                    }
+                    self.back_off(failures).await;
+                    continue;
+                }
+            }
             let connections = self.counters.connections.fetch_add(1, Ordering::Relaxed) + 1;
             tracing::info!(peer = %self.to, address = %self.address, connections, "Peer link up");
             let (read_half, write_half) = stream.into_split();
@@ -362,6 +387,8 @@ type Current = Arc<Mutex<HashMap<NodeId, (u64, watch::Sender<bool>)>>>;
 /// Accepts peer connections on `listener` until `shutdown`: each must open with a `HELLO` from
 /// one of `members`; every message it carries (the `HELLO` included) is sent on `inputs` as
 /// `wrap(member, message)`. The tasks log in the span current when this is called.
+/// With a `secret`, a connection must prove it before its `HELLO` is read; one that does not is
+/// refused and recorded in `refusals`.
 pub fn spawn_accept_loop<T, F>(
     listener: TcpListener,
     members: BTreeSet<NodeId>,
@@ -369,6 +396,8 @@ pub fn spawn_accept_loop<T, F>(
     inputs: mpsc::Sender<T>,
     wrap: F,
     mut shutdown: watch::Receiver<bool>,
+    secret: Option<Arc<Secret>>,
+    refusals: RefusalLog,
 ) -> JoinHandle<()>
 where
     T: Send + 'static,
@@ -411,6 +440,8 @@ where
                     members: members.clone(),
                     current: current.clone(),
                     max_frame_bytes,
+                    secret: secret.clone(),
+                    refusals: refusals.clone(),
                     _permit: permit,
                 };
                 tokio::spawn(
@@ -432,6 +463,8 @@ struct Inbound {
     members: Arc<BTreeSet<NodeId>>,
     current: Current,
     max_frame_bytes: usize,
+    secret: Option<Arc<Secret>>,
+    refusals: RefusalLog,
     /// Held for the connection's life: it counts against `PEER_INBOUND_CONNECTIONS_MAX`.
     _permit: OwnedSemaphorePermit,
 }
@@ -442,14 +475,28 @@ impl Inbound {
         F: Fn(NodeId, PeerMessage) -> T,
     {
         let Inbound {
-            stream,
+            mut stream,
             remote,
             generation,
             members,
             current,
             max_frame_bytes,
+            secret,
+            refusals,
             _permit: permit,
         } = self;
+        if let Some(secret) = secret {
+            let policy = AcceptPolicy::Secret {
+                link: SecretLink::Peer,
+                secret,
+            };
+            let accepted =
+                handshake::accept(&mut stream, Port::Peer, policy, PEER_HELLO_TIMEOUT).await;
+            if let Err(failure) = accepted {
+                refusals.refused(Port::Peer, remote, &failure);
+                return;
+            }
+        }
         let (mut reader, _writer) = stream.into_split();
         // Declared after the socket, so it is released before the socket closes: whoever sees
         // the close may connect again at once and find the slot free.

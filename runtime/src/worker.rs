@@ -15,6 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use herder_core::auth::{Credential, Secret, SecretLink};
 use herder_core::ids::{LeaseId, WorkerId};
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::protocol::{AttemptOutcome, CoordinatorToWorker};
@@ -34,7 +35,7 @@ use crate::clock::{os_seed, sleep_until, Clock};
 use crate::handlers::{
     AsyncFn, BlockingFn, Handler, Handlers, ProgressNote, ProgressReporter, TaskContext, TaskError,
 };
-use crate::net::{DialedConnection, Inbound, Outbound};
+use crate::net::{DialError, DialedConnection, Inbound, Outbound};
 
 const INPUT_QUEUE_MAX: usize = 4_096;
 /// Attempts with a progress note waiting to be sent (one entry per attempt at most).
@@ -64,6 +65,8 @@ pub struct WorkerOptions {
     pub handlers: Handlers,
     /// How long a drain lets running attempts finish before handing them back.
     pub drain_timeout: Duration,
+    /// The worker secret, proven on every connection (needed by a coordinator that checks it).
+    pub secret: Option<Arc<Secret>>,
 }
 
 impl WorkerOptions {
@@ -75,12 +78,13 @@ impl WorkerOptions {
             seed: None,
             handlers: Handlers::builtin(),
             drain_timeout: DRAIN_TIMEOUT_DEFAULT,
+            secret: None,
         }
     }
 }
 
 enum Input {
-    Connected(ConnectAttempt, Result<Outbound, String>),
+    Connected(ConnectAttempt, Result<Outbound, DialError>),
     Conn(ConnectAttempt, Inbound<CoordinatorToWorker>),
     TaskDone(LeaseId, AttemptOutcome),
 }
@@ -178,6 +182,10 @@ pub fn start(mut options: WorkerOptions) -> Result<WorkerHandle, WorkerConfigErr
         worker,
         clock,
         max_frame_bytes: options.max_frame_bytes,
+        credential: options.secret.map(|secret| Credential::Secret {
+            link: SecretLink::Worker,
+            secret,
+        }),
         handlers: options.handlers,
         drain_timeout: options.drain_timeout,
         inputs: input_tx,
@@ -214,6 +222,7 @@ struct Driver {
     worker: CoreWorker,
     clock: Clock,
     max_frame_bytes: usize,
+    credential: Option<Credential>,
     handlers: Handlers,
     drain_timeout: Duration,
     inputs: mpsc::Sender<Input>,
@@ -320,8 +329,14 @@ impl Driver {
                     self.worker.handle_connected(now, attempt);
                 }
             }
-            Input::Connected(attempt, Err(reason)) => {
-                self.worker.handle_connect_failed(now, attempt, &reason)
+            Input::Connected(attempt, Err(error)) => {
+                if let DialError::Refused { address, error } = &error {
+                    // Retried with backoff like any failed connect (a coordinator's secret may be
+                    // put right), but said every time: no work comes until it is.
+                    tracing::error!(%address, %error, "The coordinator refused this worker's credential");
+                }
+                self.worker
+                    .handle_connect_failed(now, attempt, &error.to_string())
             }
             Input::Conn(attempt, Inbound::Message(message)) => {
                 self.worker.handle_message(now, attempt, message)
@@ -368,6 +383,7 @@ impl Driver {
                         attempt,
                         address,
                         self.max_frame_bytes,
+                        self.credential.clone(),
                         self.inputs.clone(),
                         move |inbound| Input::Conn(attempt, inbound),
                         move |result| Input::Connected(attempt, result),
@@ -543,6 +559,7 @@ impl Worker {
             max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
             drain_timeout: DRAIN_TIMEOUT_DEFAULT,
             seed: None,
+            secret: None,
             bad_names: Vec::new(),
         }
     }
@@ -569,6 +586,7 @@ pub struct WorkerBuilder {
     max_frame_bytes: usize,
     drain_timeout: Duration,
     seed: Option<u64>,
+    secret: Option<Arc<Secret>>,
     bad_names: Vec<(String, String)>,
 }
 
@@ -607,6 +625,12 @@ impl WorkerBuilder {
 
     pub fn max_frame_bytes(mut self, bytes: usize) -> Self {
         self.max_frame_bytes = bytes;
+        self
+    }
+
+    /// The worker secret the coordinators check (their `--worker-secret-file`).
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secret = Some(Arc::new(secret));
         self
     }
 
@@ -700,6 +724,7 @@ impl WorkerBuilder {
             seed: self.seed,
             handlers: self.handlers,
             drain_timeout: self.drain_timeout,
+            secret: self.secret,
         };
         Ok(start(options)?)
     }

@@ -71,6 +71,7 @@ impl Group {
                 peers: BTreeMap::new(),
                 seed: None,
                 limits: Default::default(),
+                credentials: Default::default(),
             };
             let listeners = Listeners::bind(&options)
                 .await
@@ -101,6 +102,7 @@ impl Group {
                 peers: others,
                 seed: None,
                 limits: Default::default(),
+                credentials: Default::default(),
             };
             let handle = coordinator::start_on(listeners, options)
                 .await
@@ -516,6 +518,7 @@ async fn lone_member_with_a_peer_port(dir: &TestDir) -> CoordinatorHandle {
         peers: BTreeMap::new(),
         seed: None,
         limits: Default::default(),
+        credentials: Default::default(),
     })
     .await
     .unwrap_or_else(|e| panic!("coordinator failed to start: {e}"))

@@ -267,6 +267,8 @@ pub fn code_name(code: ErrorCode) -> &'static str {
         ErrorCode::TooManyWaiters => "TOO_MANY_WAITERS",
         ErrorCode::ReplyTooLarge => "REPLY_TOO_LARGE",
         ErrorCode::TooManyConnections => "TOO_MANY_CONNECTIONS",
+        ErrorCode::Unauthenticated => "UNAUTHENTICATED",
+        ErrorCode::Forbidden => "FORBIDDEN",
     }
 }
 

@@ -222,6 +222,7 @@ fn the_checker_catches_an_acknowledgement_that_runs_ahead_of_the_disk() {
     c.handle_client_message(
         Instant::ZERO,
         ConnectionId(2),
+        &herder_core::auth::Caller::anonymous(),
         ClientRequest::Submit {
             timeout_millis: None,
             request_id: RequestId(1),

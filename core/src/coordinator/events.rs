@@ -147,6 +147,13 @@ pub enum Event {
         conn: ConnectionId,
         error: String,
     },
+    /// A client asked for something its token's role does not allow; nothing changed.
+    Forbidden {
+        conn: ConnectionId,
+        /// The caller, as `Caller::describe` names it.
+        caller: String,
+        request: &'static str,
+    },
     /// This member won an election.
     LeaderElected {
         term: Term,
@@ -369,6 +376,11 @@ impl fmt::Display for Event {
             Event::MalformedFrame { conn, error } => {
                 write!(f, "Malformed frame, closing connection: {conn} error=\"{error}\"")
             }
+            Event::Forbidden {
+                conn,
+                caller,
+                request,
+            } => write!(f, "Request forbidden: {conn} {request} by {caller}"),
             Event::LeaderElected { term } => write!(f, "Leader elected: term={}", term.0),
             Event::TookOver {
                 term,

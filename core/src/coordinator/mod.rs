@@ -76,6 +76,7 @@ pub use disk_image::DiskImage;
 pub use events::{Event, LossReason};
 pub use registry::WorkerEntry;
 
+use crate::auth::{Caller, Role};
 use crate::command::{JobTable, TableError};
 use crate::ids::{ConnectionId, LogIndex, NodeId};
 use crate::job::Job;
@@ -426,15 +427,45 @@ impl Coordinator {
         self.settle();
     }
 
+    /// A request from `caller`, as its connection authenticated (`Caller::anonymous()` on a
+    /// port that checks no tokens). A request the caller's role does not allow is answered
+    /// `FORBIDDEN` and changes nothing, on every member alike.
     pub fn handle_client_message(
         &mut self,
         now: Instant,
         conn: ConnectionId,
+        caller: &Caller,
         message: ClientRequest,
     ) {
         self.member.advance_clock(now);
-        self.client_message(conn, message);
+        if caller.role.permits(&message) {
+            self.client_message(conn, message);
+        } else {
+            self.forbid(conn, caller, &message);
+        }
         self.settle();
+    }
+
+    fn forbid(&mut self, conn: ConnectionId, caller: &Caller, message: &ClientRequest) {
+        let request = message.type_name();
+        let needed = Role::needed_for(message);
+        let m = &mut self.member;
+        m.event(Event::Forbidden {
+            conn,
+            caller: caller.describe(),
+            request,
+        });
+        m.send_client(
+            conn,
+            ClientReply::Error {
+                request_id: Some(message.request_id()),
+                code: ErrorCode::Forbidden,
+                message: format!(
+                    "{request} needs a token with the role {needed} or above; this connection holds {}",
+                    caller.describe()
+                ),
+            },
+        );
     }
 
     /// A message from another member of the group.

@@ -736,6 +736,11 @@ pub enum ErrorCode {
     ReplyTooLarge,
     /// The port already holds its maximum of open connections; this one is closed at once.
     TooManyConnections,
+    /// The port checks credentials and the connection did not present valid ones; it is
+    /// closed.
+    Unauthenticated,
+    /// The caller's token does not allow this request; the connection stays open.
+    Forbidden,
 }
 
 impl ErrorCode {
@@ -752,6 +757,7 @@ impl ErrorCode {
                 | ErrorCode::InvalidMessage
                 | ErrorCode::NotRegistered
                 | ErrorCode::TooManyConnections
+                | ErrorCode::Unauthenticated
         )
     }
 }

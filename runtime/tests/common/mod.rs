@@ -101,7 +101,7 @@ pub fn fast_config() -> CoordinatorConfig {
     }
 }
 
-fn localhost_any() -> SocketAddr {
+pub fn localhost_any() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
@@ -110,6 +110,24 @@ pub async fn try_start_coordinator(
     data_dir: &Path,
     worker_addr: SocketAddr,
     client_addr: SocketAddr,
+) -> Result<CoordinatorHandle, CoordinatorError> {
+    start_checking(
+        config,
+        data_dir,
+        worker_addr,
+        client_addr,
+        Default::default(),
+    )
+    .await
+}
+
+/// Starts a coordinator whose ports check `credentials`.
+pub async fn start_checking(
+    config: CoordinatorConfig,
+    data_dir: &Path,
+    worker_addr: SocketAddr,
+    client_addr: SocketAddr,
+    credentials: herder_runtime::auth::ServerCredentials,
 ) -> Result<CoordinatorHandle, CoordinatorError> {
     coordinator::start(CoordinatorOptions {
         config,
@@ -120,6 +138,7 @@ pub async fn try_start_coordinator(
         peers: Default::default(),
         seed: None,
         limits: Default::default(),
+        credentials,
     })
     .await
 }

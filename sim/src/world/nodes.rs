@@ -306,6 +306,7 @@ fn event_name(event: &Event) -> &'static str {
         Event::AttemptReadopted { .. } => "coordinator: attempt re-adopted",
         Event::AttemptAbandoned { .. } => "coordinator: attempt abandoned",
         Event::MalformedFrame { .. } => "coordinator: malformed frame",
+        Event::Forbidden { .. } => "coordinator: request forbidden",
         Event::JobSplit { .. } => "coordinator: data-parallel job split",
         Event::ParentCompleted { .. } => "coordinator: data-parallel job completed",
         Event::ParentFailed { .. } => "coordinator: data-parallel job failed",

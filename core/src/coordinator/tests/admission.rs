@@ -91,6 +91,7 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
             h.c.handle_client_message(
                 h.now,
                 ConnectionId(10 + i),
+                &crate::auth::Caller::anonymous(),
                 ClientRequest::Submit {
                     timeout_millis: None,
                     partitions: None,
@@ -173,6 +174,7 @@ fn one_connection_cannot_take_every_wait_slot() {
             h.c.handle_client_message(
                 h.now,
                 conn,
+                &crate::auth::Caller::anonymous(),
                 ClientRequest::Wait {
                     request_id,
                     job_id: job,
@@ -295,7 +297,12 @@ fn a_parked_resend_whose_connection_closes_is_dropped() {
     let first = h.request_id();
     h.client_says(keyed(first));
     let resend = h.request_id();
-    h.c.handle_client_message(h.now, ConnectionId(77), keyed(resend));
+    h.c.handle_client_message(
+        h.now,
+        ConnectionId(77),
+        &crate::auth::Caller::anonymous(),
+        keyed(resend),
+    );
     h.c.handle_closed(h.now, ConnectionId(77));
     h.pump();
     h.release_writes();

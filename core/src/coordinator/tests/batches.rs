@@ -170,6 +170,7 @@ fn a_batch_whose_connection_closes_is_dropped_and_its_jobs_still_exist() {
     h.c.handle_client_message(
         h.now,
         ConnectionId(77),
+        &crate::auth::Caller::anonymous(),
         ClientRequest::SubmitBatch { request_id, jobs },
     );
     h.c.handle_closed(h.now, ConnectionId(77));

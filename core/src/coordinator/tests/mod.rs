@@ -208,7 +208,12 @@ impl Harness {
     }
 
     fn client_says(&mut self, message: ClientRequest) {
-        self.c.handle_client_message(self.now, CLIENT_CONN, message);
+        self.c.handle_client_message(
+            self.now,
+            CLIENT_CONN,
+            &crate::auth::Caller::anonymous(),
+            message,
+        );
         self.pump();
     }
 

@@ -196,6 +196,7 @@ fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per
         h.c.handle_client_message(
             h.now,
             ConnectionId(10 + i % 4),
+            &crate::auth::Caller::anonymous(),
             ClientRequest::Submit {
                 timeout_millis: None,
                 partitions: None,

@@ -205,7 +205,12 @@ impl World {
                     };
                     self.submit_batches.insert((conn, *request_id), batch);
                 }
-                machine.handle_client_message(local, id, message)
+                machine.handle_client_message(
+                    local,
+                    id,
+                    &herder_core::auth::Caller::anonymous(),
+                    message,
+                )
             }
         }
         self.drain_coord(coord)

@@ -1,0 +1,168 @@
+//! Credentials from the command line: the files they live in, the token a client presents, and
+//! the rule that a port reachable from other machines must check who connects.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use herder_core::auth::{ClientToken, Secret, TokenTable};
+use herder_runtime::auth::{ServerCredentials, Tokens};
+
+/// The environment variable a client's token may come from (when --token-file is not given).
+pub const TOKEN_ENV: &str = "HERDER_TOKEN";
+/// Largest credential file read (a tokens file of `TOKENS_MAX` long lines fits).
+const CREDENTIAL_FILE_BYTES_MAX: u64 = 8 * 1024 * 1024;
+
+/// What a coordinator checks on each port.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ServerAuthArgs {
+    /// File holding the secret the members of the group prove to each other (24 to 512
+    /// printable characters; the same file on every member).
+    #[arg(long, value_name = "FILE")]
+    pub peer_secret_file: Option<PathBuf>,
+    /// File holding the secret workers prove on the worker port (the same file on every
+    /// worker and member).
+    #[arg(long, value_name = "FILE")]
+    pub worker_secret_file: Option<PathBuf>,
+    /// File of client tokens, one `NAME ROLE TOKEN` a line (roles: admin, submitter, reader;
+    /// `#` starts a comment). Checked on the client port and the HTTP API; re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub client_tokens_file: Option<PathBuf>,
+    /// Let ports that check no credentials listen beyond loopback. Anyone who reaches them can
+    /// then do anything; for a network you trust entirely.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+}
+
+/// Reads a credential file, bounded, naming the file in every error.
+fn read(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(CREDENTIAL_FILE_BYTES_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.len() as u64 > CREDENTIAL_FILE_BYTES_MAX {
+        return Err(format!(
+            "{}: larger than {CREDENTIAL_FILE_BYTES_MAX} bytes",
+            path.display()
+        ));
+    }
+    Ok(text)
+}
+
+pub fn read_secret(path: &Path) -> Result<Arc<Secret>, String> {
+    let text = read(path)?;
+    Secret::from_text(&text)
+        .map(Arc::new)
+        .map_err(|e| format!("{}: the secret {e}", path.display()))
+}
+
+pub fn read_tokens(path: &Path) -> Result<TokenTable, String> {
+    let text = read(path)?;
+    TokenTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+impl ServerAuthArgs {
+    /// The credentials these flags name, read and checked.
+    pub fn load(&self) -> Result<ServerCredentials, String> {
+        let secret = |path: &Option<PathBuf>| path.as_deref().map(read_secret).transpose();
+        let client_tokens = match &self.client_tokens_file {
+            None => None,
+            Some(path) => {
+                let table = read_tokens(path)?;
+                if table.is_empty() {
+                    return Err(format!(
+                        "{}: no tokens; nobody could use the client port",
+                        path.display()
+                    ));
+                }
+                Some(Tokens::new(table))
+            }
+        };
+        Ok(ServerCredentials {
+            worker_secret: secret(&self.worker_secret_file)?,
+            peer_secret: secret(&self.peer_secret_file)?,
+            client_tokens,
+        })
+    }
+
+    /// Refuses to expose a port that checks nobody, unless `--insecure-no-auth` says so (then
+    /// each such port is warned about, at every start).
+    /// `ports`: each port's flag, its address (if it listens) and whether it checks a
+    /// credential.
+    pub fn check_exposure(&self, ports: &[(&str, Option<SocketAddr>, bool)]) -> Result<(), String> {
+        for (flag, addr, checked) in ports {
+            let Some(addr) = addr else { continue };
+            if addr.ip().is_loopback() || *checked {
+                continue;
+            }
+            if !self.insecure_no_auth {
+                return Err(format!(
+                    "{flag} listens on {addr}, beyond this machine, but nothing checks who connects there; give the port its credential ({}), or --insecure-no-auth for a network you trust entirely",
+                    needed_flag(flag)
+                ));
+            }
+            tracing::warn!(
+                %addr,
+                port = flag,
+                "INSECURE: listening beyond this machine with no credential (--insecure-no-auth): anyone who reaches this port can submit and cancel jobs or pose as a worker or a member"
+            );
+        }
+        Ok(())
+    }
+}
+
+fn needed_flag(port_flag: &str) -> &'static str {
+    match port_flag {
+        "--worker-port" => "--worker-secret-file",
+        "--peer-port" => "--peer-secret-file",
+        _ => "--client-tokens-file",
+    }
+}
+
+/// A client's token: `--token-file`, else `HERDER_TOKEN`, else none.
+pub fn client_token(token_file: Option<&Path>) -> Result<Option<Arc<ClientToken>>, String> {
+    let (text, source) = match token_file {
+        Some(path) => (read(path)?, path.display().to_string()),
+        None => match std::env::var(TOKEN_ENV) {
+            Ok(text) => (text, TOKEN_ENV.to_owned()),
+            Err(std::env::VarError::NotPresent) => return Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(format!("{TOKEN_ENV} is not valid text"))
+            }
+        },
+    };
+    ClientToken::from_text(&text)
+        .map(|token| Some(Arc::new(token)))
+        .map_err(|e| format!("{source}: the token {e}"))
+}
+
+/// Re-reads the tokens file on every SIGHUP, replacing the table new connections are checked
+/// against; a file that no longer parses leaves the old table in force and says why.
+pub fn reload_tokens_on_hangup(path: PathBuf, tokens: Tokens) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; the tokens file will not be reloaded");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            match read_tokens(&path) {
+                Ok(table) if !table.is_empty() => {
+                    let count = table.len();
+                    tokens.replace(table);
+                    tracing::info!(file = %path.display(), tokens = count, "Client tokens reloaded");
+                }
+                Ok(_) => {
+                    tracing::error!(file = %path.display(), "Client tokens not reloaded: the file lists none; the old ones stay in force")
+                }
+                Err(error) => {
+                    tracing::error!(%error, "Client tokens not reloaded; the old ones stay in force")
+                }
+            }
+        }
+    });
+}
