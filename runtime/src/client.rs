@@ -35,7 +35,7 @@ use herder_core::tasks::TaskSpec;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::{os_seed, sleep_until, Clock};
-use crate::net::{DialError, DialedConnection, Inbound, Outbound, SendError};
+use crate::net::{DialError, DialTarget, DialedConnection, Inbound, Outbound, SendError};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -451,9 +451,11 @@ impl Driver {
                 ClientOutput::Connect { attempt, address } => {
                     self.connection.dial(
                         attempt,
-                        address,
-                        self.max_frame_bytes,
-                        self.credential.clone(),
+                        DialTarget {
+                            address,
+                            max_frame_bytes: self.max_frame_bytes,
+                            credential: self.credential.clone(),
+                        },
                         self.inputs.clone(),
                         move |inbound| Input::Conn(attempt, inbound),
                         move |result| Input::Connected(attempt, result),

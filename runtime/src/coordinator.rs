@@ -409,8 +409,10 @@ pub async fn start_on(
                 input_tx,
                 Input::Peer,
                 shutdown_rx.clone(),
-                credentials.peer_secret.clone(),
-                refusals.clone(),
+                peer::PeerGate {
+                    secret: credentials.peer_secret.clone(),
+                    refusals: refusals.clone(),
+                },
             )
         })
     });

@@ -742,23 +742,31 @@ pub enum DialError {
     Refused { address: String, error: AuthError },
 }
 
-/// Connects to `address` in the background and, with a `credential`, authenticates. On success
+/// Where a dialing driver connects, and what it proves there.
+#[derive(Clone, Debug)]
+pub struct DialTarget {
+    pub address: String,
+    pub max_frame_bytes: usize,
+    /// Proven right after the connection opens (see [`crate::auth::initiate`]).
+    pub credential: Option<Credential>,
+}
+
+/// Connects to `target.address` in the background and, with a credential, authenticates. On success
 /// the connection's reader reports through `report` (tagged by `wrap`); either way,
 /// `connected` builds the one input that says how the attempt went, which is sent on `report`
 /// too.
-pub fn spawn_connect<M, T, F, C>(
-    address: String,
-    max_frame_bytes: usize,
-    credential: Option<Credential>,
-    report: mpsc::Sender<T>,
-    wrap: F,
-    connected: C,
-) where
+pub fn spawn_connect<M, T, F, C>(target: DialTarget, report: mpsc::Sender<T>, wrap: F, connected: C)
+where
     M: WireMessage + Send + 'static,
     T: Send + 'static,
     F: Fn(Inbound<M>) -> T + Send + 'static,
     C: FnOnce(Result<Outbound, DialError>) -> T + Send + 'static,
 {
+    let DialTarget {
+        address,
+        max_frame_bytes,
+        credential,
+    } = target;
     tokio::spawn(async move {
         let result = match TcpStream::connect(&address).await {
             Ok(mut stream) => {
@@ -803,9 +811,7 @@ impl DialedConnection {
     pub fn dial<M, T, F, C>(
         &mut self,
         attempt: ConnectAttempt,
-        address: String,
-        max_frame_bytes: usize,
-        credential: Option<Credential>,
+        target: DialTarget,
         report: mpsc::Sender<T>,
         wrap: F,
         connected: C,
@@ -816,14 +822,7 @@ impl DialedConnection {
         C: FnOnce(Result<Outbound, DialError>) -> T + Send + 'static,
     {
         self.expected = Some(attempt);
-        spawn_connect(
-            address,
-            max_frame_bytes,
-            credential,
-            report,
-            wrap,
-            connected,
-        );
+        spawn_connect(target, report, wrap, connected);
     }
 
     /// The connection for `attempt` opened. Returns false (and closes it) if the machine no longer

@@ -387,8 +387,8 @@ type Current = Arc<Mutex<HashMap<NodeId, (u64, watch::Sender<bool>)>>>;
 /// Accepts peer connections on `listener` until `shutdown`: each must open with a `HELLO` from
 /// one of `members`; every message it carries (the `HELLO` included) is sent on `inputs` as
 /// `wrap(member, message)`. The tasks log in the span current when this is called.
-/// With a `secret`, a connection must prove it before its `HELLO` is read; one that does not is
-/// refused and recorded in `refusals`.
+/// With a secret in `gate`, a connection must prove it before its `HELLO` is read; one that
+/// does not is refused and recorded in the gate's refusal log.
 pub fn spawn_accept_loop<T, F>(
     listener: TcpListener,
     members: BTreeSet<NodeId>,
@@ -396,8 +396,7 @@ pub fn spawn_accept_loop<T, F>(
     inputs: mpsc::Sender<T>,
     wrap: F,
     mut shutdown: watch::Receiver<bool>,
-    secret: Option<Arc<Secret>>,
-    refusals: RefusalLog,
+    gate: PeerGate,
 ) -> JoinHandle<()>
 where
     T: Send + 'static,
@@ -440,8 +439,8 @@ where
                     members: members.clone(),
                     current: current.clone(),
                     max_frame_bytes,
-                    secret: secret.clone(),
-                    refusals: refusals.clone(),
+                    secret: gate.secret.clone(),
+                    refusals: gate.refusals.clone(),
                     _permit: permit,
                 };
                 tokio::spawn(
@@ -453,6 +452,14 @@ where
         }
         .in_current_span(),
     )
+}
+
+/// What the peer port checks before it reads a `HELLO`.
+#[derive(Clone)]
+pub struct PeerGate {
+    /// The peer secret; `None`: nothing is checked.
+    pub secret: Option<Arc<Secret>>,
+    pub refusals: RefusalLog,
 }
 
 /// One accepted peer connection.

@@ -35,7 +35,7 @@ use crate::clock::{os_seed, sleep_until, Clock};
 use crate::handlers::{
     AsyncFn, BlockingFn, Handler, Handlers, ProgressNote, ProgressReporter, TaskContext, TaskError,
 };
-use crate::net::{DialError, DialedConnection, Inbound, Outbound};
+use crate::net::{DialError, DialTarget, DialedConnection, Inbound, Outbound};
 
 const INPUT_QUEUE_MAX: usize = 4_096;
 /// Attempts with a progress note waiting to be sent (one entry per attempt at most).
@@ -381,9 +381,11 @@ impl Driver {
                 WorkerOutput::Connect { attempt, address } => {
                     self.connection.dial(
                         attempt,
-                        address,
-                        self.max_frame_bytes,
-                        self.credential.clone(),
+                        DialTarget {
+                            address,
+                            max_frame_bytes: self.max_frame_bytes,
+                            credential: self.credential.clone(),
+                        },
                         self.inputs.clone(),
                         move |inbound| Input::Conn(attempt, inbound),
                         move |result| Input::Connected(attempt, result),

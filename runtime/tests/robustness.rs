@@ -697,10 +697,10 @@ async fn a_connection_beyond_the_ports_bound_is_told_why_and_a_closed_one_frees_
         peers: Default::default(),
         seed: None,
         limits: ConnectionLimits {
-            credentials: Default::default(),
             per_port: 2,
             ..ConnectionLimits::default()
         },
+        credentials: Default::default(),
     })
     .await
     .expect("coordinator starts");

@@ -375,11 +375,11 @@ mod tests {
         use crate::ids::{JobId, RequestId};
         let status = ClientRequest::Status {
             request_id: RequestId(1),
-            job_id: JobId::from_u128(1),
+            job_id: JobId(uuid::Uuid::from_u128(1)),
         };
         let cancel = ClientRequest::Cancel {
             request_id: RequestId(1),
-            job_id: JobId::from_u128(1),
+            job_id: JobId(uuid::Uuid::from_u128(1)),
         };
         let purge = ClientRequest::Purge {
             request_id: RequestId(1),

@@ -331,7 +331,8 @@ proptest! {
         let mut acceptor = Acceptor::new(policy.clone(), Nonce(acceptor_nonce));
         let (mut initiator, first) = Initiator::new(credential.clone(), Nonce(initiator_nonce));
         let (accepted, done, _) = run(&mut acceptor, &mut initiator, first);
-        prop_assert!(matches!(accepted, Some(AcceptorStep::Accepted { .. })));
+        let accepted = matches!(accepted, Some(AcceptorStep::Accepted { .. }));
+        prop_assert!(accepted);
         prop_assert_eq!(done, Some(InitiatorStep::Done { name: None, role: None }));
 
         let mut acceptor = Acceptor::new(policy, Nonce(acceptor_nonce));
