@@ -1,9 +1,10 @@
 //! Keeps `docs/PROTOCOL.md` honest.
 //!
 //! - Every ```` ```json ```` block is one whole message. It must decode with the real codec as
-//!   at least one of the five message enums, and encoding what was decoded must give back the
-//!   same JSON, text for text as the encoder pretty-prints it (so the examples show exactly
-//!   what Herder sends, field for field and in the encoder's field order).
+//!   at least one of the seven message enums (the five of the three links and the two of the
+//!   authentication handshake), and encoding what was decoded must give back the same JSON,
+//!   text for text as the encoder pretty-prints it (so the examples show exactly what Herder
+//!   sends, field for field and in the encoder's field order).
 //! - Every wire tag of every enum needs at least one such example, decoded as that enum, and so
 //!   do a few shapes worth showing (an uncertain `NOT_LEADER`, a heartbeat `APPEND`, ...).
 //! - Every ```` ```jsonc ```` block is a nested type (a task, an output, a job view, a log
@@ -11,14 +12,22 @@
 //! - Every task kind, task output kind, attempt outcome and log command has an example, every
 //!   complete snapshot example decodes to job rows, and every value of the small wire enums
 //!   (job states, error codes, roles, ...) is mentioned.
+//! - The handshake example is one Herder computes, with the proofs built as the document says,
+//!   and the requests each token role allows are those the document lists.
 //!
 //! Renaming a field or a tag, or deleting an example, makes this test fail until the document
 //! is updated.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
+use herder_core::auth::{
+    AcceptPolicy, Acceptor, AcceptorStep, AuthReply, AuthRequest, Credential, Initiator,
+    InitiatorStep, Nonce, Proof, Role, Secret, SecretLink,
+};
 use herder_core::command::{Command, LogEntry};
 use herder_core::job::{Job, JobState};
+use herder_core::limits::HANDSHAKE_FRAME_BYTES_MAX;
 use herder_core::protocol::codec::{decode_message, FrameError, WireMessage};
 use herder_core::protocol::{
     AttemptOutcome, CancelReason, ClientReply, ClientRequest, ClusterView, CoordinatorToWorker,
@@ -27,9 +36,11 @@ use herder_core::protocol::{
 };
 use herder_core::replica::{decode_snapshot, RoleKind};
 use herder_core::tasks::{check_task_name, TaskOutput, TaskSpec, EXEC_KIND, TASK_KINDS};
+use hmac::{Hmac, Mac};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use sha2::Sha256;
 
 const DOC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PROTOCOL.md");
 
@@ -38,7 +49,8 @@ fn doc() -> String {
         .unwrap_or_else(|error| panic!("cannot read {DOC_PATH}: {error}"))
 }
 
-// The wire tags, as listed in `core/src/protocol/messages.rs`. When you add a message, add its
+// The wire tags, as listed in `core/src/protocol/messages.rs` (and, for the handshake, in
+// `core/src/auth/handshake.rs`). When you add a message, add its
 // tag here and an example to the document; the exhaustive `tag_of_*` functions below stop
 // compiling until the new variant is named there too.
 const WORKER_TO_COORDINATOR: &[&str] = &[
@@ -68,6 +80,7 @@ const CLIENT_REQUEST: &[&str] = &[
     "WORKERS",
     "CLUSTER",
     "TRANSFER_LEADER",
+    "PURGE",
 ];
 const CLIENT_REPLY: &[&str] = &[
     "SUBMIT_ACCEPTED",
@@ -81,6 +94,7 @@ const CLIENT_REPLY: &[&str] = &[
     "NOT_LEADER",
     "CLUSTER",
     "TRANSFER_STARTED",
+    "PURGED",
     "ERROR",
 ];
 const PEER_MESSAGE: &[&str] = &[
@@ -95,6 +109,8 @@ const PEER_MESSAGE: &[&str] = &[
     "SNAPSHOT_REPLY",
     "TIMEOUT_NOW",
 ];
+const AUTH_REQUEST: &[&str] = &["AUTH_HELLO", "AUTH_PROOF", "AUTH_TOKEN"];
+const AUTH_REPLY: &[&str] = &["AUTH_CHALLENGE", "AUTH_OK", "AUTH_ERROR"];
 
 /// Task output kinds (`TaskOutput`'s wire names).
 const OUTPUT_KINDS: [&str; 10] = [
@@ -139,9 +155,11 @@ const SHAPES: &[&str] = &[
     "APPEND_REPLY success",
     "APPEND_REPLY refusal with conflict_term",
     "APPEND_REPLY refusal without conflict_term",
+    "AUTH_OK with name and role",
+    "AUTH_OK without name and role",
 ];
 
-const ERROR_CODES: [ErrorCode; 14] = [
+const ERROR_CODES: [ErrorCode; 17] = [
     ErrorCode::FrameTooLarge,
     ErrorCode::EmptyFrame,
     ErrorCode::InvalidUtf8,
@@ -156,11 +174,14 @@ const ERROR_CODES: [ErrorCode; 14] = [
     ErrorCode::NotRegistered,
     ErrorCode::TooManyWaiters,
     ErrorCode::ReplyTooLarge,
+    ErrorCode::TooManyConnections,
+    ErrorCode::Unauthenticated,
+    ErrorCode::Forbidden,
 ];
 
 /// The codes after which the connection is closed (`ErrorCode::closes_connection`): the
-/// frame-level ones, and `NOT_REGISTERED`.
-const FRAME_LEVEL_CODES: [&str; 8] = [
+/// frame-level ones, `NOT_REGISTERED`, `TOO_MANY_CONNECTIONS` and `UNAUTHENTICATED`.
+const CLOSING_CODES: [&str; 10] = [
     "FRAME_TOO_LARGE",
     "EMPTY_FRAME",
     "INVALID_UTF8",
@@ -169,7 +190,26 @@ const FRAME_LEVEL_CODES: [&str; 8] = [
     "UNKNOWN_TYPE",
     "INVALID_MESSAGE",
     "NOT_REGISTERED",
+    "TOO_MANY_CONNECTIONS",
+    "UNAUTHENTICATED",
 ];
+
+/// The least role each client request needs, as the table of section 1.1 lists them.
+const ROLE_NEEDED: &[(&str, &str)] = &[
+    ("STATUS", "reader"),
+    ("WAIT", "reader"),
+    ("LIST", "reader"),
+    ("WORKERS", "reader"),
+    ("CLUSTER", "reader"),
+    ("SUBMIT", "submitter"),
+    ("SUBMIT_BATCH", "submitter"),
+    ("CANCEL", "submitter"),
+    ("PURGE", "admin"),
+    ("TRANSFER_LEADER", "admin"),
+];
+
+/// The secret of the handshake example in section 1.1.
+const EXAMPLE_SECRET: &str = "worker-secret-for-the-example-only";
 
 fn tag_of_worker_to_coordinator(message: &WorkerToCoordinator) -> &'static str {
     match message {
@@ -242,6 +282,22 @@ fn tag_of_peer_message(message: &PeerMessage) -> &'static str {
     }
 }
 
+fn tag_of_auth_request(message: &AuthRequest) -> &'static str {
+    match message {
+        AuthRequest::AuthHello { .. } => "AUTH_HELLO",
+        AuthRequest::AuthProof { .. } => "AUTH_PROOF",
+        AuthRequest::AuthToken { .. } => "AUTH_TOKEN",
+    }
+}
+
+fn tag_of_auth_reply(message: &AuthReply) -> &'static str {
+    match message {
+        AuthReply::AuthChallenge { .. } => "AUTH_CHALLENGE",
+        AuthReply::AuthOk { .. } => "AUTH_OK",
+        AuthReply::AuthError { .. } => "AUTH_ERROR",
+    }
+}
+
 fn kind_of_command(command: &Command) -> &'static str {
     match command {
         Command::Submit { .. } => "submit",
@@ -310,6 +366,11 @@ fn shapes_of(message: &Decoded) -> Vec<&'static str> {
             (true, _) => "APPEND_REPLY success",
             (false, Some(_)) => "APPEND_REPLY refusal with conflict_term",
             (false, None) => "APPEND_REPLY refusal without conflict_term",
+        }),
+        Decoded::AuthReply(AuthReply::AuthOk { name, role }) => shapes.push(match (name, role) {
+            (Some(_), Some(_)) => "AUTH_OK with name and role",
+            (None, None) => "AUTH_OK without name and role",
+            _ => "AUTH_OK with only one of name and role",
         }),
         _ => {}
     }
@@ -402,6 +463,8 @@ enum Decoded {
     ClientRequest(ClientRequest),
     ClientReply(ClientReply),
     PeerMessage(PeerMessage),
+    AuthRequest(AuthRequest),
+    AuthReply(AuthReply),
 }
 
 impl Decoded {
@@ -412,6 +475,8 @@ impl Decoded {
             Decoded::ClientRequest(_) => "ClientRequest",
             Decoded::ClientReply(_) => "ClientReply",
             Decoded::PeerMessage(_) => "PeerMessage",
+            Decoded::AuthRequest(_) => "AuthRequest",
+            Decoded::AuthReply(_) => "AuthReply",
         }
     }
 
@@ -423,6 +488,8 @@ impl Decoded {
             Decoded::ClientRequest(m) => tag_of_client_request(m),
             Decoded::ClientReply(m) => tag_of_client_reply(m),
             Decoded::PeerMessage(m) => tag_of_peer_message(m),
+            Decoded::AuthRequest(m) => tag_of_auth_request(m),
+            Decoded::AuthReply(m) => tag_of_auth_reply(m),
         }
     }
 
@@ -434,6 +501,8 @@ impl Decoded {
             Decoded::ClientRequest(m) => m.type_name(),
             Decoded::ClientReply(m) => m.type_name(),
             Decoded::PeerMessage(m) => m.type_name(),
+            Decoded::AuthRequest(m) => m.type_name(),
+            Decoded::AuthReply(m) => m.type_name(),
         }
     }
 }
@@ -500,6 +569,14 @@ fn decode_block(text: &str) -> Result<Vec<Decoded>, String> {
         (
             "PeerMessage",
             decode_as::<PeerMessage>(text, &value).map(Decoded::PeerMessage),
+        ),
+        (
+            "AuthRequest",
+            decode_as::<AuthRequest>(text, &value).map(Decoded::AuthRequest),
+        ),
+        (
+            "AuthReply",
+            decode_as::<AuthReply>(text, &value).map(Decoded::AuthReply),
         ),
     ];
     let mut decoded = Vec::new();
@@ -569,6 +646,8 @@ fn every_json_block_is_a_message_herder_sends_and_every_tag_has_one() {
         ("ClientRequest", CLIENT_REQUEST),
         ("ClientReply", CLIENT_REPLY),
         ("PeerMessage", PEER_MESSAGE),
+        ("AuthRequest", AUTH_REQUEST),
+        ("AuthReply", AUTH_REPLY),
     ];
     for (enum_name, tags) in lists {
         for &tag in tags {
@@ -609,6 +688,8 @@ fn the_tag_lists_match_the_codec() {
     check::<ClientRequest>("ClientRequest", CLIENT_REQUEST, &mut problems);
     check::<ClientReply>("ClientReply", CLIENT_REPLY, &mut problems);
     check::<PeerMessage>("PeerMessage", PEER_MESSAGE, &mut problems);
+    check::<AuthRequest>("AuthRequest", AUTH_REQUEST, &mut problems);
+    check::<AuthReply>("AuthReply", AUTH_REPLY, &mut problems);
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
 }
 
@@ -760,6 +841,8 @@ fn every_enum_value_is_documented() {
         .iter()
         .map(ToString::to_string),
     );
+    names.extend(Role::ALL.iter().map(wire_name));
+    names.extend([SecretLink::Worker, SecretLink::Peer].iter().map(wire_name));
     let doc = doc();
     let missing: Vec<&String> = names
         .iter()
@@ -865,10 +948,188 @@ fn documented_conventions_hold() {
         decode_message::<WorkerToCoordinator>(big),
         Ok(WorkerToCoordinator::Register { incarnation, .. }) if incarnation.0 == u64::MAX
     ));
-    // Section 4.3: `closes_connection()` is true for exactly the seven frame-level codes.
-    // (The coordinator also closes after NOT_REGISTERED; the document says so separately.)
+    // Section 4.3: `closes_connection()` is true for exactly the seven frame-level codes,
+    // `NOT_REGISTERED`, `TOO_MANY_CONNECTIONS` and `UNAUTHENTICATED`.
     for code in ERROR_CODES {
-        let frame_level = FRAME_LEVEL_CODES.contains(&wire_name(&code).as_str());
-        assert_eq!(code.closes_connection(), frame_level, "{code:?}");
+        let closes = CLOSING_CODES.contains(&wire_name(&code).as_str());
+        assert_eq!(code.closes_connection(), closes, "{code:?}");
     }
+
+    // Section 1.1: handshake frames are bounded at 4,096 bytes; nonces and proofs are exactly
+    // 64 lowercase hex digits; `name` and `role` of `AUTH_OK` may be missing or null.
+    assert_eq!(HANDSHAKE_FRAME_BYTES_MAX, 4096);
+    let hello = |nonce: &str| {
+        decode_message::<AuthRequest>(
+            format!(r#"{{"type":"AUTH_HELLO","link":"worker","nonce":"{nonce}"}}"#).as_bytes(),
+        )
+    };
+    assert!(hello(&"ab".repeat(32)).is_ok());
+    for nonce in ["AB".repeat(32), "ab".repeat(31), "ab".repeat(33)] {
+        assert!(
+            matches!(hello(&nonce), Err(FrameError::InvalidMessage { .. })),
+            "{nonce}"
+        );
+    }
+    assert_eq!(
+        decode_message::<AuthReply>(br#"{"type":"AUTH_OK","name":null,"role":null}"#),
+        Ok(AuthReply::AuthOk {
+            name: None,
+            role: None
+        })
+    );
+}
+
+/// The proof of section 1.1, built from the document's description alone.
+fn documented_proof(
+    secret: &str,
+    side: &[u8; 10],
+    link: &str,
+    initiator: &Nonce,
+    acceptor: &Nonce,
+) -> Proof {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret.as_bytes()).expect("any key");
+    mac.update(b"herder-auth-v1\0");
+    mac.update(side);
+    mac.update(link.as_bytes());
+    mac.update(b"\0");
+    mac.update(&initiator.0);
+    mac.update(&acceptor.0);
+    Proof(mac.finalize().into_bytes().into())
+}
+
+/// The handshake shown in section 1.1 is one Herder's two sides produce with the documented
+/// secret, and its proofs are built exactly as the document describes.
+#[test]
+fn the_handshake_example_is_one_herder_computes() {
+    let doc = doc();
+    assert!(
+        doc.contains(&format!("`{EXAMPLE_SECRET}`")),
+        "{DOC_PATH} no longer names the example secret {EXAMPLE_SECRET:?}"
+    );
+    let blocks = fenced_blocks(&doc);
+    let (mut hellos, mut challenges, mut proofs) = (Vec::new(), Vec::new(), Vec::new());
+    for block in blocks_tagged(&blocks, "json") {
+        match decode_message::<AuthRequest>(block.text.as_bytes()) {
+            Ok(hello @ AuthRequest::AuthHello { .. }) => hellos.push(hello),
+            Ok(proof @ AuthRequest::AuthProof { .. }) => proofs.push(proof),
+            _ => {}
+        }
+        if let Ok(challenge @ AuthReply::AuthChallenge { .. }) =
+            decode_message::<AuthReply>(block.text.as_bytes())
+        {
+            challenges.push(challenge);
+        }
+    }
+    let (
+        [hello @ AuthRequest::AuthHello {
+            link,
+            nonce: initiator_nonce,
+        }],
+        [challenge @ AuthReply::AuthChallenge {
+            nonce: acceptor_nonce,
+            proof: acceptor_proof,
+        }],
+        [proof @ AuthRequest::AuthProof {
+            proof: initiator_proof,
+        }],
+    ) = (&hellos[..], &challenges[..], &proofs[..])
+    else {
+        panic!("{DOC_PATH} should show exactly one AUTH_HELLO, AUTH_CHALLENGE and AUTH_PROOF, one handshake: {hellos:?} {challenges:?} {proofs:?}");
+    };
+
+    // The document's construction, byte for byte.
+    let link_name = wire_name(link);
+    assert_eq!(
+        documented_proof(
+            EXAMPLE_SECRET,
+            b"acceptor\0\0",
+            &link_name,
+            initiator_nonce,
+            acceptor_nonce
+        ),
+        *acceptor_proof,
+        "the acceptor's proof"
+    );
+    assert_eq!(
+        documented_proof(
+            EXAMPLE_SECRET,
+            b"initiator\0",
+            &link_name,
+            initiator_nonce,
+            acceptor_nonce
+        ),
+        *initiator_proof,
+        "the initiator's proof"
+    );
+
+    // Herder's own two sides, given the same secret and nonces, say the same.
+    let secret = Arc::new(Secret::from_text(EXAMPLE_SECRET).expect("a valid secret"));
+    let (mut initiator, first) = Initiator::new(
+        Credential::Secret {
+            link: *link,
+            secret: secret.clone(),
+        },
+        *initiator_nonce,
+    );
+    assert_eq!(first, *hello);
+    let mut acceptor = Acceptor::new(
+        AcceptPolicy::Secret {
+            link: *link,
+            secret,
+        },
+        *acceptor_nonce,
+    );
+    assert_eq!(
+        acceptor.handle(first),
+        AcceptorStep::Reply(challenge.clone())
+    );
+    assert_eq!(
+        initiator.handle(challenge.clone()),
+        InitiatorStep::Send(proof.clone())
+    );
+    let AcceptorStep::Accepted { reply, .. } = acceptor.handle(proof.clone()) else {
+        panic!("the example's AUTH_PROOF is refused");
+    };
+    assert_eq!(
+        reply,
+        AuthReply::AuthOk {
+            name: None,
+            role: None
+        }
+    );
+    assert_eq!(
+        initiator.handle(reply),
+        InitiatorStep::Done {
+            name: None,
+            role: None
+        }
+    );
+}
+
+/// Every client request needs the role the document says, as every example of it shows.
+#[test]
+fn the_roles_allow_what_the_document_says() {
+    let mut problems = Vec::new();
+    for tag in CLIENT_REQUEST {
+        if !ROLE_NEEDED.iter().any(|(listed, _)| listed == tag) {
+            problems.push(format!("ROLE_NEEDED does not list {tag}"));
+        }
+    }
+    let blocks = fenced_blocks(&doc());
+    for block in blocks_tagged(&blocks, "json") {
+        let Ok(request) = decode_message::<ClientRequest>(block.text.as_bytes()) else {
+            continue;
+        };
+        let tag = tag_of_client_request(&request);
+        let needed = Role::needed_for(&request).as_str();
+        match ROLE_NEEDED.iter().find(|(listed, _)| *listed == tag) {
+            Some((_, documented)) if *documented == needed => {}
+            Some((_, documented)) => problems.push(format!(
+                "{DOC_PATH}:{}: {tag} needs the role {needed}, not {documented}",
+                block.line
+            )),
+            None => {}
+        }
+    }
+    assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
 }

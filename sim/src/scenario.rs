@@ -60,6 +60,11 @@ pub struct Faults {
     /// runs when its drain timeout ends, stops once drained (or after a bound), and usually
     /// comes back later as a new process serving the same task kinds.
     pub drain: bool,
+    /// Strangers knock: a worker or a member that tries to authenticate with the wrong
+    /// secret, a guessed proof, a replayed or reflected handshake, or another port's
+    /// credential. The handshake's two machines must refuse every one, and accept the honest
+    /// handshake they are drawn beside.
+    pub impostors: bool,
 }
 
 impl Faults {
@@ -84,6 +89,7 @@ impl Faults {
             disk_loss: false,
             worker_leave: false,
             drain: false,
+            impostors: false,
         }
     }
 
@@ -139,6 +145,10 @@ pub struct Scenario {
     pub user_tasks: Vec<String>,
     /// Some submissions carry their own per-attempt deadline (`timeout_millis`).
     pub job_timeouts: bool,
+    /// The last this many clients hold a `reader` token: every write they ask for (a
+    /// submission, a batch, a cancel, a purge, a leadership transfer) must be answered
+    /// `FORBIDDEN` and change nothing.
+    pub reader_clients: usize,
 }
 
 /// Which kinds each of `workers` workers serves, and which user tasks the workload submits,
@@ -217,6 +227,7 @@ impl Scenario {
             malformed: false,
             stalled_reader: false,
             drain: true,
+            impostors: false,
         };
         scenario
     }
@@ -339,6 +350,7 @@ impl Scenario {
             worker_tasks: Vec::new(),
             user_tasks: Vec::new(),
             job_timeouts: false,
+            reader_clients: 0,
         };
         // Network faults are drawn last so adding them did not reshuffle the draws above.
         if scenario.faults != Faults::none() {
@@ -407,6 +419,14 @@ impl Scenario {
                 .iter()
                 .map(|&capacity| rng.range(0, 4 * u64::from(capacity)) as u32)
                 .collect();
+        }
+        // Credentials, drawn after everything else: a reader among several clients, and
+        // strangers knocking.
+        if scenario.clients > 1 && rng.chance(0.4) {
+            scenario.reader_clients = 1;
+        }
+        if scenario.faults != Faults::none() {
+            scenario.faults.impostors = rng.chance(0.3);
         }
         scenario
     }

@@ -99,7 +99,14 @@ pub struct Group {
     peers: String,
 }
 
-/// `herder ARGS` as a command, inside `netns` if given.
+/// Every group's members prove this peer secret to each other, its workers this worker secret,
+/// and its clients present this admin token (in `HERDER_TOKEN`): the groups of these tests run
+/// with every port checking its credential, as a deployment across machines must.
+pub const GROUP_PEER_SECRET: &str = "group-peer-secret-for-tests-0123456789";
+pub const GROUP_WORKER_SECRET: &str = "group-worker-secret-for-tests-012345";
+pub const GROUP_TOKEN: &str = "group-admin-token-for-tests-0123456789";
+
+/// `herder ARGS` as a command, inside `netns` if given, presenting the group's admin token.
 pub fn herder_command(netns: Option<&str>, args: &[&str]) -> Command {
     let mut command = match netns {
         Some(ns) => {
@@ -109,7 +116,10 @@ pub fn herder_command(netns: Option<&str>, args: &[&str]) -> Command {
         }
         None => Command::new(HERDER),
     };
-    command.args(args).stdin(Stdio::null());
+    command
+        .args(args)
+        .env("HERDER_TOKEN", GROUP_TOKEN)
+        .stdin(Stdio::null());
     command
 }
 
@@ -170,6 +180,19 @@ impl Group {
         let root = std::env::temp_dir().join(format!("herder-group-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).expect("create the test's temp dir");
+        let credential = |name: &str, text: &str| {
+            let path = root.join(name);
+            std::fs::write(&path, text).expect("write a credential file");
+            path.to_str().expect("utf-8").to_owned()
+        };
+        let credentials = vec![
+            "--peer-secret-file".to_owned(),
+            credential("peer.secret", GROUP_PEER_SECRET),
+            "--worker-secret-file".to_owned(),
+            credential("worker.secret", GROUP_WORKER_SECRET),
+            "--client-tokens-file".to_owned(),
+            credential("tokens", &format!("tests admin {GROUP_TOKEN}\n")),
+        ];
         let peers = specs
             .iter()
             .map(|s| format!("{}={}", s.id, s.peer_addr()))
@@ -190,7 +213,11 @@ impl Group {
             members,
             workers: Vec::new(),
             client_netns,
-            coordinator_flags: FAST_TIMEOUTS.iter().map(|s| (*s).to_owned()).collect(),
+            coordinator_flags: FAST_TIMEOUTS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .chain(credentials)
+                .collect(),
             peers,
         }
     }
@@ -361,6 +388,8 @@ impl Group {
         let log = self.root.join(format!("worker-{id}.log"));
         let capacity = capacity.to_string();
         let addrs = self.worker_addrs();
+        let worker_secret = self.root.join("worker.secret");
+        let worker_secret = worker_secret.to_str().expect("utf-8");
         let child = herder_command(
             self.client_netns.as_deref(),
             &[
@@ -371,6 +400,8 @@ impl Group {
                 &capacity,
                 "--coordinator",
                 &addrs,
+                "--worker-secret-file",
+                worker_secret,
             ],
         )
         .env("RUST_LOG", "info")
@@ -608,7 +639,12 @@ fn probe_view(address: &str) -> Option<Value> {
         config.connect_timeout = Duration::from_millis(500);
         config.request_timeout = Duration::from_millis(1_000);
         config.max_resends = 0;
-        let client = HerderClient::new(config);
+        let token = herder_core::auth::ClientToken::from_text(GROUP_TOKEN).ok();
+        let client = HerderClient::with_token(
+            config,
+            herder_core::limits::FRAME_BYTES_MAX_DEFAULT,
+            token.map(std::sync::Arc::new),
+        );
         let view = tokio::time::timeout(Duration::from_millis(2_000), client.cluster())
             .await
             .ok()?

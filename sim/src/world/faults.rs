@@ -61,6 +61,9 @@ impl World {
         if faults.drain {
             kinds.push(10);
         }
+        if faults.impostors {
+            kinds.push(11);
+        }
         let kind = self.fault_rng.pick(&kinds).copied();
         let result = match kind {
             Some(0) => {
@@ -131,6 +134,7 @@ impl World {
                 Ok(())
             }
             Some(10) => self.begin_drain(),
+            Some(11) => self.knock(),
             _ => Ok(()),
         };
         let gap = self

@@ -23,6 +23,7 @@ mod disk;
 mod events;
 mod faults;
 mod handlers;
+mod impostors;
 mod network;
 mod nodes;
 mod timers;
@@ -153,6 +154,13 @@ pub struct World {
     stale_results: HashSet<(usize, u64, LeaseId)>,
     /// What each idempotency key was first used for: the task and its deadline.
     key_specs: BTreeMap<String, (TaskSpec, Option<u64>)>,
+    /// The last honest handshake's words, for an impostor to replay.
+    last_handshake: Option<Vec<herder_core::auth::AuthRequest>>,
+    /// Writes a reader client asked for: (connection, request). Each must be answered
+    /// `FORBIDDEN`.
+    reader_writes: HashSet<(usize, RequestId)>,
+    /// The clients that hold a reader's token (the scenario's last `reader_clients`).
+    readers: BTreeSet<usize>,
     hash: Fnv,
     trace: Option<Vec<String>>,
     steps: u64,
@@ -310,6 +318,10 @@ impl World {
             created_by: HashMap::new(),
             stale_results: HashSet::new(),
             key_specs: BTreeMap::new(),
+            last_handshake: None,
+            reader_writes: HashSet::new(),
+            readers: (scenario.clients.saturating_sub(scenario.reader_clients)..scenario.clients)
+                .collect(),
             hash: Fnv::new(),
             trace: trace.then(Vec::new),
             steps: 0,

@@ -371,11 +371,18 @@ impl World {
                 }
                 _ => (ConnOwner::Unknown, None, 1),
             };
+            let mut continue_judging = true;
             if let Some(machine) = &self.coords[c].machine {
                 let key = keyed.as_ref().map(|(key, floor)| (key.as_str(), *floor));
                 self.checker
                     .check_output(c, machine, &output, &owner, key, dp)?;
                 if let Output::ToClient { conn, message } = &output {
+                    if self.check_reader_answer(conn.0 as usize, message)? {
+                        self.count("client: a reader's write refused FORBIDDEN");
+                        continue_judging = false;
+                    }
+                }
+                if let (Output::ToClient { conn, message }, true) = (&output, continue_judging) {
                     let counted = self.check_submission_answer(c, conn.0 as usize, message)?;
                     for what in counted {
                         self.count(what);
@@ -445,6 +452,26 @@ impl World {
     /// Judges a coordinator's answer to a `SUBMIT` or a `SUBMIT_BATCH` against what was sent
     /// (see `Checker::check_submit_reply`, `check_batch_result` and `check_batch_error`), and
     /// names the `ERROR`s in it, to count.
+    /// A reader's write must be answered `ERROR FORBIDDEN`, and nothing else answers it.
+    /// Returns whether `reply` answered such a write (and so was judged here).
+    fn check_reader_answer(&mut self, conn: usize, reply: &ClientReply) -> Result<bool, String> {
+        let Some(request) = reply.request_id() else {
+            return Ok(false);
+        };
+        if !self.reader_writes.contains(&(conn, request)) {
+            return Ok(false);
+        }
+        match reply {
+            ClientReply::Error {
+                code: ErrorCode::Forbidden,
+                ..
+            } => Ok(true),
+            other => Err(format!(
+                "credentials: request {request} on connection {conn}, a write by a client holding a reader's token, was answered {other:?}; it must be ERROR FORBIDDEN and change nothing"
+            )),
+        }
+    }
+
     fn check_submission_answer(
         &mut self,
         c: usize,

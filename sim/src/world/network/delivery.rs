@@ -1,6 +1,7 @@
 //! The far end of a link: the outcome of a connect attempt, a message or a close reaching the
 //! machine it is addressed to, unless the process it was meant for has died since.
 
+use herder_core::auth::{Caller, Role};
 use herder_core::client::ConnectAttempt;
 use herder_core::coordinator::Link;
 use herder_core::ids::{ConnectionId, LogIndex, Term};
@@ -151,7 +152,19 @@ impl World {
                 };
                 machine.handle_malformed(local, id, link, &error);
             }
+            Up::Client(message) if is_reader(peer, &self.readers) && writes(&message) => {
+                // A reader's write: handed over with the reader's caller, and judged as its
+                // answer leaves (it must be FORBIDDEN); nothing of it is recorded as a
+                // submission, since none may happen.
+                self.reader_writes.insert((conn, message.request_id()));
+                machine.handle_client_message(local, id, &reader(), message)
+            }
             Up::Client(message) => {
+                let caller = if is_reader(peer, &self.readers) {
+                    reader()
+                } else {
+                    Caller::anonymous()
+                };
                 if let ClientRequest::Status { request_id, job_id }
                 | ClientRequest::Wait {
                     request_id, job_id, ..
@@ -205,12 +218,7 @@ impl World {
                     };
                     self.submit_batches.insert((conn, *request_id), batch);
                 }
-                machine.handle_client_message(
-                    local,
-                    id,
-                    &herder_core::auth::Caller::anonymous(),
-                    message,
-                )
+                machine.handle_client_message(local, id, &caller, message)
             }
         }
         self.drain_coord(coord)
@@ -361,4 +369,29 @@ impl World {
             }
         }
     }
+}
+
+/// Whether `peer` is a client holding a reader's token.
+fn is_reader(peer: Peer, readers: &std::collections::BTreeSet<usize>) -> bool {
+    matches!(peer, Peer::Client(c) if readers.contains(&c))
+}
+
+/// The caller a reader client's connection authenticated as.
+fn reader() -> Caller {
+    Caller {
+        name: Some("reader".to_owned()),
+        role: Role::Reader,
+    }
+}
+
+/// Whether `request` changes anything, by the world's own list (not the coordinator's rule).
+fn writes(request: &ClientRequest) -> bool {
+    matches!(
+        request,
+        ClientRequest::Submit { .. }
+            | ClientRequest::SubmitBatch { .. }
+            | ClientRequest::Cancel { .. }
+            | ClientRequest::Purge { .. }
+            | ClientRequest::TransferLeader { .. }
+    )
 }

@@ -1,0 +1,226 @@
+//! Credentials from the command line, against real processes on loopback: a port open beyond
+//! the machine must check who connects, credential files are checked at start, and each
+//! client verb presents its token and is held to its role.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{code, herder_within, start_announcing, stdout_json, temp_dir, Server, HERDER};
+
+const WORKER_SECRET: &str = "worker-secret-for-cli-tests-0123456789";
+const SUBMITTER: &str = "submitter-token-for-cli-tests-0123";
+const READER: &str = "reader-token-for-cli-tests-01234567";
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write a credential file");
+    path.to_str().expect("utf-8").to_owned()
+}
+
+fn coordinator_args<'a>(dir: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "coordinator",
+        "--data-dir",
+        dir,
+        "--client-port",
+        "127.0.0.1:0",
+        "--http-port",
+        "off",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn a_port_beyond_loopback_without_its_credential_refuses_to_start() {
+    let dir = temp_dir("auth-exposed");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let data = dir.join("data");
+    let data = data.to_str().expect("utf-8");
+    let output = herder_within(
+        &coordinator_args(data, &["--worker-port", "0.0.0.0:0"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(code(&output), 2, "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--worker-secret-file"), "{stderr}");
+    assert!(
+        !data_dir_used(data),
+        "nothing was written before the refusal"
+    );
+
+    // With the credential it starts; with --insecure-no-auth it starts and says so.
+    let secret = write(&dir, "worker.secret", WORKER_SECRET);
+    for extra in [
+        vec![
+            "--worker-port",
+            "0.0.0.0:0",
+            "--worker-secret-file",
+            &secret,
+        ],
+        vec!["--worker-port", "0.0.0.0:0", "--insecure-no-auth"],
+    ] {
+        let (child, _) = start_announcing(&coordinator_args(data, &extra), &["client_addr="]);
+        drop(Server {
+            child,
+            client_addr: String::new(),
+        });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn data_dir_used(path: &str) -> bool {
+    Path::new(path).exists()
+}
+
+#[test]
+fn a_bad_credential_file_is_refused_at_start_naming_its_line() {
+    let dir = temp_dir("auth-bad-files");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let data = dir.join("data");
+    let data = data.to_str().expect("utf-8");
+    let tokens = write(
+        &dir,
+        "tokens",
+        &format!("# ops\nci submitter {SUBMITTER}\nshort reader tooshort\n"),
+    );
+    let secret = write(&dir, "short.secret", "tiny\n");
+    for (extra, expected) in [
+        (vec!["--client-tokens-file", tokens.as_str()], "line 3"),
+        (vec!["--worker-secret-file", secret.as_str()], "at least 24"),
+        (
+            vec!["--peer-secret-file", "/nonexistent/peer.secret"],
+            "/nonexistent/peer.secret",
+        ),
+    ] {
+        let output = herder_within(&coordinator_args(data, &extra), Duration::from_secs(20));
+        assert_eq!(code(&output), 2, "{extra:?}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{extra:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `herder ARGS --json` with `HERDER_TOKEN` set to `token` (if any), bounded in time.
+fn client(args: &[&str], token: Option<&str>) -> Output {
+    let mut command = Command::new(HERDER);
+    command.args(args).arg("--json").stdin(Stdio::null());
+    command.env_remove("HERDER_TOKEN");
+    if let Some(token) = token {
+        command.env("HERDER_TOKEN", token);
+    }
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run herder");
+    let output = child.wait_with_output().expect("herder exits");
+    output
+}
+
+#[test]
+fn each_client_verb_presents_its_token_and_is_held_to_its_role() {
+    let dir = temp_dir("auth-verbs");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let data = dir.join("data");
+    let data = data.to_str().expect("utf-8");
+    let tokens = write(
+        &dir,
+        "tokens",
+        &format!("ci submitter {SUBMITTER}\ndash reader {READER}\n"),
+    );
+    let secret = write(&dir, "worker.secret", WORKER_SECRET);
+    let submitter_file = write(&dir, "submitter.token", &format!("{SUBMITTER}\n"));
+    let (coordinator, addresses) = start_announcing(
+        &coordinator_args(
+            data,
+            &[
+                "--worker-port",
+                "127.0.0.1:0",
+                "--client-tokens-file",
+                &tokens,
+                "--worker-secret-file",
+                &secret,
+            ],
+        ),
+        &["worker_addr=", "client_addr="],
+    );
+    let _coordinator = Server {
+        child: coordinator,
+        client_addr: addresses[1].clone(),
+    };
+    let worker = Command::new(HERDER)
+        .args([
+            "worker",
+            "--id",
+            "w1",
+            "--coordinator",
+            &addresses[0],
+            "--worker-secret-file",
+            &secret,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a worker");
+    let _worker = Server {
+        child: worker,
+        client_addr: String::new(),
+    };
+    let at = ["--coordinator", addresses[1].as_str()];
+
+    // No token: refused, typed.
+    let output = client(&[&["workers"][..], &at].concat(), None);
+    assert_eq!(
+        stdout_json(&output)["error"]["code"],
+        "UNAUTHENTICATED",
+        "{output:?}"
+    );
+
+    // A submitter's token from a file submits and waits.
+    let args = [
+        &[
+            "submit",
+            "sha256",
+            "--text",
+            "abc",
+            "--wait",
+            "--token-file",
+            &submitter_file,
+        ][..],
+        &at,
+    ]
+    .concat();
+    let output = client(&args, None);
+    assert_eq!(code(&output), 0, "{output:?}");
+    assert_eq!(
+        stdout_json(&output)["job"]["state"],
+        "COMPLETED",
+        "{output:?}"
+    );
+
+    // A reader's token from the environment reads, and may not submit.
+    let output = client(&[&["list"][..], &at].concat(), Some(READER));
+    assert_eq!(code(&output), 0, "{output:?}");
+    let output = client(
+        &[&["submit", "sha256", "--text", "x"][..], &at].concat(),
+        Some(READER),
+    );
+    assert_ne!(code(&output), 0, "{output:?}");
+    assert_eq!(
+        stdout_json(&output)["error"]["code"],
+        "FORBIDDEN",
+        "{output:?}"
+    );
+    let output = client(&[&["list"][..], &at].concat(), Some(READER));
+    assert_eq!(
+        stdout_json(&output)["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "the refused submission created nothing: {output:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
