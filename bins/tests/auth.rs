@@ -104,21 +104,16 @@ fn a_bad_credential_file_is_refused_at_start_naming_its_line() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `herder ARGS --json` with `HERDER_TOKEN` set to `token` (if any), bounded in time.
+/// `herder ARGS --json` with `HERDER_TOKEN` set to `token` (if any), killed (failing the
+/// test) if it has not exited within 30 s.
 fn client(args: &[&str], token: Option<&str>) -> Output {
     let mut command = Command::new(HERDER);
-    command.args(args).arg("--json").stdin(Stdio::null());
-    command.env_remove("HERDER_TOKEN");
+    command.args(args).arg("--json").env_remove("HERDER_TOKEN");
     if let Some(token) = token {
         command.env("HERDER_TOKEN", token);
     }
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run herder");
-    let output = child.wait_with_output().expect("herder exits");
-    output
+    common::cluster::run_bounded(command, Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("herder {args:?} did not exit within 30 s"))
 }
 
 #[test]
