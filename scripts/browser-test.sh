@@ -166,4 +166,34 @@ HERDER_HTTP="$HTTP" SCREENSHOT="$SCREENSHOT" CHROMIUM="$CHROMIUM" node "$BROWSER
 say "Checking $HTTP/metrics"
 python3 "$ROOT/scripts/check-metrics.py" "$HTTP/metrics"
 
-say "Browser test passed; screenshot: $SCREENSHOT"
+stop_dev
+
+# ---- A coordinator that checks tokens ------------------------------------------------------
+
+TOKEN=$(head -c 32 /dev/urandom | base64 | tr -d '\n')
+printf 'dash reader %s\n' "$TOKEN" >"$WORK/tokens"
+say "Starting a coordinator that checks tokens (http $P_HTTP)"
+"$HERDER_BIN" coordinator --data-dir "$WORK/tokens-data" \
+    --worker-port "127.0.0.1:$P_WORKER" \
+    --client-port "127.0.0.1:$P_CLIENT" \
+    --http-port "127.0.0.1:$P_HTTP" \
+    --client-tokens-file "$WORK/tokens" \
+    >"$DEV_LOG" 2>&1 &
+DEV_PID=$!
+deadline=$((SECONDS + 60))
+until [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$HTTP/api/v1/cluster")" = 401 ]; do
+    if ! kill -0 "$DEV_PID" 2>/dev/null; then
+        echo "!! the coordinator exited before its HTTP API answered" >&2
+        exit 1
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+        echo "!! timed out after 60 s waiting for $HTTP/api/v1/cluster to ask for a token" >&2
+        exit 1
+    fi
+    sleep 0.3
+done
+say "Running the token test"
+HERDER_HTTP="$HTTP" HERDER_TOKEN="$TOKEN" SCREENSHOT="$OUT_DIR/token.png" CHROMIUM="$CHROMIUM" \
+    node "$BROWSER_DIR/token.mjs"
+
+say "Browser test passed; screenshots: $SCREENSHOT, $OUT_DIR/token.png"

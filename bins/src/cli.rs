@@ -23,6 +23,11 @@ pub struct Cli {
     /// of their own, so one suffices on small machines and is the fastest measured there.
     #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=IO_THREADS_MAX))]
     pub io_threads: u16,
+    /// A TOML file of settings, `flag-name = value` a line (default: the file HERDER_CONFIG
+    /// names, if set). A flag on the command line wins over its HERDER_<FLAG> environment
+    /// variable, which wins over the file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -99,6 +104,10 @@ pub struct CoordinatorArgs {
     pub auth: crate::credentials::ServerAuthArgs,
     #[command(flatten)]
     pub tuning: CoordinatorTuning,
+    /// Print every setting with its value and where it came from (flag, environment, file or
+    /// default), and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -232,6 +241,9 @@ pub struct WorkerArgs {
     /// File holding the worker secret the coordinators check (their --worker-secret-file).
     #[arg(long, value_name = "FILE")]
     pub worker_secret_file: Option<std::path::PathBuf>,
+    /// Print every setting with its value and where it came from, and exit.
+    #[arg(long)]
+    pub print_config: bool,
     #[command(flatten)]
     pub exec: ExecArgs,
 }

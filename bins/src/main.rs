@@ -3,6 +3,7 @@
 mod batch;
 mod bench;
 mod cli;
+mod config;
 mod credentials;
 mod dev;
 mod group;
@@ -30,15 +31,31 @@ pub mod exit {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let wants_json = std::env::args().any(|arg| arg == "--json");
+    let expanded = match config::expand(std::env::args_os().collect(), &|name| {
+        std::env::var(name).ok()
+    }) {
+        Ok(expanded) => expanded,
+        Err(error) => return ExitCode::from(output::usage_error(&error, wants_json)),
+    };
+    let cli = match Cli::try_parse_from(&expanded.args) {
         Ok(cli) => cli,
-        Err(error) if error.use_stderr() && std::env::args().any(|arg| arg == "--json") => {
+        Err(error) if error.use_stderr() && wants_json => {
             // A script that asked for JSON gets its usage error as JSON too.
             let message = error.render().to_string();
             return ExitCode::from(output::usage_error(message.trim_end(), true));
         }
         Err(error) => error.exit(),
     };
+    let print_config = match &cli.command {
+        Command::Coordinator(args) if args.print_config => Some("coordinator"),
+        Command::Worker(args) if args.print_config => Some("worker"),
+        _ => None,
+    };
+    if let Some(verb) = print_config {
+        config::print(verb, &expanded.args, &expanded.sources);
+        return ExitCode::from(exit::OK);
+    }
     let server = matches!(
         cli.command,
         Command::Coordinator(_) | Command::Worker(_) | Command::Dev(_)

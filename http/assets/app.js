@@ -198,8 +198,33 @@
     }
   }
 
+  // A coordinator that checks tokens answers 401 without one: the token the user gives is kept
+  // in this tab's session storage only (gone when the tab closes) and sent as a bearer token.
+  const TOKEN_KEY = 'herder-token';
+  // Where the token lives when the browser refuses session storage: this page's memory.
+  let pageToken = null;
+
+  function storedToken() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY) || pageToken;
+    } catch (_) {
+      return pageToken;
+    }
+  }
+
+  function askForToken() {
+    const form = $('token-form');
+    if (form.hidden) {
+      form.hidden = false;
+      $('token-input').focus();
+    }
+    $('forget-token').hidden = storedToken() === null;
+  }
+
   async function api(method, path, body) {
     const init = { method, headers: { accept: 'application/json' }, cache: 'no-store' };
+    const token = storedToken();
+    if (token) init.headers.authorization = `Bearer ${token}`;
     if (body !== undefined) {
       init.headers['content-type'] = 'application/json';
       init.body = JSON.stringify(body);
@@ -221,6 +246,7 @@
         data = null;
       }
     }
+    if (response.status === 401) askForToken();
     if (!response.ok) {
       const e = data && typeof data === 'object' ? data.error : null;
       throw new ApiError(
@@ -962,6 +988,32 @@
       if (ev.key === 'Escape' && ui.selectedId && !(ev.target instanceof HTMLTextAreaElement)) closeJob();
     });
     renderPager();
+    $('token-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const value = $('token-input').value.trim();
+      if (!value) return;
+      pageToken = value;
+      try {
+        sessionStorage.setItem(TOKEN_KEY, value);
+      } catch (_) {
+        // Storage refused: the token lasts until the page reloads.
+      }
+      $('token-input').value = '';
+      $('token-form').hidden = true;
+      $('forget-token').hidden = false;
+      requestRefresh();
+    });
+    $('forget-token').addEventListener('click', () => {
+      pageToken = null;
+      try {
+        sessionStorage.removeItem(TOKEN_KEY);
+      } catch (_) {
+        // Nothing stored.
+      }
+      $('forget-token').hidden = true;
+      requestRefresh();
+    });
+    $('forget-token').hidden = storedToken() === null;
 
     const match = /^#job=([^&]+)$/.exec(location.hash);
     if (match) {
