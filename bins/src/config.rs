@@ -379,7 +379,10 @@ fn values_on(args: &[OsString]) -> BTreeMap<String, Vec<String>> {
         }
         if let Some(flag) = word.strip_prefix("--") {
             if let Some((flag, value)) = flag.split_once('=') {
-                values.entry(flag.to_owned()).or_default().push(value.to_owned());
+                values
+                    .entry(flag.to_owned())
+                    .or_default()
+                    .push(value.to_owned());
             } else {
                 let next = words.get(at + 1).filter(|next| !next.starts_with("--"));
                 let entry = values.entry(flag.to_owned()).or_default();
@@ -400,6 +403,14 @@ mod tests {
 
     fn args(words: &[&str]) -> Vec<OsString> {
         words.iter().map(OsString::from).collect()
+    }
+
+    fn words(expanded: &Expanded) -> Vec<String> {
+        expanded
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
     }
 
     fn file(text: &str) -> tempfile_path::Path {
@@ -443,15 +454,20 @@ mod tests {
             _ => None,
         };
         let expanded = expand(
-            args(&["herder", "worker", "--id", "w1", "--capacity", "1", "--config", config.arg()]),
+            args(&[
+                "herder",
+                "worker",
+                "--id",
+                "w1",
+                "--capacity",
+                "1",
+                "--config",
+                config.arg(),
+            ]),
             &env,
         )
         .expect("expands");
-        let words: Vec<String> = expanded
-            .args
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let words = words(&expanded);
         assert_eq!(expanded.sources["capacity"], Source::Flag);
         assert_eq!(expanded.sources["prefetch"], Source::Env);
         assert_eq!(expanded.sources["drain-timeout"], Source::File);
@@ -509,11 +525,7 @@ mod tests {
             &|name| (name == "HERDER_JSON").then(|| "true".to_owned()),
         )
         .expect("expands");
-        let words: Vec<String> = expanded
-            .args
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let words = words(&expanded);
         let dashes = words.iter().position(|w| w == "--").expect("kept");
         let json = words.iter().position(|w| w == "--json").expect("added");
         assert!(json < dashes, "{words:?}");

@@ -20,6 +20,14 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
     path.to_str().expect("utf-8").to_owned()
 }
 
+/// A fresh folder for a test, and the data folder inside it (not created).
+fn scratch(name: &str) -> (std::path::PathBuf, String) {
+    let dir = temp_dir(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let data = dir.join("data").to_str().expect("utf-8").to_owned();
+    (dir, data)
+}
+
 fn coordinator_args<'a>(dir: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "coordinator",
@@ -36,10 +44,8 @@ fn coordinator_args<'a>(dir: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn a_port_beyond_loopback_without_its_credential_refuses_to_start() {
-    let dir = temp_dir("auth-exposed");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let data = dir.join("data");
-    let data = data.to_str().expect("utf-8");
+    let (dir, data) = scratch("auth-exposed");
+    let data = data.as_str();
     let output = herder_within(
         &coordinator_args(data, &["--worker-port", "0.0.0.0:0"]),
         Duration::from_secs(20),
@@ -78,10 +84,8 @@ fn data_dir_used(path: &str) -> bool {
 
 #[test]
 fn a_bad_credential_file_is_refused_at_start_naming_its_line() {
-    let dir = temp_dir("auth-bad-files");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let data = dir.join("data");
-    let data = data.to_str().expect("utf-8");
+    let (dir, data) = scratch("auth-bad-files");
+    let data = data.as_str();
     let tokens = write(
         &dir,
         "tokens",
@@ -118,10 +122,8 @@ fn client(args: &[&str], token: Option<&str>) -> Output {
 
 #[test]
 fn each_client_verb_presents_its_token_and_is_held_to_its_role() {
-    let dir = temp_dir("auth-verbs");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let data = dir.join("data");
-    let data = data.to_str().expect("utf-8");
+    let (dir, data) = scratch("auth-verbs");
+    let data = data.as_str();
     let tokens = write(
         &dir,
         "tokens",

@@ -10,7 +10,10 @@ use common::{code, temp_dir, HERDER};
 
 fn herder_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(HERDER);
-    command.args(args).stdin(Stdio::null()).env_remove("HERDER_CONFIG");
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("HERDER_CONFIG");
     for (name, value) in env {
         command.env(name, value);
     }
@@ -45,18 +48,31 @@ fn a_flag_beats_its_variable_which_beats_the_file_which_beats_the_default() {
             "9",
             "--print-config",
         ],
-        &[("HERDER_MAX_ACTIVE_JOBS", "60"), ("HERDER_MAX_ATTEMPTS", "8")],
+        &[
+            ("HERDER_MAX_ACTIVE_JOBS", "60"),
+            ("HERDER_MAX_ATTEMPTS", "8"),
+        ],
     );
     assert_eq!(code(&output), 0, "{output:?}");
     let printed = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(setting(&printed, "max-attempts"), Some(("9", "flag")), "{printed}");
-    assert_eq!(setting(&printed, "max-active-jobs"), Some(("60", "environment")));
+    assert_eq!(
+        setting(&printed, "max-attempts"),
+        Some(("9", "flag")),
+        "{printed}"
+    );
+    assert_eq!(
+        setting(&printed, "max-active-jobs"),
+        Some(("60", "environment"))
+    );
     assert_eq!(setting(&printed, "retry-base-millis"), Some(("20", "file")));
     assert_eq!(
         setting(&printed, "client-port"),
         Some(("\"127.0.0.1:7371\"", "file"))
     );
-    assert_eq!(setting(&printed, "retry-max-millis"), Some(("60000", "default")));
+    assert_eq!(
+        setting(&printed, "retry-max-millis"),
+        Some(("60000", "default"))
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -65,11 +81,18 @@ fn a_mistake_in_the_file_stops_the_process_naming_the_key_and_its_line() {
     let dir = temp_dir("config-mistake");
     std::fs::create_dir_all(&dir).expect("mkdir");
     let file = dir.join("worker.toml");
-    std::fs::write(&file, "# a worker\nid = \"w1\"\ncapacity = 2\nprefech = 4\n").expect("write");
+    std::fs::write(
+        &file,
+        "# a worker\nid = \"w1\"\ncapacity = 2\nprefech = 4\n",
+    )
+    .expect("write");
     let output = herder_env(&["worker", "--config", file.to_str().expect("utf-8")], &[]);
     assert_eq!(code(&output), 2, "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("worker.toml:4: unknown setting \"prefech\""), "{stderr}");
+    assert!(
+        stderr.contains("worker.toml:4: unknown setting \"prefech\""),
+        "{stderr}"
+    );
 
     // A value clap refuses is refused just as on the command line.
     std::fs::write(&file, "id = \"w1\"\ncapacity = \"many\"\n").expect("write");
@@ -83,13 +106,22 @@ fn a_mistake_in_the_file_stops_the_process_naming_the_key_and_its_line() {
 fn the_annotated_examples_are_read_as_they_are() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
     for (verb, file, key, expected) in [
-        ("coordinator", "coordinator.toml", "client-tokens-file", "\"/etc/herder/tokens\""),
+        (
+            "coordinator",
+            "coordinator.toml",
+            "client-tokens-file",
+            "\"/etc/herder/tokens\"",
+        ),
         ("worker", "worker.toml", "capacity", "4"),
     ] {
         let path = format!("{root}/{file}");
         let output = herder_env(&[verb, "--config", &path, "--print-config"], &[]);
         assert_eq!(code(&output), 0, "{file}: {output:?}");
         let printed = String::from_utf8_lossy(&output.stdout);
-        assert_eq!(setting(&printed, key), Some((expected, "file")), "{file}: {printed}");
+        assert_eq!(
+            setting(&printed, key),
+            Some((expected, "file")),
+            "{file}: {printed}"
+        );
     }
 }
