@@ -117,5 +117,5 @@ warnings=$(grep -c "Connection refused: no valid credential" "$work/coordinator.
 echo "refusal log lines: $warnings"
 start_bg "$work/worker.log" worker --id honest --coordinator "$WORKER_ADDR" --worker-secret-file "$work/worker.secret"
 job=$("$HERDER_BIN" submit sha256 --text abc --coordinator "$CLIENT_ADDR" --wait --json |
-    python3 -c "import json,sys; print(json.load(sys.stdin)['state'])")
+    python3 -c "import json,sys; print(json.load(sys.stdin)['job']['state'])")
 echo "an honest client's job after the flood: $job"

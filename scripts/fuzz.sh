@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 SECONDS_EACH="${FUZZ_SECONDS:-20}"
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(frame_decoder number_lists task_specs coordinator)
+[ ${#targets[@]} -gt 0 ] || targets=(frame_decoder number_lists task_specs coordinator handshake)
 if ! cargo +nightly --version >/dev/null 2>&1; then
     echo "!! the nightly toolchain is missing (rustup toolchain install nightly); fuzzing needs it" >&2
     exit 1
