@@ -139,8 +139,7 @@ pub fn client_token(token_file: Option<&Path>) -> Result<Option<Arc<ClientToken>
         .map_err(|e| format!("{source}: the token {e}"))
 }
 
-/// Re-reads the tokens file on every SIGHUP, replacing the table new connections are checked
-/// against; a file that no longer parses leaves the old table in force and says why.
+/// Re-reads the tokens file on every SIGHUP (see [`reload`]).
 pub fn reload_tokens_on_hangup(path: PathBuf, tokens: Tokens) {
     #[cfg(unix)]
     tokio::spawn(async move {
@@ -150,19 +149,64 @@ pub fn reload_tokens_on_hangup(path: PathBuf, tokens: Tokens) {
             return;
         };
         while hangups.recv().await.is_some() {
-            match read_tokens(&path) {
-                Ok(table) if !table.is_empty() => {
-                    let count = table.len();
-                    tokens.replace(table);
-                    tracing::info!(file = %path.display(), tokens = count, "Client tokens reloaded");
+            match reload(&path, &tokens) {
+                Ok(count) => {
+                    tracing::info!(file = %path.display(), tokens = count, "Client tokens reloaded")
                 }
-                Ok(_) => {
-                    tracing::error!(file = %path.display(), "Client tokens not reloaded: the file lists none; the old ones stay in force")
-                }
-                Err(error) => {
-                    tracing::error!(%error, "Client tokens not reloaded; the old ones stay in force")
-                }
+                Err(error) => tracing::error!(
+                    %error,
+                    "Client tokens not reloaded; the old ones stay in force"
+                ),
             }
         }
     });
+}
+
+/// Replaces the table new connections are checked against with the file's, and says how many
+/// tokens it holds; a file that does not parse, or lists none, changes nothing.
+pub fn reload(path: &Path, tokens: &Tokens) -> Result<usize, String> {
+    let table = read_tokens(path)?;
+    if table.is_empty() {
+        return Err(format!("{}: the file lists no tokens", path.display()));
+    }
+    let count = table.len();
+    tokens.replace(table);
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = "old-token-for-reload-tests-0123456789";
+    const NEW: &str = "new-token-for-reload-tests-0123456789";
+
+    #[test]
+    fn a_reload_takes_a_good_file_whole_and_leaves_a_bad_one_alone() {
+        let path = std::env::temp_dir().join(format!("herder-reload-{}", std::process::id()));
+        let tokens = Tokens::new(TokenTable::parse(&format!("old reader {OLD}\n")).expect("valid"));
+        for bad in [
+            format!("new admin {NEW}\nbroken line\n"),
+            "# nothing\n".to_owned(),
+        ] {
+            std::fs::write(&path, bad).expect("write");
+            assert!(reload(&path, &tokens).is_err());
+            assert!(
+                tokens.current().lookup(OLD).is_some(),
+                "the old token stays"
+            );
+            assert!(
+                tokens.current().lookup(NEW).is_none(),
+                "nothing of a bad file is taken"
+            );
+        }
+        std::fs::write(&path, format!("new admin {NEW}\n")).expect("write");
+        assert_eq!(reload(&path, &tokens), Ok(1));
+        assert!(tokens.current().lookup(NEW).is_some());
+        assert!(
+            tokens.current().lookup(OLD).is_none(),
+            "a token gone from the file is gone"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
 }

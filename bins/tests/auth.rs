@@ -221,3 +221,66 @@ fn each_client_verb_presents_its_token_and_is_held_to_its_role() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_token_added_to_the_file_works_after_sighup() {
+    let (dir, data) = scratch("auth-reload");
+    let tokens = write(&dir, "tokens", &format!("dash reader {READER}\n"));
+    let (coordinator, addresses) = start_announcing(
+        &coordinator_args(
+            &data,
+            &[
+                "--worker-port",
+                "127.0.0.1:0",
+                "--client-tokens-file",
+                &tokens,
+            ],
+        ),
+        &["client_addr="],
+    );
+    let pid = coordinator.id().to_string();
+    let _coordinator = Server {
+        child: coordinator,
+        client_addr: addresses[0].clone(),
+    };
+    let at = ["--coordinator", addresses[0].as_str()];
+    let workers = [&["workers"][..], &at].concat();
+    let refused = client(&workers, Some(SUBMITTER));
+    assert_eq!(
+        stdout_json(&refused)["error"]["code"],
+        "UNAUTHENTICATED",
+        "{refused:?}"
+    );
+
+    let hang_up = || {
+        let status = Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -HUP {pid}");
+    };
+    std::fs::write(
+        &tokens,
+        format!("dash reader {READER}\nci submitter {SUBMITTER}\n"),
+    )
+    .expect("write");
+    hang_up();
+    // The reload is asynchronous: bounded polling until the new token is taken.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let output = client(&workers, Some(SUBMITTER));
+        if code(&output) == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the token added before SIGHUP was never accepted: {output:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The token that stayed in the file still works; one never in it still does not.
+    assert_eq!(code(&client(&workers, Some(READER))), 0);
+    let stranger = client(&workers, Some("never-in-the-file-0123456789abcdef"));
+    assert_eq!(stdout_json(&stranger)["error"]["code"], "UNAUTHENTICATED");
+    let _ = std::fs::remove_dir_all(&dir);
+}
