@@ -782,6 +782,7 @@ mod tests {
             first_started_at_unix_ms: None,
             history: Vec::new(),
             history_dropped: 0,
+            submitted_by: None,
         }
     }
 

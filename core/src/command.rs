@@ -70,6 +70,10 @@ pub enum Command {
         /// Each attempt's deadline, if the submission chose one (else the leader's default).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_millis: Option<u64>,
+        /// The name of the token the submission came with (`None`: a caller with no token).
+        /// Its idempotency key is bound within that name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        submitted_by: Option<String>,
     },
     /// Start an attempt: `QUEUED -> RUNNING` under a fresh lease.
     Assign { job_id: JobId, lease: Lease },
@@ -344,8 +348,8 @@ pub struct JobTable {
     enqueued_in_entry: u64,
     /// The wall-time stamp of the entry being applied, for the attempt history.
     entry_at: UnixMillis,
-    /// Idempotency key -> job, for the job's whole life.
-    idempotency: BTreeMap<String, JobId>,
+    /// Idempotency key, within its submitter -> job, for the job's whole life.
+    idempotency: BTreeMap<ScopedKey, JobId>,
     /// Jobs in submission order (for listing).
     by_submission: BTreeMap<LogIndex, JobId>,
     /// Non-terminal jobs: the admission counter.
@@ -373,15 +377,15 @@ impl JobTable {
         for job in rows {
             let id = job.id;
             check_row(&job).map_err(|detail| TableError::InconsistentJob { job_id: id, detail })?;
-            if let Some(key) = &job.idempotency_key {
-                if let Some(&first) = table.idempotency.get(key) {
+            if let Some(key) = ScopedKey::of(&job) {
+                if let Some(&first) = table.idempotency.get(&key) {
                     return Err(TableError::DuplicateIdempotencyKey {
-                        key: key.clone(),
+                        key: key.to_string(),
                         first,
                         second: id,
                     });
                 }
-                table.idempotency.insert(key.clone(), id);
+                table.idempotency.insert(key, id);
             }
             if job.state == JobState::Queued
                 && !table.queue.insert(job.queue_seq, id, job.task.kind())
@@ -543,7 +547,7 @@ impl JobTable {
     /// `Some(Ok(id))`: replay; `Some(Err(id))`: conflict; `None`: the key is new.
     pub fn check_idempotency(
         &self,
-        key: &str,
+        key: &ScopedKey,
         asked: &SubmitOptions<'_>,
     ) -> Option<Result<JobId, JobId>> {
         let &job_id = self.idempotency.get(key)?;
@@ -605,10 +609,12 @@ impl JobTable {
                 partitions,
                 partitions_asked,
                 timeout_millis,
+                submitted_by,
             } => {
                 return self.apply_submit(
                     (index, at),
                     Submission {
+                        submitted_by,
                         job_id: *job_id,
                         options: SubmitOptions {
                             task,
@@ -676,12 +682,17 @@ impl JobTable {
         follow_on: &mut Vec<Applied>,
     ) -> Applied {
         let Submission {
+            submitted_by,
             job_id,
             options,
             idempotency_key,
             max_active_jobs,
             partitions,
         } = submission;
+        let scoped = idempotency_key.as_ref().map(|key| ScopedKey {
+            owner: submitted_by.clone(),
+            key: key.clone(),
+        });
         let SubmitOptions {
             task,
             max_attempts,
@@ -689,7 +700,7 @@ impl JobTable {
             timeout_millis,
         } = options;
         // Idempotency first: a known key never consumes an admission slot.
-        if let Some(key) = idempotency_key {
+        if let Some(key) = &scoped {
             match self.check_idempotency(key, &options) {
                 Some(Ok(existing)) => return Applied::IdempotentReplay { job_id: existing },
                 Some(Err(existing)) => return Applied::IdempotencyConflict { existing },
@@ -763,12 +774,13 @@ impl JobTable {
             first_started_at: None,
             history: Vec::new(),
             history_dropped: 0,
+            submitted_by: submitted_by.clone(),
         };
         let queue_seq = self.take_queue_seq();
         let mut job = new_job(job_id, task.clone(), queue_seq);
         job.idempotency_key = idempotency_key.clone();
-        if let Some(key) = idempotency_key {
-            self.idempotency.insert(key.clone(), job_id);
+        if let Some(key) = scoped {
+            self.idempotency.insert(key, job_id);
         }
         self.by_submission.insert(index, job_id);
         self.active += 1;
@@ -849,8 +861,8 @@ impl JobTable {
                 "terminal job {job_id} was missing from the finished index"
             );
             self.by_submission.remove(&job.submitted_at);
-            if let Some(key) = &job.idempotency_key {
-                self.idempotency.remove(key);
+            if let Some(key) = ScopedKey::of(&job) {
+                self.idempotency.remove(&key);
             }
             for part in &job.partitions {
                 let row = self.jobs.remove(part);
@@ -1244,10 +1256,10 @@ impl JobTable {
                 }
             }
             self.check_partitions(job)?;
-            if let Some(key) = &job.idempotency_key {
-                if self.idempotency.get(key) != Some(&job.id) {
+            if let Some(key) = ScopedKey::of(job) {
+                if self.idempotency.get(&key) != Some(&job.id) {
                     return Err(format!(
-                        "job {} has key {key:?} but the index disagrees",
+                        "job {} has key {key} but the index disagrees",
                         job.id
                     ));
                 }
@@ -1277,10 +1289,10 @@ impl JobTable {
         }
         for (key, job_id) in &self.idempotency {
             match self.jobs.get(job_id) {
-                Some(job) if job.idempotency_key.as_deref() == Some(key) => {}
+                Some(job) if ScopedKey::of(job).as_ref() == Some(key) => {}
                 _ => {
                     return Err(format!(
-                        "idempotency key {key:?} points at job {job_id} without it"
+                        "idempotency key {key} points at job {job_id} without it"
                     ))
                 }
             }
@@ -1373,11 +1385,39 @@ pub struct SubmitOptions<'a> {
 
 /// The fields of a `Submit`, borrowed.
 struct Submission<'a> {
+    submitted_by: &'a Option<String>,
     job_id: JobId,
     options: SubmitOptions<'a>,
     idempotency_key: &'a Option<String>,
     max_active_jobs: u64,
     partitions: &'a [JobId],
+}
+
+/// An idempotency key as the table binds it: within the name of the token that submitted it
+/// (`None`: a caller with no token), so one caller's keys never name another's jobs.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ScopedKey {
+    pub owner: Option<String>,
+    pub key: String,
+}
+
+impl ScopedKey {
+    /// The key `job` is bound under, if it has one.
+    pub fn of(job: &Job) -> Option<ScopedKey> {
+        job.idempotency_key.as_ref().map(|key| ScopedKey {
+            owner: job.submitted_by.clone(),
+            key: key.clone(),
+        })
+    }
+}
+
+impl std::fmt::Display for ScopedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.owner {
+            Some(owner) => write!(f, "{:?} of {owner:?}", self.key),
+            None => write!(f, "{:?}", self.key),
+        }
+    }
 }
 
 /// The per-row invariants: lease exactly while running, attempt within budget, a result exactly

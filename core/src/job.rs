@@ -283,6 +283,10 @@ pub struct Job {
     /// Older attempts dropped from `history` to keep it within its bound.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub history_dropped: u32,
+    /// The name of the token its submission came with (`None`: a caller with no token); a
+    /// partition carries its parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -334,6 +338,7 @@ impl Job {
             first_started_at_unix_ms: self.first_started_at.map(|at| at.0).filter(|&ms| ms != 0),
             history: self.history.clone(),
             history_dropped: self.history_dropped,
+            submitted_by: self.submitted_by.clone(),
         }
     }
 }
@@ -366,6 +371,7 @@ mod tests {
             first_started_at: None,
             history: Vec::new(),
             history_dropped: 0,
+            submitted_by: None,
         }
     }
 

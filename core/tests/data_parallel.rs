@@ -111,6 +111,7 @@ impl Table {
             max_active_jobs,
             partitions: partitions.to_vec(),
             partitions_asked: Some(Partitions::Count(partitions.len() as u32)),
+            submitted_by: None,
         })
     }
 
@@ -1081,6 +1082,7 @@ fn partition_ids_must_be_distinct_from_each_other_and_from_the_parent() {
                     max_active_jobs: 100,
                     partitions: parts,
                     partitions_asked: None,
+                    submitted_by: None,
                 },
             );
             (table, outcome)

@@ -63,6 +63,7 @@ impl Table {
                 partitions: Vec::new(),
                 partitions_asked: None,
                 timeout_millis: None,
+                submitted_by: None,
             },
         );
     }

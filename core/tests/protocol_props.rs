@@ -261,6 +261,7 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     first_started_at_unix_ms: None,
                     history: Vec::new(),
                     history_dropped: 0,
+                    submitted_by: None,
                 }
             },
         )
@@ -386,6 +387,7 @@ fn command() -> impl Strategy<Value = Command> {
                         max_active_jobs,
                         partitions,
                         partitions_asked,
+                        submitted_by: None,
                     }
                 }
             ),
@@ -1651,6 +1653,7 @@ fn client_reply_wire_forms() {
                 first_started_at_unix_ms: None,
                 history: Vec::new(),
                 history_dropped: 0,
+                submitted_by: None,
             }),
         },
         json!({
@@ -1762,6 +1765,7 @@ fn client_reply_wire_forms() {
                 first_started_at_unix_ms: None,
                 history: Vec::new(),
                 history_dropped: 0,
+                submitted_by: None,
             }),
             cancelled: true,
         },

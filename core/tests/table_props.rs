@@ -195,6 +195,7 @@ impl Concretizer {
                     max_attempts: *max_attempts,
                     idempotency_key: key.map(|k| KEYS[k].to_owned()),
                     max_active_jobs: *limit,
+                    submitted_by: None,
                 }
             }
             Op::Assign {
@@ -317,7 +318,7 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
         non_terminal,
         "invariant 6: admission counter"
     );
-    let mut keys: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
+    let mut keys: BTreeMap<herder_core::command::ScopedKey, Vec<JobId>> = BTreeMap::new();
     for job in table.jobs() {
         prop_assert!(
             job.attempt.0 <= job.max_attempts,
@@ -328,8 +329,8 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
         );
         prop_assert_eq!(job.state == JobState::Running, job.lease.is_some());
         prop_assert_eq!(job.state == JobState::Completed, job.result.is_some());
-        if let Some(key) = &job.idempotency_key {
-            keys.entry(key.as_str()).or_default().push(job.id);
+        if let Some(key) = herder_core::command::ScopedKey::of(job) {
+            keys.entry(key).or_default().push(job.id);
         }
     }
     for (key, jobs) in keys {
@@ -341,7 +342,7 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
             partitions_asked: job.partitions_asked,
             timeout_millis: job.timeout_millis,
         };
-        prop_assert_eq!(table.check_idempotency(key, &asked), Some(Ok(job.id)));
+        prop_assert_eq!(table.check_idempotency(&key, &asked), Some(Ok(job.id)));
     }
     // The queue lists exactly the QUEUED jobs, each once, in ascending queue position.
     let queued: Vec<JobId> = table.queued().collect();
@@ -533,6 +534,7 @@ fn check_step(
             partitions: _,
             partitions_asked,
             max_active_jobs,
+            ..
         } => {
             let bound = idempotency_key.as_ref().and_then(|key| {
                 before
@@ -796,6 +798,7 @@ fn submit(id: u128, key: Option<&str>, max_attempts: u32, limit: u64) -> Command
         max_attempts,
         idempotency_key: key.map(str::to_owned),
         max_active_jobs: limit,
+        submitted_by: None,
     }
 }
 

@@ -249,14 +249,26 @@ impl Model {
                 partitions,
                 partitions_asked,
                 timeout_millis,
-            } => self.submit(
-                at,
-                *job_id,
-                (task, *max_attempts, *timeout_millis, *partitions_asked),
-                idempotency_key,
-                *max_active_jobs,
-                partitions,
-            )?,
+                submitted_by,
+            } => {
+                // The model binds keys as the clients sent them: no simulated client that
+                // writes holds a named token, so no submission may carry a name (the scoping of
+                // keys by name is tested in core, not here).
+                if let Some(name) = submitted_by {
+                    return Err(format!(
+                        "model: entry {} submits job {job_id} as {name:?}, but no simulated writer holds a named token",
+                        entry.index.0
+                    ));
+                }
+                self.submit(
+                    at,
+                    *job_id,
+                    (task, *max_attempts, *timeout_millis, *partitions_asked),
+                    idempotency_key,
+                    *max_active_jobs,
+                    partitions,
+                )?
+            }
             Command::Assign { job_id, lease } => {
                 if let Some(job) = self.jobs.get_mut(job_id) {
                     if job.state == JobState::Queued && job.attempt < job.max_attempts {

@@ -170,6 +170,7 @@ fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
             max_attempts: 3,
             idempotency_key: None,
             max_active_jobs: 10,
+            submitted_by: None,
         },
         Command::Assign {
             job_id: job_id(1),
@@ -437,6 +438,7 @@ fn submit(task: TaskSpec) -> Command {
         max_attempts: 3,
         idempotency_key: None,
         max_active_jobs: 10,
+        submitted_by: None,
     }
 }
 
@@ -652,6 +654,7 @@ fn the_checker_judges_the_errors_a_submission_gets() {
         partitions: Vec::new(),
         partitions_asked: None,
         timeout_millis: None,
+        submitted_by: None,
     }]);
     checker.model.apply(&log[0]).expect("submit");
     let subject = Subject::Submit {

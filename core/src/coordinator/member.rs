@@ -8,7 +8,8 @@ use rand_chacha::ChaCha8Rng;
 
 use super::persistence::Persistence;
 use super::{CoordinatorConfig, Event, Output};
-use crate::command::{Command, JobTable};
+use crate::auth::Caller;
+use crate::command::{Command, JobTable, ScopedKey};
 use crate::ids::{ConnectionId, NodeId, RequestId};
 use crate::protocol::{ClientReply, CoordinatorToWorker, ErrorCode, LeaderHint};
 use crate::replica::{NotLeader, Proposal, Replica};
@@ -26,6 +27,11 @@ pub(super) struct Member {
     /// Where each member's clients and workers connect, as its `HELLO` said (this member's own
     /// from its configuration).
     pub(super) addresses: BTreeMap<NodeId, MemberAddresses>,
+    /// Who holds each open client connection that came with a token (one entry per such
+    /// connection, removed when it closes; a connection without one is the anonymous caller).
+    /// Everything a connection has pending is dropped when it closes, so whatever is still
+    /// worked on for a connection finds its caller here.
+    pub(super) callers: BTreeMap<ConnectionId, Caller>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +41,29 @@ pub(super) struct MemberAddresses {
 }
 
 impl Member {
+    /// Who holds `conn`.
+    pub(super) fn caller(&self, conn: ConnectionId) -> Caller {
+        self.callers
+            .get(&conn)
+            .cloned()
+            .unwrap_or_else(Caller::anonymous)
+    }
+
+    /// The token name `conn` came with, which a job it submits records.
+    pub(super) fn owner(&self, conn: ConnectionId) -> Option<String> {
+        self.callers
+            .get(&conn)
+            .and_then(|caller| caller.name.clone())
+    }
+
+    /// `key` as bound for a submission on `conn`: within its caller's name.
+    pub(super) fn scoped(&self, conn: ConnectionId, key: &str) -> ScopedKey {
+        ScopedKey {
+            owner: self.owner(conn),
+            key: key.to_owned(),
+        }
+    }
+
     pub(super) fn event(&mut self, event: Event) {
         self.outputs.push_back(Output::Event(event));
     }

@@ -244,6 +244,7 @@ impl Coordinator {
                 outputs: VecDeque::new(),
                 now,
                 addresses,
+                callers: BTreeMap::new(),
             },
             leader: None,
             parked: Parked::default(),
@@ -390,6 +391,7 @@ impl Coordinator {
         if let Some(leader) = self.leader.as_mut() {
             leader.handle_closed(&mut self.member, conn);
         }
+        self.member.callers.remove(&conn);
         self.settle();
     }
 
@@ -438,6 +440,12 @@ impl Coordinator {
         message: ClientRequest,
     ) {
         self.member.advance_clock(now);
+        if caller.name.is_some() {
+            self.member
+                .callers
+                .entry(conn)
+                .or_insert_with(|| caller.clone());
+        }
         if caller.role.permits(&message) {
             self.client_message(conn, message);
         } else {

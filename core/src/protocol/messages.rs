@@ -578,6 +578,10 @@ pub struct JobView {
     /// Older attempts left out of `history`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub history_dropped: u32,
+    /// The name of the token the job was submitted with (absent: a caller with no token). Its
+    /// idempotency key is bound within that name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

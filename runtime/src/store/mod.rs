@@ -455,6 +455,7 @@ mod tests {
             first_started_at: None,
             history: Vec::new(),
             history_dropped: 0,
+            submitted_by: None,
         }
     }
 

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::submissions::SubmitTo;
+use crate::command::ScopedKey;
 use crate::ids::{ConnectionId, LogIndex, Term};
 use crate::limits::KEYED_RESENDS_PARKED_MAX;
 use crate::protocol::JobSubmission;
@@ -36,7 +37,7 @@ impl ParkedResend {
 struct InFlight {
     /// Admission slots it takes: the job and each partition.
     slots: u64,
-    key: Option<String>,
+    key: Option<ScopedKey>,
     resends: Vec<ParkedResend>,
 }
 
@@ -45,7 +46,7 @@ pub(super) struct Admitting {
     entries: BTreeMap<At, InFlight>,
     /// Sum of `slots` over `entries`.
     slots: u64,
-    keys: BTreeMap<String, At>,
+    keys: BTreeMap<ScopedKey, At>,
     resends: usize,
 }
 
@@ -56,12 +57,12 @@ impl Admitting {
     }
 
     /// A submission was proposed at `at`.
-    pub(super) fn proposed(&mut self, at: At, slots: u64, key: Option<String>) {
+    pub(super) fn proposed(&mut self, at: At, slots: u64, key: Option<ScopedKey>) {
         if let Some(key) = &key {
             let earlier = self.keys.insert(key.clone(), at);
             assert!(
                 earlier.is_none(),
-                "idempotency key {key:?} proposed twice while in flight (at {earlier:?} and {at:?})"
+                "idempotency key {key} proposed twice while in flight (at {earlier:?} and {at:?})"
             );
         }
         let earlier = self.entries.insert(
@@ -77,7 +78,7 @@ impl Admitting {
     }
 
     /// Where the in-flight submission bound to `key` is, if there is one.
-    pub(super) fn proposal_for(&self, key: &str) -> Option<At> {
+    pub(super) fn proposal_for(&self, key: &ScopedKey) -> Option<At> {
         self.keys.get(key).copied()
     }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{LeaderState, Pending, Read, Waiter};
+use crate::auth::Role;
 use crate::command::Command;
 use crate::coordinator::member::Member;
 use crate::coordinator::timers::Timer;
@@ -302,6 +303,23 @@ impl LeaderState {
             );
         } else if m.table.get(&job_id).is_none() {
             self.job_not_found(m, conn, request_id, job_id);
+        } else if let Some(owner) = foreign_owner(m, conn, job_id) {
+            let caller = m.caller(conn);
+            m.event(crate::coordinator::Event::Forbidden {
+                conn,
+                caller: caller.describe(),
+                request: "CANCEL",
+            });
+            m.client_error(
+                conn,
+                request_id,
+                ErrorCode::Forbidden,
+                format!(
+                    "job {job_id} was submitted by {}; {} may cancel only its own jobs (an admin token cancels any)",
+                    owner.map_or_else(|| "a caller with no token".to_owned(), |o| format!("token {o:?}")),
+                    caller.describe()
+                ),
+            );
         } else if let Some(job) = terminal {
             // Terminal is final: answer from the durable table without writing anything.
             m.send_client(
@@ -321,4 +339,15 @@ impl LeaderState {
             );
         }
     }
+}
+
+/// The submitter of `job_id`, when the caller on `conn` may not cancel it: a token below
+/// `admin` cancels only the jobs it submitted itself.
+fn foreign_owner(m: &Member, conn: ConnectionId, job_id: JobId) -> Option<Option<String>> {
+    let caller = m.caller(conn);
+    if caller.role >= Role::Admin {
+        return None;
+    }
+    let owner = m.table.get(&job_id)?.submitted_by.clone();
+    (owner != caller.name).then_some(owner)
 }

@@ -41,6 +41,15 @@ pub(super) enum SubmitTo {
     },
 }
 
+impl SubmitTo {
+    /// The connection the submission came on.
+    pub(super) fn conn(&self) -> ConnectionId {
+        match self {
+            SubmitTo::Request { conn, .. } | SubmitTo::BatchItem { conn, .. } => *conn,
+        }
+    }
+}
+
 /// A `SUBMIT_BATCH` some of whose jobs are not answered yet.
 pub(super) struct OpenBatch {
     pub(super) conn: ConnectionId,
@@ -186,10 +195,13 @@ impl LeaderState {
                 Ok(this) => this,
                 Err(error) => return refuse(m, error),
             };
-            let key = job.idempotency_key.as_deref();
-            let known =
-                key.is_some_and(|k| m.table.check_idempotency(k, &this.options(job)).is_some());
-            let in_flight = key.is_some_and(|k| self.admitting.proposal_for(k).is_some());
+            let key = job.idempotency_key.as_deref().map(|k| m.scoped(conn, k));
+            let known = key
+                .as_ref()
+                .is_some_and(|k| m.table.check_idempotency(k, &this.options(job)).is_some());
+            let in_flight = key
+                .as_ref()
+                .is_some_and(|k| self.admitting.proposal_for(k).is_some());
             // A key bound or being bound by an earlier request is answered from the table,
             // once its entry applies in the second case: that reads the table.
             if known || in_flight {
@@ -236,12 +248,13 @@ impl LeaderState {
         confirmed: bool,
     ) {
         if let Some(key) = &submission.idempotency_key {
+            let key = m.scoped(to.conn(), key);
             // A known key is answered from the applied (durable) table, with apply's own rule,
             // once this member is confirmed to lead: a deposed leader may still hold a key
             // whose job the group has since purged (and the key since bound to another job).
             let known = m
                 .table
-                .check_idempotency(key, &checked.options(&submission));
+                .check_idempotency(&key, &checked.options(&submission));
             if known.is_some() && !confirmed && m.reads_need_confirmation() {
                 return self.confirm_submission(m, to, submission);
             }
@@ -259,7 +272,7 @@ impl LeaderState {
                 None => {}
             }
             // A key whose submission is still being written: answered once that entry applies.
-            if let Some(at) = self.admitting.proposal_for(key) {
+            if let Some(at) = self.admitting.proposal_for(&key) {
                 if let Err(resend) = self.admitting.park(at, ParkedResend { to, submission }) {
                     let message = format!(
                         "{KEYED_RESENDS_PARKED_MAX} resends already wait for their first submission to be written; retry shortly"
@@ -306,7 +319,10 @@ impl LeaderState {
         }
         let partitions = ids.split_off(1);
         let job_id = ids[0];
-        let key = submission.idempotency_key.clone();
+        let key = submission
+            .idempotency_key
+            .as_deref()
+            .map(|k| m.scoped(to.conn(), k));
         let plain = checked.partitions_asked.is_none() && partitions.is_empty();
         let kind = plain.then(|| checked.task.kind().to_owned());
         let proposal = self.propose(
@@ -320,6 +336,7 @@ impl LeaderState {
                 partitions,
                 partitions_asked: checked.partitions_asked,
                 timeout_millis: submission.timeout_millis,
+                submitted_by: m.owner(to.conn()),
             },
             Some(Pending::Submit { to }),
         );
@@ -346,7 +363,7 @@ impl LeaderState {
             Ok(checked) => {
                 let known = submission.idempotency_key.as_deref().and_then(|key| {
                     m.table
-                        .check_idempotency(key, &checked.options(&submission))
+                        .check_idempotency(&m.scoped(to.conn(), key), &checked.options(&submission))
                 });
                 match known {
                     Some(Ok(job_id)) => SubmitResult::Accepted {

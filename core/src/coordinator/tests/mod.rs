@@ -1061,6 +1061,7 @@ fn the_lease_check_lives_in_apply() {
             idempotency_key: None,
             max_active_jobs: 10,
             partitions_asked: None,
+            submitted_by: None,
         },
         Command::Assign {
             job_id,
@@ -1236,6 +1237,7 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
 
 mod admission;
 mod batches;
+mod callers;
 mod prefetch;
 mod recovery;
 mod registration;

@@ -234,6 +234,7 @@ fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
                 idempotency_key: None,
                 max_active_jobs: 1_000,
                 partitions_asked: None,
+                submitted_by: None,
             },
         },
     );

@@ -277,6 +277,7 @@ fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
         max_active_jobs: 100,
         partitions: Vec::new(),
         partitions_asked: None,
+        submitted_by: None,
     };
     live.apply(next, UnixMillis::UNSTAMPED, &submit);
     rebuilt.apply(next, UnixMillis::UNSTAMPED, &submit);
