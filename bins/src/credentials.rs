@@ -81,9 +81,19 @@ impl ServerAuthArgs {
                 Some(Tokens::new(table))
             }
         };
+        let worker_secret = secret(&self.worker_secret_file)?;
+        let peer_secret = secret(&self.peer_secret_file)?;
+        if let (Some(worker), Some(peer)) = (&worker_secret, &peer_secret) {
+            // Each port its own credential: a worker host must not hold the group's secret.
+            if worker.same_as(peer) {
+                return Err(
+                    "--worker-secret-file and --peer-secret-file hold the same secret; give the group its own, which no worker host holds".to_owned(),
+                );
+            }
+        }
         Ok(ServerCredentials {
-            worker_secret: secret(&self.worker_secret_file)?,
-            peer_secret: secret(&self.peer_secret_file)?,
+            worker_secret,
+            peer_secret,
             client_tokens,
         })
     }

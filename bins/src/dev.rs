@@ -181,6 +181,21 @@ fn plan(args: &DevArgs) -> Result<Vec<Planned>, String> {
     let client = parse_listen_addr(&args.client_port, "127.0.0.1")?;
     let http_default = SocketAddr::from(([127, 0, 0, 1], herder_http::HTTP_PORT_DEFAULT));
     let http = HttpListen::parse(args.http_port.as_deref(), http_default)?;
+    let peer = parse_listen_addr(&args.peer_port, "127.0.0.1")?;
+    // `dev` checks no credentials, so it stays on this machine: a deployment across machines
+    // runs `herder coordinator`, whose ports beyond loopback must check their credentials.
+    for (flag, addr) in [
+        ("--worker-port", Some(worker)),
+        ("--client-port", Some(client)),
+        ("--peer-port", Some(peer)),
+        ("--http-port", http.addr()),
+    ] {
+        if let Some(addr) = addr.filter(|addr| !addr.ip().is_loopback()) {
+            return Err(format!(
+                "{flag} {addr} is beyond this machine, but `herder dev` checks no credentials and listens on loopback only; run `herder coordinator` with credentials to serve other machines"
+            ));
+        }
+    }
     if args.coordinators <= 1 {
         return Ok(vec![Planned {
             id: NodeId("dev".to_owned()),
@@ -208,7 +223,6 @@ fn plan(args: &DevArgs) -> Result<Vec<Planned>, String> {
             )),
         })
     };
-    let peer = parse_listen_addr(&args.peer_port, "127.0.0.1")?;
     (0..args.coordinators)
         .map(|n| {
             Ok(Planned {

@@ -46,8 +46,10 @@ pub struct Gateway {
     /// Client-protocol addresses, this member's own first (for clients made per token).
     pub coordinators: Vec<String>,
     /// One client per token presented, made on its first valid use (at most
-    /// [`TOKEN_CLIENTS_MAX`]; beyond them the map starts again).
-    pub by_token: Mutex<HashMap<String, HerderClient>>,
+    /// [`TOKEN_CLIENTS_MAX`]; beyond them the map starts again), for the generation of the
+    /// tokens table they were made under: a reload drops them all, so a token whose role
+    /// changed authenticates again with its new role.
+    pub by_token: Mutex<(u64, HashMap<String, HerderClient>)>,
 }
 
 /// Clients kept for distinct tokens: each holds one connection to the group.
@@ -68,7 +70,11 @@ fn bearer(g: &Gateway, parts: &axum::http::request::Parts) -> Result<Option<Stri
         .headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
+        .and_then(|value| {
+            // The scheme's name is case-insensitive.
+            let (scheme, token) = value.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        })
         .map(str::trim);
     let Some(token) = presented else {
         return Err(ApiError::unauthenticated(
@@ -91,9 +97,14 @@ impl axum::extract::FromRequestParts<Arc<Gateway>> for Group {
         let Some(token) = bearer(g, parts)? else {
             return Ok(Group(g.group.clone(), None));
         };
-        let mut clients = g.by_token.lock().await;
-        if !clients.contains_key(&token) && clients.len() >= TOKEN_CLIENTS_MAX {
+        let generation = g.tokens.as_ref().map_or(0, Tokens::generation);
+        let mut cache = g.by_token.lock().await;
+        let (made_under, clients) = &mut *cache;
+        if *made_under != generation
+            || (!clients.contains_key(&token) && clients.len() >= TOKEN_CLIENTS_MAX)
+        {
             clients.clear();
+            *made_under = generation;
         }
         let client = clients.entry(token.clone()).or_insert_with(|| {
             let parsed = ClientToken::from_text(&token).ok().map(Arc::new);

@@ -34,28 +34,40 @@ pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 pub const REFUSAL_LOG_ADDRESSES_MAX: usize = 4096;
 
 /// The client tokens a coordinator checks, replaceable while it runs (a reload on SIGHUP):
-/// connections that authenticate after a replacement are checked against the new table.
+/// connections that authenticate after a replacement are checked against the new table. Each
+/// replacement raises a generation number, so whoever keeps something per token (the HTTP
+/// server's clients) can tell it is stale.
 #[derive(Clone, Debug)]
-pub struct Tokens(Arc<RwLock<Arc<TokenTable>>>);
+pub struct Tokens(Arc<RwLock<(u64, Arc<TokenTable>)>>);
 
 impl Tokens {
     pub fn new(table: TokenTable) -> Tokens {
-        Tokens(Arc::new(RwLock::new(Arc::new(table))))
+        Tokens(Arc::new(RwLock::new((0, Arc::new(table)))))
     }
 
     pub fn current(&self) -> Arc<TokenTable> {
+        self.read().1
+    }
+
+    /// How many times the table has been replaced.
+    pub fn generation(&self) -> u64 {
+        self.read().0
+    }
+
+    fn read(&self) -> (u64, Arc<TokenTable>) {
         match self.0.read() {
-            Ok(table) => table.clone(),
+            Ok(current) => current.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
     pub fn replace(&self, table: TokenTable) {
         let table = Arc::new(table);
-        match self.0.write() {
-            Ok(mut current) => *current = table,
-            Err(poisoned) => *poisoned.into_inner() = table,
-        }
+        let mut current = match self.0.write() {
+            Ok(current) => current,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *current = (current.0 + 1, table);
     }
 }
 

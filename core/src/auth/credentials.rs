@@ -116,8 +116,9 @@ pub enum CredentialError {
     BadCharacter,
 }
 
-/// A shared secret (the worker secret or the peer secret). Its `Debug` never shows it.
-#[derive(Clone, PartialEq, Eq)]
+/// A shared secret (the worker secret or the peer secret). Its `Debug` never shows it, and it
+/// has no `==`: a secret is compared only through a proof, in constant time.
+#[derive(Clone)]
 pub struct Secret(Vec<u8>);
 
 impl Secret {
@@ -131,6 +132,12 @@ impl Secret {
 
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.0
+    }
+
+    /// Whether two secrets are the same, compared in constant time (for refusing one secret
+    /// used for two ports).
+    pub fn same_as(&self, other: &Secret) -> bool {
+        constant_time_eq(&self.0, &other.0)
     }
 }
 
@@ -165,8 +172,8 @@ pub enum TokensError {
     BadRole { line: usize, role: String },
     #[error("line {line}: the token {error}")]
     BadToken { line: usize, error: CredentialError },
-    #[error("line {line}: the name {name:?} is already used on line {first}")]
-    DuplicateName {
+    #[error("line {line}: the name {name:?} has another role on line {first}; one name, one role")]
+    NameRoles {
         line: usize,
         first: usize,
         name: String,
@@ -225,8 +232,10 @@ impl TokenTable {
             })?;
             check_credential(token).map_err(|error| TokensError::BadToken { line, error })?;
             let digest = digest(token);
-            if let Some(first) = entries.iter().find(|e| e.name == name) {
-                return Err(TokensError::DuplicateName {
+            // A name may have several tokens (an old and a new one, while clients move), all
+            // with one role: the jobs and keys of the name are the same whichever is used.
+            if let Some(first) = entries.iter().find(|e| e.name == name && e.role != role) {
+                return Err(TokensError::NameRoles {
                     line,
                     first: first.line,
                     name: name.to_owned(),
@@ -354,7 +363,7 @@ mod tests {
             ),
             (
                 format!("ops admin {TOKEN_A}\nops reader {TOKEN_B}"),
-                TokensError::DuplicateName {
+                TokensError::NameRoles {
                     line: 2,
                     first: 1,
                     name: "ops".into(),
@@ -368,6 +377,17 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(TokenTable::parse(&text).err(), Some(expected), "{text}");
         }
+    }
+
+    #[test]
+    fn a_name_may_hold_several_tokens_of_one_role_while_clients_move_to_a_new_one() {
+        let table = TokenTable::parse(&format!("ci submitter {TOKEN_A}\nci submitter {TOKEN_B}\n"))
+            .expect("two tokens of one name and role");
+        assert_eq!(table.lookup(TOKEN_A), table.lookup(TOKEN_B));
+        assert_eq!(
+            table.lookup(TOKEN_B).and_then(|c| c.name).as_deref(),
+            Some("ci")
+        );
     }
 
     #[test]
@@ -395,16 +415,17 @@ mod tests {
 
     #[test]
     fn secrets_are_trimmed_checked_and_never_printed() {
+        // `Secret` has no `==`; its errors are compared instead.
         let secret = Secret::from_text(&format!("{TOKEN_A}\n")).expect("long enough");
         assert_eq!(secret.bytes(), TOKEN_A.as_bytes());
         assert!(!format!("{secret:?}").contains(TOKEN_A));
         assert_eq!(
-            Secret::from_text("tiny"),
-            Err(CredentialError::TooShort { len: 4 })
+            Secret::from_text("tiny").err(),
+            Some(CredentialError::TooShort { len: 4 })
         );
         assert_eq!(
-            Secret::from_text("aaaaaaaaaaaa aaaaaaaaaaaaaaa"),
-            Err(CredentialError::BadCharacter)
+            Secret::from_text("aaaaaaaaaaaa aaaaaaaaaaaaaaa").err(),
+            Some(CredentialError::BadCharacter)
         );
     }
 

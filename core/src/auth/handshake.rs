@@ -73,8 +73,9 @@ macro_rules! hex_serde {
 hex_serde!(Nonce);
 hex_serde!(Proof);
 
-/// What the side that opened a connection sends while authenticating.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What the side that opened a connection sends while authenticating. Its `Debug` shows a
+/// token's length, never the token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
 pub enum AuthRequest {
     /// Opens a challenge-response for the worker or peer secret.
@@ -83,6 +84,22 @@ pub enum AuthRequest {
     AuthProof { proof: Proof },
     /// Presents a client token (the client port's only handshake message).
     AuthToken { token: String },
+}
+
+impl fmt::Debug for AuthRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuthRequest::AuthHello { link, nonce } => f
+                .debug_struct("AuthHello")
+                .field("link", link)
+                .field("nonce", nonce)
+                .finish(),
+            AuthRequest::AuthProof { proof } => {
+                f.debug_struct("AuthProof").field("proof", proof).finish()
+            }
+            AuthRequest::AuthToken { token } => write!(f, "AuthToken({} bytes)", token.len()),
+        }
+    }
 }
 
 impl WireMessage for AuthRequest {
@@ -419,8 +436,8 @@ pub enum Credential {
     Token(Arc<ClientToken>),
 }
 
-/// A client token as a client holds it.
-#[derive(Clone, PartialEq, Eq)]
+/// A client token as a client holds it (no `==`, and a `Debug` that shows only its length).
+#[derive(Clone)]
 pub struct ClientToken(String);
 
 impl ClientToken {

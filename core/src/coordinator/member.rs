@@ -27,10 +27,10 @@ pub(super) struct Member {
     /// Where each member's clients and workers connect, as its `HELLO` said (this member's own
     /// from its configuration).
     pub(super) addresses: BTreeMap<NodeId, MemberAddresses>,
-    /// Who holds each open client connection that came with a token (one entry per such
-    /// connection, removed when it closes; a connection without one is the anonymous caller).
-    /// Everything a connection has pending is dropped when it closes, so whatever is still
-    /// worked on for a connection finds its caller here.
+    /// Who holds each open client connection, as it authenticated (the anonymous caller on a
+    /// port that checks no tokens): one entry per connection that has sent a request, removed
+    /// when it closes. Everything pending for a connection is dropped when it closes, so a
+    /// request worked on later always finds its caller here.
     pub(super) callers: BTreeMap<ConnectionId, Caller>,
 }
 
@@ -41,19 +41,16 @@ pub(super) struct MemberAddresses {
 }
 
 impl Member {
-    /// Who holds `conn`.
-    pub(super) fn caller(&self, conn: ConnectionId) -> Caller {
-        self.callers
-            .get(&conn)
-            .cloned()
-            .unwrap_or_else(Caller::anonymous)
+    /// Who holds `conn`, a client connection with a request in hand.
+    pub(super) fn caller(&self, conn: ConnectionId) -> &Caller {
+        self.callers.get(&conn).unwrap_or_else(|| {
+            panic!("client connection {conn} has no caller: a request outlived its connection")
+        })
     }
 
     /// The token name `conn` came with, which a job it submits records.
     pub(super) fn owner(&self, conn: ConnectionId) -> Option<String> {
-        self.callers
-            .get(&conn)
-            .and_then(|caller| caller.name.clone())
+        self.caller(conn).name.clone()
     }
 
     /// `key` as bound for a submission on `conn`: within its caller's name.

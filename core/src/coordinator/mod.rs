@@ -440,12 +440,15 @@ impl Coordinator {
         message: ClientRequest,
     ) {
         self.member.advance_clock(now);
-        if caller.name.is_some() {
-            self.member
-                .callers
-                .entry(conn)
-                .or_insert_with(|| caller.clone());
-        }
+        let known = self
+            .member
+            .callers
+            .entry(conn)
+            .or_insert_with(|| caller.clone());
+        assert_eq!(
+            known, caller,
+            "client connection {conn} changed its caller; a connection authenticates once"
+        );
         if caller.role.permits(&message) {
             self.client_message(conn, message);
         } else {

@@ -304,7 +304,7 @@ impl LeaderState {
         } else if m.table.get(&job_id).is_none() {
             self.job_not_found(m, conn, request_id, job_id);
         } else if let Some(owner) = foreign_owner(m, conn, job_id) {
-            let caller = m.caller(conn);
+            let caller = m.caller(conn).clone();
             m.event(crate::coordinator::Event::Forbidden {
                 conn,
                 caller: caller.describe(),
