@@ -194,7 +194,7 @@ pub fn expand(
 }
 
 /// `HERDER_` and the flag's name in capitals, `-` as `_`.
-pub fn env_name(flag: &str) -> String {
+fn env_name(flag: &str) -> String {
     format!("HERDER_{}", flag.to_ascii_uppercase().replace('-', "_"))
 }
 

@@ -59,9 +59,17 @@ pub fn read_secret(path: &Path) -> Result<Arc<Secret>, String> {
         .map_err(|e| format!("{}: the secret {e}", path.display()))
 }
 
+/// A tokens file's table; one that lists no token is refused, since nobody could use the port.
 pub fn read_tokens(path: &Path) -> Result<TokenTable, String> {
     let text = read(path)?;
-    TokenTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let table = TokenTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if table.is_empty() {
+        return Err(format!(
+            "{}: no tokens; nobody could use the client port",
+            path.display()
+        ));
+    }
+    Ok(table)
 }
 
 impl ServerAuthArgs {
@@ -70,16 +78,7 @@ impl ServerAuthArgs {
         let secret = |path: &Option<PathBuf>| path.as_deref().map(read_secret).transpose();
         let client_tokens = match &self.client_tokens_file {
             None => None,
-            Some(path) => {
-                let table = read_tokens(path)?;
-                if table.is_empty() {
-                    return Err(format!(
-                        "{}: no tokens; nobody could use the client port",
-                        path.display()
-                    ));
-                }
-                Some(Tokens::new(table))
-            }
+            Some(path) => Some(Tokens::new(read_tokens(path)?)),
         };
         let worker_secret = secret(&self.worker_secret_file)?;
         let peer_secret = secret(&self.peer_secret_file)?;
@@ -176,9 +175,6 @@ pub fn reload_tokens_on_hangup(path: PathBuf, tokens: Tokens) {
 /// tokens it holds; a file that does not parse, or lists none, changes nothing.
 pub fn reload(path: &Path, tokens: &Tokens) -> Result<usize, String> {
     let table = read_tokens(path)?;
-    if table.is_empty() {
-        return Err(format!("{}: the file lists no tokens", path.display()));
-    }
     let count = table.len();
     tokens.replace(table);
     Ok(count)

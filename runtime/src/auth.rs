@@ -80,10 +80,6 @@ pub struct ServerCredentials {
 }
 
 impl ServerCredentials {
-    pub fn is_empty(&self) -> bool {
-        self.worker_secret.is_none() && self.peer_secret.is_none() && self.client_tokens.is_none()
-    }
-
     /// What the port for `port` asks of a new connection, if anything.
     pub fn policy(&self, port: Port) -> Option<AcceptPolicy> {
         match port {

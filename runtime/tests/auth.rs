@@ -22,7 +22,7 @@ use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
 use herder_runtime::auth::{ServerCredentials, Tokens};
 use herder_runtime::client::CallError;
-use herder_runtime::coordinator::{self, CoordinatorHandle, CoordinatorOptions};
+use herder_runtime::coordinator::CoordinatorHandle;
 use herder_runtime::worker::{self, WorkerHandle, WorkerOptions};
 use herder_runtime::HerderClient;
 use tokio::io::AsyncWriteExt;
@@ -51,19 +51,7 @@ fn credentials() -> ServerCredentials {
 }
 
 async fn start(dir: &TestDir, credentials: ServerCredentials) -> CoordinatorHandle {
-    coordinator::start(CoordinatorOptions {
-        config: fast_config(),
-        data_dir: dir.path().to_owned(),
-        worker_addr: localhost_any(),
-        client_addr: localhost_any(),
-        peer_addr: Some(localhost_any()),
-        peers: Default::default(),
-        seed: None,
-        limits: Default::default(),
-        credentials,
-    })
-    .await
-    .expect("coordinator starts")
+    start_checking(fast_config(), dir.path(), credentials).await
 }
 
 fn client_with(addr: SocketAddr, token: Option<&str>) -> HerderClient {

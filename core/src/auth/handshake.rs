@@ -269,13 +269,6 @@ pub enum AcceptPolicy {
 }
 
 impl AcceptPolicy {
-    fn port(&self) -> &'static str {
-        match self {
-            AcceptPolicy::Secret { link, .. } => link.as_str(),
-            AcceptPolicy::Tokens(_) => "client",
-        }
-    }
-
     fn opening(&self) -> &'static str {
         match self {
             AcceptPolicy::Secret { .. } => "AUTH_HELLO",
@@ -413,11 +406,6 @@ impl Acceptor {
                 error,
             },
         }
-    }
-
-    /// Which port this acceptor guards, for logs.
-    pub fn port(&self) -> &'static str {
-        self.policy.port()
     }
 }
 

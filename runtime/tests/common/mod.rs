@@ -101,7 +101,7 @@ pub fn fast_config() -> CoordinatorConfig {
     }
 }
 
-pub fn localhost_any() -> SocketAddr {
+fn localhost_any() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
@@ -110,24 +110,6 @@ pub async fn try_start_coordinator(
     data_dir: &Path,
     worker_addr: SocketAddr,
     client_addr: SocketAddr,
-) -> Result<CoordinatorHandle, CoordinatorError> {
-    start_checking(
-        config,
-        data_dir,
-        worker_addr,
-        client_addr,
-        Default::default(),
-    )
-    .await
-}
-
-/// Starts a coordinator whose ports check `credentials`.
-pub async fn start_checking(
-    config: CoordinatorConfig,
-    data_dir: &Path,
-    worker_addr: SocketAddr,
-    client_addr: SocketAddr,
-    credentials: herder_runtime::auth::ServerCredentials,
 ) -> Result<CoordinatorHandle, CoordinatorError> {
     coordinator::start(CoordinatorOptions {
         config,
@@ -138,9 +120,31 @@ pub async fn start_checking(
         peers: Default::default(),
         seed: None,
         limits: Default::default(),
+        credentials: Default::default(),
+    })
+    .await
+}
+
+/// Starts a coordinator on ephemeral ports of 127.0.0.1, a peer port among them, whose ports
+/// check `credentials`.
+pub async fn start_checking(
+    config: CoordinatorConfig,
+    data_dir: &Path,
+    credentials: herder_runtime::auth::ServerCredentials,
+) -> CoordinatorHandle {
+    coordinator::start(CoordinatorOptions {
+        config,
+        data_dir: data_dir.to_owned(),
+        worker_addr: localhost_any(),
+        client_addr: localhost_any(),
+        peer_addr: Some(localhost_any()),
+        peers: Default::default(),
+        seed: None,
+        limits: Default::default(),
         credentials,
     })
     .await
+    .unwrap_or_else(|e| panic!("coordinator failed to start: {e}"))
 }
 
 /// Starts a coordinator on ephemeral ports of 127.0.0.1.
