@@ -20,8 +20,10 @@ use herder_core::auth::{
 use herder_core::limits::HANDSHAKE_FRAME_BYTES_MAX;
 use herder_core::protocol::codec::{decode_message, encode_frame, FrameError};
 use herder_core::protocol::{ClientReply, CoordinatorToWorker, ErrorCode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::tls::{ServerTls, Stream, TlsPort};
 
 use crate::metrics::Metrics;
 
@@ -77,6 +79,8 @@ pub struct ServerCredentials {
     pub worker_secret: Option<Arc<Secret>>,
     pub peer_secret: Option<Arc<Secret>>,
     pub client_tokens: Option<Tokens>,
+    /// TLS on every port (mutual on the peer link), if configured.
+    pub tls: Option<ServerTls>,
 }
 
 impl ServerCredentials {
@@ -128,6 +132,10 @@ pub enum AcceptFailure {
     Refused(AuthError),
     #[error("no complete handshake within {0:?}")]
     TimedOut(Duration),
+    /// The TLS handshake failed (no client certificate on the peer link, one the CA did not
+    /// issue, a protocol mismatch).
+    #[error("TLS: {0}")]
+    Tls(String),
     #[error("{0}")]
     Broken(String),
 }
@@ -139,9 +147,62 @@ pub fn fresh_nonce() -> Result<Nonce, String> {
     Ok(Nonce(bytes))
 }
 
+/// Runs what `port` asks of a freshly accepted connection, within `within`: TLS if the
+/// coordinator speaks it, then the credential's handshake if the port checks one. A client
+/// that speaks plain text to a TLS port is told so in its own protocol.
+pub async fn admit(
+    tcp: TcpStream,
+    port: Port,
+    credentials: &ServerCredentials,
+    within: Duration,
+) -> Result<(Stream, Caller), AcceptFailure> {
+    let mut stream = match &credentials.tls {
+        None => Stream::Plain(tcp),
+        Some(tls) => {
+            let kind = match port {
+                Port::Peer => TlsPort::Mutual,
+                Port::Worker | Port::Client => TlsPort::ServerOnly,
+            };
+            let acceptor = tls
+                .acceptor(kind)
+                .map_err(|e| AcceptFailure::Broken(e.to_string()))?;
+            let handshake = async {
+                match crate::tls::opens_with_tls(&tcp).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let mut tcp = tcp;
+                        let error = AuthError::Required {
+                            expected:
+                                "a TLS handshake (this port speaks TLS: give the client --tls-ca)",
+                            found: "plain text".to_owned(),
+                        };
+                        let _ =
+                            write_frame(&mut tcp, &refusal_in_link_language(port, &error)).await;
+                        return Err(AcceptFailure::Refused(error));
+                    }
+                    Err(error) => return Err(AcceptFailure::Broken(error.to_string())),
+                }
+                acceptor
+                    .accept(tcp)
+                    .await
+                    .map(|tls| Stream::Tls(Box::new(tls.into())))
+                    .map_err(|error| AcceptFailure::Tls(error.to_string()))
+            };
+            tokio::time::timeout(within, handshake)
+                .await
+                .unwrap_or(Err(AcceptFailure::TimedOut(within)))?
+        }
+    };
+    let caller = match credentials.policy(port) {
+        None => Caller::anonymous(),
+        Some(policy) => accept(&mut stream, port, policy, within).await?,
+    };
+    Ok((stream, caller))
+}
+
 /// Runs the acceptor's side on `stream` under `policy`, answering every step, within `within`.
-pub async fn accept(
-    stream: &mut TcpStream,
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     port: Port,
     policy: AcceptPolicy,
     within: Duration,
@@ -203,8 +264,8 @@ pub enum InitiateFailure {
 }
 
 /// Runs the initiator's side on `stream` with `credential`, within [`HANDSHAKE_TIMEOUT`].
-pub async fn initiate(
-    stream: &mut TcpStream,
+pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     credential: Credential,
 ) -> Result<(), InitiateFailure> {
     let nonce = fresh_nonce().map_err(InitiateFailure::Broken)?;
@@ -285,7 +346,7 @@ fn refusal_in_link_language(port: Port, error: &AuthError) -> Vec<u8> {
 }
 
 /// Reads one whole frame, and not a byte more.
-async fn read_frame(stream: &mut TcpStream) -> Result<Vec<u8>, String> {
+async fn read_frame<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Vec<u8>, String> {
     let mut header = [0u8; 4];
     stream
         .read_exact(&mut header)
@@ -305,11 +366,14 @@ async fn read_frame(stream: &mut TcpStream) -> Result<Vec<u8>, String> {
     Ok(payload)
 }
 
-async fn write_frame(stream: &mut TcpStream, frame: &[u8]) -> Result<(), String> {
-    stream
-        .write_all(frame)
-        .await
-        .map_err(|e| format!("writing a handshake frame: {e}"))
+async fn write_frame<S: AsyncWrite + Unpin>(stream: &mut S, frame: &[u8]) -> Result<(), String> {
+    // A TLS session holds what it is given until flushed.
+    async {
+        stream.write_all(frame).await?;
+        stream.flush().await
+    }
+    .await
+    .map_err(|e| format!("writing a handshake frame: {e}"))
 }
 
 /// Logs refused handshakes at most once per remote address per [`REFUSAL_LOG_EVERY`], so a

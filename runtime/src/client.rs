@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::{os_seed, sleep_until, Clock};
 use crate::net::{DialError, DialTarget, DialedConnection, Inbound, Outbound, SendError};
+use crate::tls::ClientTls;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +133,18 @@ impl HerderClient {
         max_frame_bytes: usize,
         token: Option<Arc<ClientToken>>,
     ) -> HerderClient {
+        HerderClient::secured(config, max_frame_bytes, token, None)
+    }
+
+    /// Like [`HerderClient::with_token`], speaking TLS to the coordinators (verified with
+    /// `tls`) if given. A coordinator whose certificate does not verify is refused like a
+    /// token: the waiting calls fail with `UNAUTHENTICATED`.
+    pub fn secured(
+        config: ClientConfig,
+        max_frame_bytes: usize,
+        token: Option<Arc<ClientToken>>,
+        tls: Option<ClientTls>,
+    ) -> HerderClient {
         let (calls_tx, calls_rx) = mpsc::unbounded_channel();
         let (input_tx, input_rx) = mpsc::channel(1024);
         let driver = Driver {
@@ -141,6 +154,7 @@ impl HerderClient {
             inputs: input_tx,
             connection: DialedConnection::default(),
             credential: token.map(Credential::Token),
+            tls,
             waiting: HashMap::new(),
         };
         tokio::spawn(driver.run(calls_rx, input_rx));
@@ -381,6 +395,7 @@ struct Driver {
     inputs: mpsc::Sender<Input>,
     connection: DialedConnection,
     credential: Option<Credential>,
+    tls: Option<ClientTls>,
     waiting: HashMap<OpId, oneshot::Sender<Result<ClientReply, ClientError>>>,
 }
 
@@ -455,6 +470,7 @@ impl Driver {
                             address,
                             max_frame_bytes: self.max_frame_bytes,
                             credential: self.credential.clone(),
+                            tls: self.tls.clone(),
                         },
                         self.inputs.clone(),
                         move |inbound| Input::Conn(attempt, inbound),

@@ -49,6 +49,7 @@ use crate::net::{
 };
 use crate::peer::{self, Greeting, PeerLinks};
 use crate::store::{Store, StoreError};
+use crate::tls::Stream;
 
 /// Inputs waiting for the driver on each of its two queues (workers and members; clients)
 /// before readers are made to wait (TCP backpressure).
@@ -145,6 +146,8 @@ pub enum CoordinatorError {
     StoreThread(String),
     #[error("{0}")]
     Group(String),
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 enum Input {
@@ -296,6 +299,13 @@ pub async fn start_on(
         client: client_listener,
         peer: peer_listener,
     } = listeners;
+    if let (Some(tls), true) = (
+        &credentials.tls,
+        peer_listener.is_some() || !peers.is_empty(),
+    ) {
+        tls.require_ca()
+            .map_err(|e| CoordinatorError::Tls(e.to_string()))?;
+    }
     let worker_addr = worker_listener
         .local_addr()
         .map_err(|e| CoordinatorError::Group(format!("worker listener: {e}")))?;
@@ -410,20 +420,14 @@ pub async fn start_on(
                 Input::Peer,
                 shutdown_rx.clone(),
                 peer::PeerGate {
-                    secret: credentials.peer_secret.clone(),
+                    credentials: credentials.clone(),
                     refusals: refusals.clone(),
                 },
             )
         })
     });
-    let peer_links = span.in_scope(|| {
-        PeerLinks::start(
-            greeting,
-            &peers,
-            max_frame_bytes,
-            credentials.peer_secret.clone(),
-        )
-    });
+    let peer_links =
+        span.in_scope(|| PeerLinks::start(greeting, &peers, max_frame_bytes, &credentials));
 
     let (batch_tx, batch_rx) = std::sync::mpsc::channel::<PersistBatch>();
     let (durable_tx, durable_rx) = mpsc::unbounded_channel::<Result<BatchId, String>>();
@@ -636,41 +640,38 @@ async fn accept_loop(
             continue;
         };
         let conn = ConnectionId(next_conn.fetch_add(1, Ordering::Relaxed));
-        match context.credentials.policy(context.port()) {
+        let checks = context.credentials.policy(context.port()).is_some()
+            || context.credentials.tls.is_some();
+        if !checks {
             // A port that checks nothing hands the connection over at once, in order.
-            None => {
-                if !serve(stream, conn, slot, Arc::new(Caller::anonymous()), &context).await {
-                    return;
+            let caller = Arc::new(Caller::anonymous());
+            if !serve(stream.into(), conn, slot, caller, &context).await {
+                return;
+            }
+            continue;
+        }
+        // TLS and the handshake run on a task of their own (holding the connection's slot),
+        // so a slow or silent stranger holds up nobody else.
+        let context = context.clone();
+        tokio::spawn(
+            async move {
+                let within = context.limits.first_message_within;
+                match handshake::admit(stream, context.port(), &context.credentials, within).await {
+                    Ok((stream, caller)) => {
+                        serve(stream, conn, slot, Arc::new(caller), &context).await;
+                    }
+                    Err(failure) => context.refusals.refused(context.port(), remote, &failure),
                 }
             }
-            // The handshake runs on a task of its own (holding the connection's slot), so a
-            // slow or silent stranger holds up nobody else.
-            Some(policy) => {
-                let context = context.clone();
-                tokio::spawn(
-                    async move {
-                        let mut stream = stream;
-                        let within = context.limits.first_message_within;
-                        match handshake::accept(&mut stream, context.port(), policy, within).await {
-                            Ok(caller) => {
-                                serve(stream, conn, slot, Arc::new(caller), &context).await;
-                            }
-                            Err(failure) => {
-                                context.refusals.refused(context.port(), remote, &failure)
-                            }
-                        }
-                    }
-                    .in_current_span(),
-                );
-            }
-        }
+            .in_current_span(),
+        );
     }
 }
 
 /// Hands an accepted (and, where the port checks credentials, authenticated) connection to the
 /// driver and starts its reader. False once the driver is gone.
 async fn serve(
-    stream: TcpStream,
+    stream: Stream,
     conn: ConnectionId,
     slot: ConnectionSlot,
     caller: Arc<Caller>,

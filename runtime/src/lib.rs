@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod net;
 pub mod peer;
 pub mod store;
+pub mod tls;
 pub mod worker;
 
 pub use client::{HerderClient, SubmitOptions, Submitted};

@@ -11,6 +11,9 @@
 //! every later frame waits, so frames always leave in the order they were sent. A driver that
 //! sends several messages to one connection in one turn corks them (`send_corked`): they are
 //! encoded into the connection's reused buffer and leave together in one write at `flush`.
+//!
+//! A TLS connection has no direct path: its bytes must pass through the TLS session, which the
+//! writer task owns, so every frame is queued for it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -21,12 +24,13 @@ use herder_core::protocol::codec::{
 };
 use herder_core::worker::ConnectAttempt;
 use serde::Serialize;
-use tokio::io::AsyncReadExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::auth::InitiateFailure;
+use crate::tls::{ClientTls, DialTlsError, Stream};
 
 /// Bytes queued for one connection before it is treated as a stalled peer and closed.
 pub const OUTBOUND_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -101,6 +105,40 @@ impl WriteHalf {
         self.socket.try_write(bytes)
     }
 }
+
+/// Where the writer task writes.
+enum Sink {
+    /// Plain TCP, shared with senders that write directly.
+    Direct(Arc<WriteHalf>),
+    /// A TLS session's write side, the writer's alone.
+    Tls(tokio::io::WriteHalf<Stream>),
+}
+
+impl Sink {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Sink::Direct(socket) => write_all(socket, bytes).await,
+            Sink::Tls(tls) => {
+                tls.write_all(bytes).await?;
+                tls.flush().await
+            }
+        }
+    }
+
+    /// Ends the connection's sending side: dropping the plain write half shuts the socket
+    /// down for writing; a TLS session first says goodbye (close_notify), briefly.
+    async fn close(self) {
+        match self {
+            Sink::Direct(socket) => drop(socket),
+            Sink::Tls(mut tls) => {
+                let _ = tokio::time::timeout(TLS_CLOSE_WITHIN, tls.shutdown()).await;
+            }
+        }
+    }
+}
+
+/// How long a closing TLS connection may take to send its goodbye.
+const TLS_CLOSE_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Locks `mutex`, whose data (bytes, or nothing) stays usable if a holder panicked.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -389,9 +427,12 @@ pub enum Inbound<M> {
     Closed(String),
 }
 
+/// The read side of a connection (plain or TLS).
+type ReadSide = Box<dyn AsyncRead + Unpin + Send>;
+
 /// The read half of a connection whose reader has not started yet.
 pub struct PendingReader {
-    socket: OwnedReadHalf,
+    socket: ReadSide,
     max_frame_bytes: usize,
     closed: watch::Receiver<bool>,
 }
@@ -450,25 +491,39 @@ pub struct ReaderLimits {
 /// Starts the writer task of `stream` and hands back its `Outbound`, with the reader still to be
 /// started. An owner that must learn of the connection before its first message (the
 /// coordinator registers every connection before reading from it) starts the reader afterwards.
-pub fn open_connection(stream: TcpStream, max_frame_bytes: usize) -> (Outbound, PendingReader) {
+pub fn open_connection(
+    stream: impl Into<Stream>,
+    max_frame_bytes: usize,
+) -> (Outbound, PendingReader) {
     open_connection_within(stream, max_frame_bytes, None, WRITE_STALL_MAX)
 }
 
 /// Like [`open_connection`], with the bytes queued for writing also counted against `total`,
 /// and `write_stall` as the longest one write may wait for the peer to read.
 pub fn open_connection_within(
-    stream: TcpStream,
+    stream: impl Into<Stream>,
     max_frame_bytes: usize,
     total: Option<OutboundTotal>,
     write_stall: std::time::Duration,
 ) -> (Outbound, PendingReader) {
-    let _ = stream.set_nodelay(true);
-    let (read_half, write_half) = stream.into_split();
-    let write_half = Arc::new(WriteHalf {
-        socket: write_half,
-        writing: Mutex::new(()),
-    });
-    let direct = Arc::downgrade(&write_half);
+    let stream = stream.into();
+    let _ = stream.tcp().set_nodelay(true);
+    let peer = stream.peer_addr();
+    let (read_half, sink, direct): (ReadSide, _, _) = match stream {
+        Stream::Plain(tcp) => {
+            let (read_half, write_half) = tcp.into_split();
+            let write_half = Arc::new(WriteHalf {
+                socket: write_half,
+                writing: Mutex::new(()),
+            });
+            let direct = Arc::downgrade(&write_half);
+            (Box::new(read_half), Sink::Direct(write_half), direct)
+        }
+        tls @ Stream::Tls(_) => {
+            let (read_half, write_half) = tokio::io::split(tls);
+            (Box::new(read_half), Sink::Tls(write_half), Weak::new())
+        }
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let (closed_tx, closed_rx) = watch::channel(false);
@@ -479,7 +534,7 @@ pub fn open_connection_within(
     let abort = Arc::new(tokio::sync::Notify::new());
     let closing = Arc::new(AtomicBool::new(false));
     tokio::spawn(write_loop(
-        write_half,
+        (sink, peer),
         rx,
         counters,
         (abort.clone(), write_stall),
@@ -506,7 +561,7 @@ pub fn open_connection_within(
 /// Starts both halves of `stream`: a reader task that reports through `report` (tagged by
 /// `wrap`) and a writer task fed through the returned `Outbound`.
 pub fn spawn_connection<M, T, F>(
-    stream: TcpStream,
+    stream: impl Into<Stream>,
     max_frame_bytes: usize,
     report: mpsc::Sender<T>,
     wrap: F,
@@ -540,7 +595,7 @@ impl Counters {
 }
 
 async fn write_loop(
-    socket: Arc<WriteHalf>,
+    (mut socket, peer): (Sink, Option<std::net::SocketAddr>),
     mut rx: mpsc::UnboundedReceiver<WriteCommand>,
     queued: Counters,
     (abort, write_stall): (Arc<tokio::sync::Notify>, std::time::Duration),
@@ -579,7 +634,7 @@ async fn write_loop(
             }
         }
         if !buffer.is_empty() {
-            let write = tokio::time::timeout(write_stall, write_all(&socket, &buffer));
+            let write = tokio::time::timeout(write_stall, socket.write_all(&buffer));
             let written = tokio::select! {
                 written = write => written,
                 () = abort.notified() => break 'outer,
@@ -591,7 +646,7 @@ async fn write_loop(
                 Ok(Err(_)) => break 'outer,
                 Err(_) => {
                     tracing::warn!(
-                        peer = ?socket.socket.peer_addr().ok(),
+                        peer = ?peer,
                         stalled_millis = u64::try_from(write_stall.as_millis()).unwrap_or(u64::MAX),
                         unwritten = queued.own.load(Ordering::Relaxed),
                         "Closing a connection whose peer has read nothing for too long"
@@ -616,7 +671,7 @@ async fn write_loop(
     drop(rx);
     // The only lasting hold on the write half: dropping it shuts the socket down for writing
     // (a sender writing directly at this instant holds it a moment longer, never more).
-    drop(socket);
+    socket.close().await;
     let _ = closed.send(true);
 }
 
@@ -635,7 +690,7 @@ async fn write_all(socket: &WriteHalf, mut bytes: &[u8]) -> std::io::Result<()> 
 }
 
 async fn read_loop<M, T, F>(
-    mut socket: OwnedReadHalf,
+    mut socket: ReadSide,
     max_frame_bytes: usize,
     report: mpsc::Sender<T>,
     wrap: F,
@@ -749,6 +804,52 @@ pub struct DialTarget {
     pub max_frame_bytes: usize,
     /// Proven right after the connection opens (see [`crate::auth::initiate`]).
     pub credential: Option<Credential>,
+    /// TLS first, verifying the server, if given.
+    pub tls: Option<ClientTls>,
+}
+
+/// Opens a connection to `address`: TCP, then TLS if asked, then the credential's handshake.
+pub async fn dial(
+    address: &str,
+    tls: Option<&ClientTls>,
+    credential: Option<Credential>,
+) -> Result<Stream, DialError> {
+    let tcp = TcpStream::connect(address)
+        .await
+        .map_err(|error| DialError::Failed(format!("{address}: {error}")))?;
+    let mut stream = match tls {
+        None => Stream::Plain(tcp),
+        Some(tls) => match tls.connect(address, tcp).await {
+            Ok(stream) => stream,
+            Err(DialTlsError::Broken(reason)) => {
+                return Err(DialError::Failed(format!("{address}: {reason}")))
+            }
+            Err(DialTlsError::Refused(message)) => {
+                return Err(DialError::Refused {
+                    address: address.to_owned(),
+                    error: AuthError::Refused {
+                        code: herder_core::protocol::ErrorCode::Unauthenticated,
+                        message,
+                    },
+                })
+            }
+        },
+    };
+    if let Some(credential) = credential {
+        match crate::auth::initiate(&mut stream, credential).await {
+            Ok(()) => {}
+            Err(InitiateFailure::Refused(error)) => {
+                return Err(DialError::Refused {
+                    address: address.to_owned(),
+                    error,
+                })
+            }
+            Err(InitiateFailure::Broken(reason)) => {
+                return Err(DialError::Failed(format!("{address}: {reason}")))
+            }
+        }
+    }
+    Ok(stream)
 }
 
 /// Connects to `target.address` in the background and, with a credential, authenticates. On success
@@ -766,32 +867,12 @@ where
         address,
         max_frame_bytes,
         credential,
+        tls,
     } = target;
     tokio::spawn(async move {
-        let result = match TcpStream::connect(&address).await {
-            Ok(mut stream) => {
-                let authenticated = match credential {
-                    None => Ok(()),
-                    Some(credential) => crate::auth::initiate(&mut stream, credential).await,
-                };
-                match authenticated {
-                    Ok(()) => Ok(spawn_connection(
-                        stream,
-                        max_frame_bytes,
-                        report.clone(),
-                        wrap,
-                    )),
-                    Err(InitiateFailure::Refused(error)) => Err(DialError::Refused {
-                        address: address.clone(),
-                        error,
-                    }),
-                    Err(InitiateFailure::Broken(reason)) => {
-                        Err(DialError::Failed(format!("{address}: {reason}")))
-                    }
-                }
-            }
-            Err(error) => Err(DialError::Failed(format!("{address}: {error}"))),
-        };
+        let result = dial(&address, tls.as_ref(), credential)
+            .await
+            .map(|stream| spawn_connection(stream, max_frame_bytes, report.clone(), wrap));
         let _ = report.send(connected(result)).await;
     });
 }

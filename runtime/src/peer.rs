@@ -22,22 +22,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herder_core::auth::{AcceptPolicy, Credential, Secret, SecretLink};
+use herder_core::auth::{Credential, Secret, SecretLink};
 use herder_core::client::full_jitter;
 use herder_core::ids::NodeId;
 use herder_core::protocol::codec::{encode_binary_frame, FrameDecoder};
 use herder_core::protocol::PeerMessage;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::auth::{self as handshake, InitiateFailure, Port, RefusalLog};
+use crate::auth::{self as handshake, Port, RefusalLog, ServerCredentials};
 use crate::clock::os_seed;
+use crate::net::DialError;
+use crate::tls::{ServerTls, Stream};
 
 /// Messages queued for one member before new ones are dropped. The leader keeps at most
 /// `APPENDS_IN_FLIGHT_MAX` (32) appends and `SNAPSHOT_CHUNKS_IN_FLIGHT_MAX` (4) snapshot chunks
@@ -130,12 +131,13 @@ pub struct PeerLinks {
 impl PeerLinks {
     /// Starts one outbound task per entry of `peers` (member id -> its peer address). The tasks
     /// log in the span current when this is called.
-    /// With a `secret`, every connection first proves it (and checks the other member does).
+    /// With a peer secret in `credentials`, every connection first proves it (and checks the
+    /// other member does); with TLS, each side presents its certificate (mutual TLS).
     pub fn start(
         greeting: Greeting,
         peers: &BTreeMap<NodeId, String>,
         max_frame_bytes: usize,
-        secret: Option<Arc<Secret>>,
+        credentials: &ServerCredentials,
     ) -> PeerLinks {
         let links = peers
             .iter()
@@ -150,7 +152,8 @@ impl PeerLinks {
                         max_frame_bytes,
                         counters: counters.clone(),
                         rng: ChaCha8Rng::seed_from_u64(os_seed()),
-                        secret: secret.clone(),
+                        secret: credentials.peer_secret.clone(),
+                        tls: credentials.tls.clone(),
                     }
                     .run(rx)
                     .in_current_span(),
@@ -213,6 +216,8 @@ struct Outbound {
     counters: Arc<LinkCounters>,
     rng: ChaCha8Rng,
     secret: Option<Arc<Secret>>,
+    /// The member's TLS; each dial takes the peer client of the files as last read.
+    tls: Option<ServerTls>,
 }
 
 /// Why an outbound connection ended.
@@ -229,12 +234,25 @@ impl Outbound {
         // Whether the last attempt or connection failed in a way already logged.
         let mut down_logged = false;
         loop {
-            let connected =
-                tokio::time::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(&self.address)).await;
-            let mut stream = match connected {
+            let credential = self.secret.as_ref().map(|secret| Credential::Secret {
+                link: SecretLink::Peer,
+                secret: secret.clone(),
+            });
+            let tls = self.tls.as_ref().and_then(ServerTls::peer_client);
+            let dialed = crate::net::dial(&self.address, tls.as_ref(), credential);
+            let stream = match tokio::time::timeout(PEER_CONNECT_TIMEOUT, dialed).await {
                 Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    self.connect_failed(&mut failures, &mut down_logged, &error.to_string());
+                Ok(Err(DialError::Failed(reason))) => {
+                    self.connect_failed(&mut failures, &mut down_logged, &reason);
+                    self.back_off(failures).await;
+                    continue;
+                }
+                Ok(Err(refused @ DialError::Refused { .. })) => {
+                    // A refusal is logged every time (with backoff): a member that cannot join
+                    // its group is the one thing its operator must see.
+                    tracing::error!(peer = %self.to, address = %self.address, reason = %refused, "The peer refused this member's credential");
+                    down_logged = true;
+                    failures = failures.saturating_add(1);
                     self.back_off(failures).await;
                     continue;
                 }
@@ -245,29 +263,10 @@ impl Outbound {
                     continue;
                 }
             };
-            let _ = stream.set_nodelay(true);
-            if let Some(secret) = &self.secret {
-                let credential = Credential::Secret {
-                    link: SecretLink::Peer,
-                    secret: secret.clone(),
-                };
-                if let Err(failure) = handshake::initiate(&mut stream, credential).await {
-                    // A refusal is logged every time (with backoff): a member that cannot join
-                    // its group is the one thing its operator must see.
-                    if matches!(failure, InitiateFailure::Refused(_)) {
-                        tracing::error!(peer = %self.to, address = %self.address, reason = %failure, "The peer refused this member's credential");
-                        down_logged = true;
-                        failures = failures.saturating_add(1);
-                    } else {
-                        self.connect_failed(&mut failures, &mut down_logged, &failure.to_string());
-                    }
-                    self.back_off(failures).await;
-                    continue;
-                }
-            }
+            let _ = stream.tcp().set_nodelay(true);
             let connections = self.counters.connections.fetch_add(1, Ordering::Relaxed) + 1;
             tracing::info!(peer = %self.to, address = %self.address, connections, "Peer link up");
-            let (read_half, write_half) = stream.into_split();
+            let (read_half, write_half) = tokio::io::split(stream);
             match self.serve(read_half, write_half, &mut queue).await {
                 LinkEnd::Stopped => return,
                 LinkEnd::Lost(reason) => {
@@ -308,8 +307,8 @@ impl Outbound {
     /// stops. Reads only to notice the other side closing (it never writes on this link).
     async fn serve(
         &mut self,
-        mut read_half: OwnedReadHalf,
-        mut write_half: OwnedWriteHalf,
+        mut read_half: ReadHalf<Stream>,
+        mut write_half: WriteHalf<Stream>,
         queue: &mut mpsc::Receiver<PeerMessage>,
     ) -> LinkEnd {
         let mut buffer = Vec::new();
@@ -365,8 +364,13 @@ impl Outbound {
     }
 }
 
-async fn write(socket: &mut OwnedWriteHalf, bytes: &[u8]) -> Result<(), String> {
-    match tokio::time::timeout(PEER_WRITE_TIMEOUT, socket.write_all(bytes)).await {
+async fn write(socket: &mut WriteHalf<Stream>, bytes: &[u8]) -> Result<(), String> {
+    let written = async {
+        socket.write_all(bytes).await?;
+        // A TLS session holds what it is given until flushed.
+        socket.flush().await
+    };
+    match tokio::time::timeout(PEER_WRITE_TIMEOUT, written).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(error)) => Err(error.to_string()),
         Err(_) => Err(format!(
@@ -387,8 +391,8 @@ type Current = Arc<Mutex<HashMap<NodeId, (u64, watch::Sender<bool>)>>>;
 /// Accepts peer connections on `listener` until `shutdown`: each must open with a `HELLO` from
 /// one of `members`; every message it carries (the `HELLO` included) is sent on `inputs` as
 /// `wrap(member, message)`. The tasks log in the span current when this is called.
-/// With a secret in `gate`, a connection must prove it before its `HELLO` is read; one that
-/// does not is refused and recorded in the gate's refusal log.
+/// With a secret or TLS in `gate`, a connection must prove itself before its `HELLO` is read;
+/// one that does not is refused and recorded in the gate's refusal log.
 pub fn spawn_accept_loop<T, F>(
     listener: TcpListener,
     members: BTreeSet<NodeId>,
@@ -439,7 +443,7 @@ where
                     members: members.clone(),
                     current: current.clone(),
                     max_frame_bytes,
-                    secret: gate.secret.clone(),
+                    credentials: gate.credentials.clone(),
                     refusals: gate.refusals.clone(),
                     _permit: permit,
                 };
@@ -457,8 +461,8 @@ where
 /// What the peer port checks before it reads a `HELLO`.
 #[derive(Clone)]
 pub struct PeerGate {
-    /// The peer secret; `None`: nothing is checked.
-    pub secret: Option<Arc<Secret>>,
+    /// The peer secret and TLS are checked, if configured (nothing else is used).
+    pub credentials: ServerCredentials,
     pub refusals: RefusalLog,
 }
 
@@ -470,7 +474,7 @@ struct Inbound {
     members: Arc<BTreeSet<NodeId>>,
     current: Current,
     max_frame_bytes: usize,
-    secret: Option<Arc<Secret>>,
+    credentials: ServerCredentials,
     refusals: RefusalLog,
     /// Held for the connection's life: it counts against `PEER_INBOUND_CONNECTIONS_MAX`.
     _permit: OwnedSemaphorePermit,
@@ -482,29 +486,25 @@ impl Inbound {
         F: Fn(NodeId, PeerMessage) -> T,
     {
         let Inbound {
-            mut stream,
+            stream,
             remote,
             generation,
             members,
             current,
             max_frame_bytes,
-            secret,
+            credentials,
             refusals,
             _permit: permit,
         } = self;
-        if let Some(secret) = secret {
-            let policy = AcceptPolicy::Secret {
-                link: SecretLink::Peer,
-                secret,
-            };
-            let accepted =
-                handshake::accept(&mut stream, Port::Peer, policy, PEER_HELLO_TIMEOUT).await;
-            if let Err(failure) = accepted {
+        let admitted = handshake::admit(stream, Port::Peer, &credentials, PEER_HELLO_TIMEOUT).await;
+        let stream = match admitted {
+            Ok((stream, _caller)) => stream,
+            Err(failure) => {
                 refusals.refused(Port::Peer, remote, &failure);
                 return;
             }
-        }
-        let (mut reader, _writer) = stream.into_split();
+        };
+        let (mut reader, _writer) = tokio::io::split(stream);
         // Declared after the socket, so it is released before the socket closes: whoever sees
         // the close may connect again at once and find the slot free.
         let _permit = permit;
@@ -595,7 +595,7 @@ impl Inbound {
 /// The next whole message: `Ok(None)` when the peer closed, `Err` for a socket error or a
 /// frame that does not decode.
 async fn next_message(
-    reader: &mut OwnedReadHalf,
+    reader: &mut ReadHalf<Stream>,
     decoder: &mut FrameDecoder,
     chunk: &mut [u8],
 ) -> Result<Option<PeerMessage>, String> {

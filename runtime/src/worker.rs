@@ -36,6 +36,7 @@ use crate::handlers::{
     AsyncFn, BlockingFn, Handler, Handlers, ProgressNote, ProgressReporter, TaskContext, TaskError,
 };
 use crate::net::{DialError, DialTarget, DialedConnection, Inbound, Outbound};
+use crate::tls::ClientTls;
 
 const INPUT_QUEUE_MAX: usize = 4_096;
 /// Attempts with a progress note waiting to be sent (one entry per attempt at most).
@@ -67,6 +68,8 @@ pub struct WorkerOptions {
     pub drain_timeout: Duration,
     /// The worker secret, proven on every connection (needed by a coordinator that checks it).
     pub secret: Option<Arc<Secret>>,
+    /// TLS to the coordinator, verifying it, if given.
+    pub tls: Option<ClientTls>,
 }
 
 impl WorkerOptions {
@@ -79,6 +82,7 @@ impl WorkerOptions {
             handlers: Handlers::builtin(),
             drain_timeout: DRAIN_TIMEOUT_DEFAULT,
             secret: None,
+            tls: None,
         }
     }
 }
@@ -186,6 +190,7 @@ pub fn start(mut options: WorkerOptions) -> Result<WorkerHandle, WorkerConfigErr
             link: SecretLink::Worker,
             secret,
         }),
+        tls: options.tls,
         handlers: options.handlers,
         drain_timeout: options.drain_timeout,
         inputs: input_tx,
@@ -223,6 +228,7 @@ struct Driver {
     clock: Clock,
     max_frame_bytes: usize,
     credential: Option<Credential>,
+    tls: Option<ClientTls>,
     handlers: Handlers,
     drain_timeout: Duration,
     inputs: mpsc::Sender<Input>,
@@ -385,6 +391,7 @@ impl Driver {
                             address,
                             max_frame_bytes: self.max_frame_bytes,
                             credential: self.credential.clone(),
+                            tls: self.tls.clone(),
                         },
                         self.inputs.clone(),
                         move |inbound| Input::Conn(attempt, inbound),
@@ -562,6 +569,7 @@ impl Worker {
             drain_timeout: DRAIN_TIMEOUT_DEFAULT,
             seed: None,
             secret: None,
+            tls: None,
             bad_names: Vec::new(),
         }
     }
@@ -589,6 +597,7 @@ pub struct WorkerBuilder {
     drain_timeout: Duration,
     seed: Option<u64>,
     secret: Option<Arc<Secret>>,
+    tls: Option<ClientTls>,
     bad_names: Vec<(String, String)>,
 }
 
@@ -633,6 +642,12 @@ impl WorkerBuilder {
     /// The worker secret the coordinators check (their `--worker-secret-file`).
     pub fn secret(mut self, secret: Secret) -> Self {
         self.secret = Some(Arc::new(secret));
+        self
+    }
+
+    /// Speak TLS to the coordinators, verifying them with `tls`.
+    pub fn tls(mut self, tls: ClientTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -727,6 +742,7 @@ impl WorkerBuilder {
             handlers: self.handlers,
             drain_timeout: self.drain_timeout,
             secret: self.secret,
+            tls: self.tls,
         };
         Ok(start(options)?)
     }

@@ -47,6 +47,7 @@ fn credentials() -> ServerCredentials {
         worker_secret: Some(secret(WORKER_SECRET)),
         peer_secret: Some(secret(PEER_SECRET)),
         client_tokens: Some(Tokens::new(table)),
+        tls: None,
     }
 }
 
@@ -233,7 +234,7 @@ async fn an_impostor_worker_gets_no_work_and_changes_nothing() {
     // The impostor worker has been refused too (the two raw connections, and it at least once)
     // and nothing registered; a job submitted meanwhile waits for a real worker.
     eventually("three refusals on the worker port", SHORT, || async {
-        let seen = refusals(&coordinator, "worker").await;
+        let seen = auth_refusals(&coordinator, "worker").await;
         if seen >= 3 {
             Ok(())
         } else {
@@ -311,18 +312,4 @@ async fn a_coordinator_that_checks_nothing_is_not_trusted_by_a_side_with_a_crede
         "{refused}"
     );
     coordinator.shutdown().await.expect("clean shutdown");
-}
-
-/// `herder_auth_refusals_total{port}` as the coordinator's metrics say now.
-async fn refusals(coordinator: &CoordinatorHandle, port: &str) -> u64 {
-    let text = coordinator
-        .observer()
-        .metrics_text()
-        .await
-        .expect("the coordinator runs");
-    let prefix = format!("herder_auth_refusals_total{{port=\"{port}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
 }

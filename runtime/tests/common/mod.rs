@@ -147,6 +147,20 @@ pub async fn start_checking(
     .unwrap_or_else(|e| panic!("coordinator failed to start: {e}"))
 }
 
+/// `herder_auth_refusals_total{port}` as the coordinator's metrics say now.
+pub async fn auth_refusals(coordinator: &CoordinatorHandle, port: &str) -> u64 {
+    let text = coordinator
+        .observer()
+        .metrics_text()
+        .await
+        .expect("the coordinator runs");
+    let prefix = format!("herder_auth_refusals_total{{port=\"{port}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Starts a coordinator on ephemeral ports of 127.0.0.1.
 pub async fn start_coordinator(config: CoordinatorConfig, data_dir: &Path) -> CoordinatorHandle {
     try_start_coordinator(config, data_dir, localhost_any(), localhost_any())
