@@ -21,6 +21,7 @@ use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::limits::{GROUP_MEMBERS_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
 use herder_core::protocol::{ClusterView, ErrorCode, JobSubmission, Partitions};
 use herder_runtime::auth::Tokens;
+use herder_runtime::tls::ClientTls;
 use herder_runtime::client::CallError;
 use herder_runtime::coordinator::Observer;
 use herder_runtime::{HerderClient, SubmitOptions, Submitted};
@@ -45,6 +46,8 @@ pub struct Gateway {
     pub tokens: Option<Tokens>,
     /// Client-protocol addresses, this member's own first (for clients made per token).
     pub coordinators: Vec<String>,
+    /// How the gateway's clients verify the members' client ports, when they speak TLS.
+    pub client_tls: Option<ClientTls>,
     /// One client per token presented, made on its first valid use (at most
     /// [`TOKEN_CLIENTS_MAX`]; beyond them the map starts again), for the generation of the
     /// tokens table they were made under: a reload drops them all, so a token whose role
@@ -108,10 +111,11 @@ impl axum::extract::FromRequestParts<Arc<Gateway>> for Group {
         }
         let client = clients.entry(token.clone()).or_insert_with(|| {
             let parsed = ClientToken::from_text(&token).ok().map(Arc::new);
-            HerderClient::with_token(
+            HerderClient::secured(
                 ClientConfig::new(g.coordinators.clone()),
                 FRAME_BYTES_MAX_DEFAULT,
                 parsed,
+                g.client_tls.clone(),
             )
             .with_call_timeout(crate::CALL_TIMEOUT)
         });
@@ -480,10 +484,11 @@ async fn cluster(State(g): Shared, Group(caller, token): Group) -> Answer {
                         .as_deref()
                         .and_then(|t| ClientToken::from_text(t).ok())
                         .map(Arc::new);
-                    HerderClient::with_token(
+                    HerderClient::secured(
                         ClientConfig::new(vec![address.clone()]),
                         FRAME_BYTES_MAX_DEFAULT,
                         token,
+                        g.client_tls.clone(),
                     )
                     .with_call_timeout(MEMBER_VIEW_TIMEOUT)
                 })

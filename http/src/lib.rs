@@ -23,7 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herder_core::ids::NodeId;
+use herder_core::client::ClientConfig;
+use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_runtime::auth::Tokens;
+use herder_runtime::tls::ServerTls;
 use herder_runtime::coordinator::Observer;
 use herder_runtime::HerderClient;
 use tokio::net::TcpListener;
@@ -57,6 +60,9 @@ pub struct HttpOptions {
     /// dashboard's page and assets needs `Authorization: Bearer TOKEN`, and each call is made
     /// with that token, so the group enforces its role.
     pub tokens: Option<Tokens>,
+    /// TLS for the HTTP port (HTTPS), and for the server's own calls to the members' client
+    /// ports (verified against the same CA), if the coordinator speaks it.
+    pub tls: Option<ServerTls>,
 }
 
 /// A running HTTP server.
@@ -97,24 +103,36 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub fn serve(listener: TcpListener, options: HttpOptions) -> std::io::Result<HttpServer> {
     let addr = listener.local_addr()?;
     let own = options.coordinators.first().cloned();
+    let client_tls = options.tls.as_ref().and_then(ServerTls::client);
+    let plain_client = |addresses: Vec<String>| {
+        HerderClient::secured(
+            ClientConfig::new(addresses),
+            FRAME_BYTES_MAX_DEFAULT,
+            None,
+            client_tls.clone(),
+        )
+        .with_call_timeout(CALL_TIMEOUT)
+    };
     let gateway = api::Gateway {
-        group: HerderClient::connect(options.coordinators.clone()).with_call_timeout(CALL_TIMEOUT),
-        own: own.map(|address| HerderClient::connect([address]).with_call_timeout(CALL_TIMEOUT)),
+        group: plain_client(options.coordinators.clone()),
+        own: own.map(|address| plain_client(vec![address])),
         members: Default::default(),
         node_id: options.node_id,
         observer: options.observer,
         tokens: options.tokens,
         coordinators: options.coordinators,
+        client_tls,
         by_token: Default::default(),
     };
     let app = api::router(Arc::new(gateway), options.max_body_bytes);
-    let listener = listener::Bounded::new(listener, HTTP_CONNECTIONS_MAX);
+    let tls = options.tls.is_some();
+    let listener = listener::Bounded::new(listener, HTTP_CONNECTIONS_MAX, options.tls);
     let task = tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(%error, "HTTP server stopped");
         }
     });
-    tracing::info!(%addr, "HTTP API listening (dashboard at /, metrics at /metrics)");
+    tracing::info!(%addr, tls, "HTTP API listening (dashboard at /, metrics at /metrics)");
     Ok(HttpServer { addr, task })
 }
 

@@ -10,7 +10,9 @@ use herder_core::coordinator::CoordinatorConfig;
 use herder_core::ids::{NodeId, WorkerId};
 use herder_core::worker::WorkerConfig;
 use herder_http::{HttpOptions, HttpServer};
+use herder_runtime::auth::ServerCredentials;
 use herder_runtime::coordinator::{self, CoordinatorHandle, CoordinatorOptions, Listeners};
+use herder_runtime::tls::{throwaway, ClientTls, ServerTls, Stream, TlsFiles};
 use herder_runtime::worker::{self, WorkerHandle, WorkerOptions};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -62,12 +64,30 @@ fn config(id: &str, peers: Vec<NodeId>) -> CoordinatorConfig {
 /// worker serving the built-in tasks.
 struct Cluster {
     members: Vec<(CoordinatorHandle, HttpServer)>,
+    /// How a caller verifies the HTTPS ports, when the group speaks TLS.
+    tls: Option<ClientTls>,
     _worker: WorkerHandle,
     _dirs: Vec<TempDir>,
 }
 
 impl Cluster {
     async fn start(size: usize) -> Cluster {
+        Cluster::start_with(size, None).await
+    }
+
+    /// With `tls`, every member serves it on every port (mutual on the peer link), and the
+    /// worker and the test's requests verify it.
+    async fn start_with(size: usize, tls: Option<TlsFiles>) -> Cluster {
+        let server_tls = tls
+            .clone()
+            .map(|files| ServerTls::load(files).expect("the TLS files load"));
+        let credentials = ServerCredentials {
+            tls: server_tls.clone(),
+            ..Default::default()
+        };
+        let client_tls = tls.as_ref().map(|files| {
+            ClientTls::with_ca_file(files.ca.as_deref().expect("a CA")).expect("the CA loads")
+        });
         let ids: Vec<NodeId> = (1..=size).map(|n| NodeId(format!("c{n}"))).collect();
         let mut bound = Vec::new();
         for id in &ids {
@@ -115,7 +135,7 @@ impl Cluster {
                 peers: others,
                 seed: None,
                 limits: Default::default(),
-                credentials: Default::default(),
+                credentials: credentials.clone(),
             };
             let handle = coordinator::start_on(listeners, options)
                 .await
@@ -130,20 +150,25 @@ impl Cluster {
                     observer: Some(handle.observer()),
                     max_body_bytes: 64 * 1024,
                     tokens: None,
+                    tls: server_tls.clone(),
                 },
             )
             .expect("http serves");
             members.push((handle, server));
             dirs.push(dir);
         }
-        let worker = worker::start(WorkerOptions::new(WorkerConfig::new(
-            WorkerId("worker-1".into()),
-            2,
-            worker_addrs,
-        )))
+        let worker = worker::start(WorkerOptions {
+            tls: client_tls.clone(),
+            ..WorkerOptions::new(WorkerConfig::new(
+                WorkerId("worker-1".into()),
+                2,
+                worker_addrs,
+            ))
+        })
         .expect("worker starts");
         let cluster = Cluster {
             members,
+            tls: client_tls,
             _worker: worker,
             _dirs: dirs,
         };
@@ -158,7 +183,7 @@ impl Cluster {
     async fn until_a_worker_is_alive(&self) {
         let deadline = tokio::time::Instant::now() + EXCHANGE_TIMEOUT;
         loop {
-            let answer = request(self.http(0), "GET", "/api/v1/workers", None).await;
+            let answer = self.request(0, "GET", "/api/v1/workers", None).await;
             let alive = answer.status == 200
                 && answer.json["workers"]
                     .as_array()
@@ -172,6 +197,13 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+impl Cluster {
+    /// One exchange with member `n`'s HTTP port, over TLS if the group speaks it.
+    async fn request(&self, n: usize, method: &str, path: &str, body: Option<&str>) -> Answer {
+        exchange(self.http(n), self.tls.as_ref(), method, path, body, "application/json").await
     }
 }
 
@@ -195,8 +227,26 @@ async fn request_with_type(
     body: Option<&str>,
     content_type: &str,
 ) -> Answer {
+    exchange(addr, None, method, path, body, content_type).await
+}
+
+async fn exchange(
+    addr: SocketAddr,
+    tls: Option<&ClientTls>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    content_type: &str,
+) -> Answer {
     let exchange = async {
-        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut stream = match tls {
+            None => Stream::Plain(tcp),
+            Some(tls) => tls
+                .connect(&addr.to_string(), tcp)
+                .await
+                .expect("the TLS handshake succeeds"),
+        };
         let body = body.unwrap_or("");
         let head = format!(
             "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
@@ -654,4 +704,30 @@ async fn a_follower_relays_to_the_leader() {
         metrics.body
     );
     assert!(!metrics.body.contains("herder_applied_index 0\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_over_tls_elects_a_leader_and_serves_https_from_any_member() {
+    let dir = TempDir::new("https");
+    let files = throwaway::write(&dir.0, &["127.0.0.1".to_owned()]).expect("certificates");
+    // Election and replication run over mutual TLS; the worker and the HTTP servers' own
+    // calls verify the members; the answers arrive over HTTPS from every member.
+    let cluster = Cluster::start_with(3, Some(files)).await;
+    let id = submit_over(&cluster, 2, json!({"kind": "word-count", "text": "a b"})).await;
+    let path = format!("/api/v1/jobs/{id}/wait?timeout_millis=20000");
+    let waited = cluster.request(1, "GET", &path, None).await;
+    assert_eq!(waited.json["state"], json!("COMPLETED"), "{waited:?}");
+    assert_eq!(waited.json["result"]["words"], json!(2));
+
+    // Plain HTTP to the HTTPS port is answered in plain HTTP, saying what is wanted.
+    let plain = request(cluster.http(0), "GET", "/api/v1/cluster", None).await;
+    assert_eq!(plain.status, 400, "{plain:?}");
+    assert!(plain.body.contains("HTTPS"), "{plain:?}");
+}
+
+async fn submit_over(cluster: &Cluster, n: usize, task: Value) -> String {
+    let body = json!({ "task": task }).to_string();
+    let answer = cluster.request(n, "POST", "/api/v1/jobs", Some(&body)).await;
+    assert_eq!(answer.status, 201, "{answer:?}");
+    job_id_of(&answer)
 }
