@@ -68,6 +68,20 @@ pub enum Command {
     /// Embedded default: one coordinator (or a group of 3 or 5) and N workers in one process,
     /// SQLite in a local folder.
     Dev(DevArgs),
+    /// Write a new throwaway CA and one certificate it issued (for the given hosts, as server
+    /// and peer) into a folder, for trying TLS out: not for production, whose certificates
+    /// come from the operator's own CA.
+    GenCerts(GenCertsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GenCertsArgs {
+    /// Folder for ca.pem, node.pem and node-key.pem (created if missing).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A DNS name or IP address the certificate is valid for; repeat for more.
+    #[arg(long = "host", required = true)]
+    pub hosts: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -241,6 +255,8 @@ pub struct WorkerArgs {
     /// File holding the worker secret the coordinators check (their --worker-secret-file).
     #[arg(long, value_name = "FILE")]
     pub worker_secret_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub tls: crate::credentials::ClientTlsArgs,
     /// Print every setting with its value and where it came from, and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -304,6 +320,8 @@ pub struct ClientArgs {
     /// HERDER_TOKEN environment variable, if set).
     #[arg(long, global = true, value_name = "FILE")]
     pub token_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub tls: crate::credentials::ClientTlsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -709,6 +727,10 @@ pub struct DevArgs {
     /// Submit a demonstration set of jobs, print what happened, and exit.
     #[arg(long)]
     pub demo: bool,
+    /// Speak TLS on every port, with a throwaway CA and certificate generated into
+    /// DATA_DIR/tls (for trying TLS out; clients then pass --tls-ca DATA_DIR/tls/ca.pem).
+    #[arg(long)]
+    pub tls: bool,
     /// On Ctrl-C: how long running attempts get to finish before the rest are handed back
     /// (queued again, no attempt charged, run when workers next start).
     #[arg(long, default_value = "30s", value_parser = crate::retention::parse_duration)]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use clap::Args;
 use herder_core::auth::{ClientToken, Secret, TokenTable};
 use herder_runtime::auth::{ServerCredentials, Tokens};
+use herder_runtime::tls::{ClientTls, ServerTls, TlsFiles};
 
 /// The environment variable a client's token may come from (when --token-file is not given).
 pub const TOKEN_ENV: &str = "HERDER_TOKEN";
@@ -33,6 +34,39 @@ pub struct ServerAuthArgs {
     /// then do anything; for a network you trust entirely.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// PEM file of this member's certificate (then any intermediates): every port then speaks
+    /// TLS, the HTTP port HTTPS. Re-read on SIGHUP.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of the certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM file of the CA that issued every member's certificate: the peer link is mutual TLS,
+    /// each member checking the others against it (required with --tls-cert in a group).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+/// How a worker or client checks the coordinator it speaks TLS to.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClientTlsArgs {
+    /// Speak TLS to the coordinators, trusting the CA certificates in this PEM file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Speak TLS to the coordinators, trusting the system's CA certificates.
+    #[arg(long, global = true)]
+    pub tls: bool,
+}
+
+impl ClientTlsArgs {
+    pub fn load(&self) -> Result<Option<ClientTls>, String> {
+        match (&self.tls_ca, self.tls) {
+            (Some(path), _) => ClientTls::with_ca_file(path).map(Some),
+            (None, true) => ClientTls::with_system_roots().map(Some),
+            (None, false) => Ok(None),
+        }
+        .map_err(|e| e.to_string())
+    }
 }
 
 /// Reads a credential file, bounded, naming the file in every error.
@@ -90,10 +124,22 @@ impl ServerAuthArgs {
                 );
             }
         }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(
+                ServerTls::load(TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    ca: self.tls_ca.clone(),
+                })
+                .map_err(|e| e.to_string())?,
+            ),
+            _ => None,
+        };
         Ok(ServerCredentials {
             worker_secret,
             peer_secret,
             client_tokens,
+            tls,
         })
     }
 
@@ -148,24 +194,42 @@ pub fn client_token(token_file: Option<&Path>) -> Result<Option<Arc<ClientToken>
         .map_err(|e| format!("{source}: the token {e}"))
 }
 
-/// Re-reads the tokens file on every SIGHUP (see [`reload`]).
-pub fn reload_tokens_on_hangup(path: PathBuf, tokens: Tokens) {
+/// On every SIGHUP, re-reads the tokens file (see [`reload`]) and the TLS files, each whole or
+/// not at all.
+pub fn reload_on_hangup(tokens: Option<(PathBuf, Tokens)>, tls: Option<ServerTls>) {
+    if tokens.is_none() && tls.is_none() {
+        return;
+    }
     #[cfg(unix)]
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            tracing::warn!("cannot listen for SIGHUP; the tokens file will not be reloaded");
+            tracing::warn!("cannot listen for SIGHUP; credentials will not be reloaded");
             return;
         };
         while hangups.recv().await.is_some() {
-            match reload(&path, &tokens) {
-                Ok(count) => {
-                    tracing::info!(file = %path.display(), tokens = count, "Client tokens reloaded")
+            if let Some((path, tokens)) = &tokens {
+                match reload(path, tokens) {
+                    Ok(count) => {
+                        tracing::info!(file = %path.display(), tokens = count, "Client tokens reloaded")
+                    }
+                    Err(error) => tracing::error!(
+                        %error,
+                        "Client tokens not reloaded; the old ones stay in force"
+                    ),
                 }
-                Err(error) => tracing::error!(
-                    %error,
-                    "Client tokens not reloaded; the old ones stay in force"
-                ),
+            }
+            if let Some(tls) = &tls {
+                match tls.reload() {
+                    Ok(()) => tracing::info!(
+                        cert = %tls.files().cert.display(),
+                        "TLS certificate reloaded; new connections use it"
+                    ),
+                    Err(error) => tracing::error!(
+                        %error,
+                        "TLS files not reloaded; the old certificate stays in force"
+                    ),
+                }
             }
         }
     });

@@ -10,10 +10,13 @@ use std::time::Duration;
 use herder_core::client::ClientConfig;
 use herder_core::ids::{NodeId, WorkerId};
 use herder_core::job::JobState;
+use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
+use herder_runtime::auth::ServerCredentials;
 use herder_runtime::client::{CallError, HerderClient, SubmitOptions};
 use herder_runtime::coordinator::{self, CoordinatorHandle, CoordinatorOptions, Listeners};
+use herder_runtime::tls::{throwaway, ClientTls, ServerTls};
 use herder_runtime::worker;
 
 use crate::cli::DevArgs;
@@ -38,7 +41,12 @@ pub async fn run(args: DevArgs) -> u8 {
     };
     let http_plan: Vec<(NodeId, HttpListen)> =
         members.iter().map(|m| (m.id.clone(), m.http)).collect();
-    let coordinators = match start_group(&args, members).await {
+    let tls = match args.tls.then(|| throwaway_tls(&args)).transpose() {
+        Ok(tls) => tls,
+        Err(error) => return usage_error(&error, false),
+    };
+    let client_tls = tls.as_ref().and_then(ServerTls::client);
+    let coordinators = match start_group(&args, members, tls.clone()).await {
         Ok(coordinators) => coordinators,
         Err(code) => return code,
     };
@@ -56,7 +64,16 @@ pub async fn run(args: DevArgs) -> u8 {
     {
         let dial = herder_http::own_first(&client_addrs, n);
         let max_frame = args.tuning.max_frame_bytes;
-        match crate::web::start(listen, node_id, coordinator, dial, max_frame, None).await {
+        let started = crate::web::start(
+            listen,
+            node_id,
+            coordinator,
+            dial,
+            max_frame,
+            None,
+            tls.clone(),
+        );
+        match started.await {
             Ok(Some(server)) => http_servers.push(server),
             Ok(None) => {}
             Err(error) => {
@@ -68,9 +85,10 @@ pub async fn run(args: DevArgs) -> u8 {
             }
         }
     }
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let dashboards: Vec<String> = http_servers
         .iter()
-        .map(|s| format!("http://{}/", reachable(s.local_addr())))
+        .map(|s| format!("{scheme}://{}/", reachable(s.local_addr())))
         .collect();
     let mut workers = Vec::new();
     for n in 1..=args.workers {
@@ -85,6 +103,7 @@ pub async fn run(args: DevArgs) -> u8 {
                 Ok(handlers) => handlers,
                 Err(error) => return usage_error(&error, false),
             },
+            tls: client_tls.clone(),
             ..worker::WorkerOptions::new(WorkerConfig {
                 prefetch: args.prefetch,
                 ..WorkerConfig::new(id, args.capacity, worker_addrs.clone())
@@ -117,15 +136,25 @@ pub async fn run(args: DevArgs) -> u8 {
     if !dashboards.is_empty() {
         eprintln!("Dashboard and HTTP API at {}", dashboards.join(", "));
     }
+    let tls_flag = match tls.as_ref().and_then(|tls| tls.files().ca.clone()) {
+        Some(ca) => {
+            eprintln!(
+                "Every port speaks TLS, with a throwaway CA in {} (for trials only)",
+                ca.parent().unwrap_or(&ca).display()
+            );
+            format!(" --tls-ca {}", ca.display())
+        }
+        None => String::new(),
+    };
     let mut code = exit::OK;
     if coordinators.len() > 1 {
-        code = ready(&client_addrs, args.workers).await;
+        code = ready(&client_addrs, args.workers, client_tls.clone()).await;
     }
     if code == exit::OK {
         code = if args.demo {
-            demo(&client_addrs).await
+            demo(&client_addrs, client_tls.clone()).await
         } else {
-            eprintln!("Try, in another terminal:  herder submit sha256 --text hello --wait --coordinator {clients}");
+            eprintln!("Try, in another terminal:  herder submit sha256 --text hello --wait --coordinator {clients}{tls_flag}");
             eprintln!("Press Ctrl-C to stop.");
             terminated().await;
             exit::OK
@@ -259,8 +288,26 @@ fn reachable(addr: SocketAddr) -> String {
     }
 }
 
+/// A throwaway CA and certificate for this machine's loopback names, in DATA_DIR/tls (new at
+/// every start: nothing outside the data directory is written, and nothing is reused).
+fn throwaway_tls(args: &DevArgs) -> Result<ServerTls, String> {
+    let hosts = ["localhost", "127.0.0.1", "::1"].map(String::from);
+    let files = throwaway::write(&args.data_dir.join("tls"), &hosts)?;
+    ServerTls::load(files).map_err(|e| e.to_string())
+}
+
+/// A client of the dev group, verifying it with `tls` if given.
+fn dev_client(client_addrs: &[String], tls: Option<ClientTls>) -> HerderClient {
+    let config = ClientConfig::new(client_addrs.to_vec());
+    HerderClient::secured(config, FRAME_BYTES_MAX_DEFAULT, None, tls)
+}
+
 /// Binds every member's ports first, so each member is started knowing where the others are.
-async fn start_group(args: &DevArgs, members: Vec<Planned>) -> Result<Vec<CoordinatorHandle>, u8> {
+async fn start_group(
+    args: &DevArgs,
+    members: Vec<Planned>,
+    tls: Option<ServerTls>,
+) -> Result<Vec<CoordinatorHandle>, u8> {
     let mut bound = Vec::new();
     for member in members {
         let options = CoordinatorOptions {
@@ -272,7 +319,10 @@ async fn start_group(args: &DevArgs, members: Vec<Planned>) -> Result<Vec<Coordi
             peers: BTreeMap::new(),
             seed: None,
             limits: args.tuning.connection_limits(),
-            credentials: Default::default(),
+            credentials: ServerCredentials {
+                tls: tls.clone(),
+                ..Default::default()
+            },
         };
         let valid = options.config.validate().map_err(|e| e.to_string());
         if let Err(error) = valid.and_then(|()| args.tuning.check()) {
@@ -321,8 +371,8 @@ async fn start_group(args: &DevArgs, members: Vec<Planned>) -> Result<Vec<Coordi
 }
 
 /// Waits until the group has a leader that answers and every worker has registered with it.
-async fn ready(client_addrs: &[String], workers: u32) -> u8 {
-    let client = HerderClient::new(ClientConfig::new(client_addrs.to_vec()));
+async fn ready(client_addrs: &[String], workers: u32, tls: Option<ClientTls>) -> u8 {
+    let client = dev_client(client_addrs, tls);
     let deadline = tokio::time::Instant::now() + DEV_READY_TIMEOUT;
     loop {
         let last: Result<usize, CallError> = client
@@ -347,8 +397,8 @@ async fn ready(client_addrs: &[String], workers: u32) -> u8 {
 
 /// One job of each built-in kind, including one that fails before it succeeds and two split
 /// across the workers, so the output shows scheduling, results, a retry and aggregation.
-async fn demo(client_addrs: &[String]) -> u8 {
-    let client = HerderClient::new(ClientConfig::new(client_addrs.to_vec()));
+async fn demo(client_addrs: &[String], tls: Option<ClientTls>) -> u8 {
+    let client = dev_client(client_addrs, tls);
     let tasks = [
         TaskSpec::Sha256 {
             text: "hello, herder".into(),

@@ -86,6 +86,7 @@ fn main() -> ExitCode {
             Command::Cluster(args) => verbs::cluster(args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Dev(args) => dev::run(args).await,
+            Command::GenCerts(args) => verbs::gen_certs(args),
         }
     });
     // Do not wait for lingering connection tasks.

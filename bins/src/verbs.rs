@@ -211,11 +211,14 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
     ]) {
         return usage_error(&error, false);
     }
-    if let (Some(path), Some(tokens)) = (&args.auth.client_tokens_file, &credentials.client_tokens)
-    {
-        crate::credentials::reload_tokens_on_hangup(path.clone(), tokens.clone());
-    }
+    let tokens_file = args
+        .auth
+        .client_tokens_file
+        .clone()
+        .zip(credentials.client_tokens.clone());
+    crate::credentials::reload_on_hangup(tokens_file, credentials.tls.clone());
     let http_tokens = credentials.client_tokens.clone();
+    let http_tls = credentials.tls.clone();
     let mut options = coordinator::CoordinatorOptions {
         config,
         data_dir: args.data_dir,
@@ -263,6 +266,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> u8 {
         vec![own_client],
         max_frame_bytes,
         http_tokens,
+        http_tls,
     )
     .await
     {
@@ -305,11 +309,16 @@ pub async fn worker(args: WorkerArgs) -> u8 {
         Ok(secret) => secret,
         Err(error) => return usage_error(&error, false),
     };
+    let tls = match args.tls.load() {
+        Ok(tls) => tls,
+        Err(error) => return usage_error(&error, false),
+    };
     let options = worker::WorkerOptions {
         max_frame_bytes: args.max_frame_bytes,
         drain_timeout: args.drain_timeout,
         handlers,
         secret,
+        tls,
         ..worker::WorkerOptions::new(config)
     };
     let handle = match worker::start(options) {
@@ -332,8 +341,10 @@ pub fn client_for(args: &ClientArgs) -> HerderClient {
 /// `HERDER_TOKEN`). A token that cannot be read ends the process as a usage error: no call
 /// could succeed without it.
 pub fn new_client(args: &ClientArgs, config: ClientConfig) -> HerderClient {
-    match crate::credentials::client_token(args.token_file.as_deref()) {
-        Ok(token) => HerderClient::with_token(config, FRAME_BYTES_MAX_DEFAULT, token),
+    let security = crate::credentials::client_token(args.token_file.as_deref())
+        .and_then(|token| Ok((token, args.tls.load()?)));
+    match security {
+        Ok((token, tls)) => HerderClient::secured(config, FRAME_BYTES_MAX_DEFAULT, token, tls),
         Err(error) => std::process::exit(i32::from(usage_error(&error, args.json))),
     }
 }
@@ -805,5 +816,20 @@ mod tests {
             pieces: Vec::new(),
         });
         assert!(progress_line(&parent, Duration::ZERO).ends_with("2 of 5 partitions done"));
+    }
+}
+
+pub fn gen_certs(args: crate::cli::GenCertsArgs) -> u8 {
+    match herder_runtime::tls::throwaway::write(&args.out, &args.hosts) {
+        Ok(files) => {
+            println!(
+                "CA certificate:    {}",
+                files.ca.as_deref().unwrap_or(&args.out).display()
+            );
+            println!("node certificate:  {}", files.cert.display());
+            println!("node private key:  {}", files.key.display());
+            exit::OK
+        }
+        Err(error) => usage_error(&error, false),
     }
 }

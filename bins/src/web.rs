@@ -6,6 +6,7 @@ use herder_core::ids::NodeId;
 use herder_http::{HttpOptions, HttpServer};
 use herder_runtime::auth::Tokens;
 use herder_runtime::coordinator::CoordinatorHandle;
+use herder_runtime::tls::ServerTls;
 
 use crate::verbs::parse_listen_addr;
 
@@ -48,6 +49,7 @@ pub async fn start(
     coordinators: Vec<String>,
     max_frame_bytes: usize,
     tokens: Option<Tokens>,
+    tls: Option<ServerTls>,
 ) -> Result<Option<HttpServer>, String> {
     let (addr, given) = match listen {
         HttpListen::Off => return Ok(None),
@@ -76,6 +78,7 @@ pub async fn start(
         observer: Some(coordinator.observer()),
         max_body_bytes: max_frame_bytes,
         tokens,
+        tls,
     };
     herder_http::serve(listener, options)
         .map(Some)

@@ -284,3 +284,124 @@ fn a_token_added_to_the_file_works_after_sighup() {
     assert_eq!(stdout_json(&stranger)["error"]["code"], "UNAUTHENTICATED");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn tls_from_the_command_line_encrypts_every_verb_and_reloads_on_sighup() {
+    let (dir, data) = scratch("auth-tls");
+    let tls_dir = dir.join("tls");
+    let generated = herder_within(
+        &[
+            "gen-certs",
+            "--out",
+            tls_dir.to_str().expect("utf-8"),
+            "--host",
+            "127.0.0.1",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code(&generated), 0, "{generated:?}");
+    let file = |dir: &Path, name: &str| dir.join(name).to_str().expect("utf-8").to_owned();
+    let (ca, cert, key) = (
+        file(&tls_dir, "ca.pem"),
+        file(&tls_dir, "node.pem"),
+        file(&tls_dir, "node-key.pem"),
+    );
+    let tokens = write(&dir, "tokens", &format!("ci submitter {SUBMITTER}\n"));
+    let secret = write(&dir, "worker.secret", WORKER_SECRET);
+    let (coordinator, addresses) = start_announcing(
+        &coordinator_args(
+            &data,
+            &[
+                "--worker-port",
+                "127.0.0.1:0",
+                "--client-tokens-file",
+                &tokens,
+                "--worker-secret-file",
+                &secret,
+                "--tls-cert",
+                &cert,
+                "--tls-key",
+                &key,
+            ],
+        ),
+        &["worker_addr=", "client_addr="],
+    );
+    let pid = coordinator.id().to_string();
+    let _coordinator = Server {
+        child: coordinator,
+        client_addr: addresses[1].clone(),
+    };
+    let worker = Command::new(HERDER)
+        .args(["worker", "--id", "w1", "--coordinator", &addresses[0]])
+        .args(["--worker-secret-file", &secret, "--tls-ca", &ca])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a worker");
+    let _worker = Server {
+        child: worker,
+        client_addr: String::new(),
+    };
+    let at = ["--coordinator", addresses[1].as_str()];
+    fn trusting<'a>(ca: &'a str, verb: &[&'a str], at: &[&'a str]) -> Vec<&'a str> {
+        [verb, at, &["--tls-ca", ca][..]].concat()
+    }
+
+    let output = client(
+        &trusting(&ca, &["submit", "sha256", "--text", "abc", "--wait"], &at),
+        Some(SUBMITTER),
+    );
+    assert_eq!(code(&output), 0, "{output:?}");
+    assert_eq!(stdout_json(&output)["job"]["state"], "COMPLETED");
+
+    // Without TLS the client is told what the port wants.
+    let output = client(&[&["workers"][..], &at].concat(), Some(SUBMITTER));
+    let error = &stdout_json(&output)["error"];
+    assert_eq!(error["code"], "UNAUTHENTICATED", "{output:?}");
+    assert!(
+        error["message"].as_str().unwrap_or("").contains("TLS"),
+        "{output:?}"
+    );
+
+    // New certificates from a new CA, swapped in place and taken on SIGHUP.
+    let next = dir.join("next");
+    let generated = herder_within(
+        &[
+            "gen-certs",
+            "--out",
+            next.to_str().expect("utf-8"),
+            "--host",
+            "127.0.0.1",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code(&generated), 0, "{generated:?}");
+    std::fs::copy(next.join("node.pem"), &cert).expect("swap the certificate");
+    std::fs::copy(next.join("node-key.pem"), &key).expect("swap the key");
+    let status = Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -HUP {pid}");
+    let new_ca = file(&next, "ca.pem");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let output = client(&trusting(&new_ca, &["workers"], &at), Some(SUBMITTER));
+        if code(&output) == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new certificate was never served: {output:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stale = client(&trusting(&ca, &["workers"], &at), Some(SUBMITTER));
+    assert_eq!(
+        stdout_json(&stale)["error"]["code"],
+        "UNAUTHENTICATED",
+        "{stale:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

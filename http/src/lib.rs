@@ -22,12 +22,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herder_core::ids::NodeId;
 use herder_core::client::ClientConfig;
+use herder_core::ids::NodeId;
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_runtime::auth::Tokens;
-use herder_runtime::tls::ServerTls;
 use herder_runtime::coordinator::Observer;
+use herder_runtime::tls::ServerTls;
 use herder_runtime::HerderClient;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;

@@ -76,10 +76,19 @@ async fn accept_loop(
             Some(tls) => {
                 let (tls, ready) = (tls.clone(), ready.clone());
                 tokio::spawn(async move {
-                    let handshake = tokio::time::timeout(TLS_HANDSHAKE_WITHIN, secure(stream, &tls));
+                    let handshake =
+                        tokio::time::timeout(TLS_HANDSHAKE_WITHIN, secure(stream, &tls));
                     match handshake.await {
                         Ok(Ok(stream)) => {
-                            let _ = ready.send((Slotted { stream, _slot: slot }, addr)).await;
+                            let _ = ready
+                                .send((
+                                    Slotted {
+                                        stream,
+                                        _slot: slot,
+                                    },
+                                    addr,
+                                ))
+                                .await;
                         }
                         Ok(Err(error)) => tracing::debug!(%addr, %error, "HTTPS handshake failed"),
                         Err(_) => tracing::debug!(%addr, "no HTTPS handshake in time"),

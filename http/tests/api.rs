@@ -203,7 +203,15 @@ impl Cluster {
 impl Cluster {
     /// One exchange with member `n`'s HTTP port, over TLS if the group speaks it.
     async fn request(&self, n: usize, method: &str, path: &str, body: Option<&str>) -> Answer {
-        exchange(self.http(n), self.tls.as_ref(), method, path, body, "application/json").await
+        exchange(
+            self.http(n),
+            self.tls.as_ref(),
+            method,
+            path,
+            body,
+            "application/json",
+        )
+        .await
     }
 }
 
@@ -727,7 +735,9 @@ async fn a_group_over_tls_elects_a_leader_and_serves_https_from_any_member() {
 
 async fn submit_over(cluster: &Cluster, n: usize, task: Value) -> String {
     let body = json!({ "task": task }).to_string();
-    let answer = cluster.request(n, "POST", "/api/v1/jobs", Some(&body)).await;
+    let answer = cluster
+        .request(n, "POST", "/api/v1/jobs", Some(&body))
+        .await;
     assert_eq!(answer.status, 201, "{answer:?}");
     job_id_of(&answer)
 }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -106,7 +106,34 @@ pub const GROUP_PEER_SECRET: &str = "group-peer-secret-for-tests-0123456789";
 pub const GROUP_WORKER_SECRET: &str = "group-worker-secret-for-tests-012345";
 pub const GROUP_TOKEN: &str = "group-admin-token-for-tests-0123456789";
 
-/// `herder ARGS` as a command, inside `netns` if given, presenting the group's admin token.
+/// The TLS material every group of a test process uses: one throwaway CA and one certificate,
+/// valid for loopback and the addresses the partition tests give their members. Every port
+/// of these groups speaks TLS, the peer link mutual TLS, as a deployment across machines
+/// should.
+pub fn group_tls() -> &'static herder_runtime::tls::TlsFiles {
+    static FILES: std::sync::OnceLock<herder_runtime::tls::TlsFiles> = std::sync::OnceLock::new();
+    FILES.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("herder-group-tls-{}", std::process::id()));
+        let hosts: Vec<String> = ["localhost", "127.0.0.1"]
+            .into_iter()
+            .map(String::from)
+            .chain((1..=40).map(|n| format!("10.77.0.{n}")))
+            .collect();
+        herder_runtime::tls::throwaway::write(&dir, &hosts)
+            .expect("generate the group's certificates")
+    })
+}
+
+fn group_ca() -> &'static str {
+    group_tls()
+        .ca
+        .as_deref()
+        .and_then(|p| p.to_str())
+        .expect("a CA path in UTF-8")
+}
+
+/// `herder ARGS` as a command, inside `netns` if given, presenting the group's admin token and
+/// trusting its CA.
 pub fn herder_command(netns: Option<&str>, args: &[&str]) -> Command {
     let mut command = match netns {
         Some(ns) => {
@@ -119,6 +146,7 @@ pub fn herder_command(netns: Option<&str>, args: &[&str]) -> Command {
     command
         .args(args)
         .env("HERDER_TOKEN", GROUP_TOKEN)
+        .env("HERDER_TLS_CA", group_ca())
         .stdin(Stdio::null());
     command
 }
@@ -192,7 +220,18 @@ impl Group {
             credential("worker.secret", GROUP_WORKER_SECRET),
             "--client-tokens-file".to_owned(),
             credential("tokens", &format!("tests admin {GROUP_TOKEN}\n")),
-        ];
+        ]
+        .into_iter()
+        .chain(
+            [
+                ("--tls-cert", &group_tls().cert),
+                ("--tls-key", &group_tls().key),
+                ("--tls-ca", group_tls().ca.as_ref().expect("a CA")),
+            ]
+            .into_iter()
+            .flat_map(|(flag, path)| [flag.to_owned(), path.display().to_string()]),
+        )
+        .collect::<Vec<_>>();
         let peers = specs
             .iter()
             .map(|s| format!("{}={}", s.id, s.peer_addr()))
@@ -640,10 +679,12 @@ fn probe_view(address: &str) -> Option<Value> {
         config.request_timeout = Duration::from_millis(1_000);
         config.max_resends = 0;
         let token = herder_core::auth::ClientToken::from_text(GROUP_TOKEN).ok();
-        let client = HerderClient::with_token(
+        let tls = herder_runtime::tls::ClientTls::with_ca_file(Path::new(group_ca())).ok();
+        let client = HerderClient::secured(
             config,
             herder_core::limits::FRAME_BYTES_MAX_DEFAULT,
             token.map(std::sync::Arc::new),
+            tls,
         );
         let view = tokio::time::timeout(Duration::from_millis(2_000), client.cluster())
             .await
