@@ -765,6 +765,21 @@ async fn transfer_leader(args: &ClientArgs, to: Option<String>) -> u8 {
     }
 }
 
+pub fn gen_certs(args: crate::cli::GenCertsArgs) -> u8 {
+    match herder_runtime::tls::throwaway::write(&args.out, &args.hosts) {
+        Ok(files) => {
+            println!(
+                "CA certificate:    {}",
+                files.ca.as_deref().unwrap_or(&args.out).display()
+            );
+            println!("node certificate:  {}", files.cert.display());
+            println!("node private key:  {}", files.key.display());
+            exit::OK
+        }
+        Err(error) => usage_error(&error, false),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -816,20 +831,5 @@ mod tests {
             pieces: Vec::new(),
         });
         assert!(progress_line(&parent, Duration::ZERO).ends_with("2 of 5 partitions done"));
-    }
-}
-
-pub fn gen_certs(args: crate::cli::GenCertsArgs) -> u8 {
-    match herder_runtime::tls::throwaway::write(&args.out, &args.hosts) {
-        Ok(files) => {
-            println!(
-                "CA certificate:    {}",
-                files.ca.as_deref().unwrap_or(&args.out).display()
-            );
-            println!("node certificate:  {}", files.cert.display());
-            println!("node private key:  {}", files.key.display());
-            exit::OK
-        }
-        Err(error) => usage_error(&error, false),
     }
 }
