@@ -130,6 +130,8 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/", get(crate::assets::index))
         .route("/assets/{name}", get(crate::assets::asset))
         .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/api/v1/jobs", post(submit).get(list))
         .route("/api/v1/jobs/batch", post(submit_batch))
         .route("/api/v1/jobs/{id}", get(status))
@@ -529,6 +531,53 @@ async fn purge(Group(client, _): Group, request: Result<Json<PurgeBody>, JsonRej
     let older_than = std::time::Duration::from_millis(request.older_than_millis);
     let (purged, remaining) = client.purge(state, older_than).await?;
     ok(json!({ "purged": purged, "remaining": remaining }))
+}
+
+/// Liveness, for probes that carry no token: 200 while this member's coordinator answers.
+async fn healthz(State(g): Shared) -> Response {
+    match observe(&g).await {
+        Ok(_) => (
+            StatusCode::OK,
+            Json(serde_json::json!({ "status": "alive" })),
+        )
+            .into_response(),
+        Err(stopped) => stopped.into_response(),
+    }
+}
+
+/// Readiness, for probes that carry no token: 200 once this member knows a leader (or is
+/// one), so that it can serve or relay what it is asked.
+async fn readyz(State(g): Shared) -> Response {
+    match observe(&g).await {
+        Ok(observation) if observation.leader.is_some() => (
+            StatusCode::OK,
+            Json(serde_json::json!({ "status": "ready" })),
+        )
+            .into_response(),
+        Ok(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            "this member knows no leader yet".to_owned(),
+        )
+        .retryable()
+        .into_response(),
+        Err(stopped) => stopped.into_response(),
+    }
+}
+
+async fn observe(g: &Gateway) -> Result<herder_runtime::metrics::Observation, ApiError> {
+    let observed = match &g.observer {
+        Some(observer) => observer.observe().await,
+        None => None,
+    };
+    observed.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            "this process has no running coordinator".to_owned(),
+        )
+        .retryable()
+    })
 }
 
 async fn metrics(State(g): Shared, request: Request) -> Response {

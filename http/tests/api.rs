@@ -727,6 +727,14 @@ async fn a_group_over_tls_elects_a_leader_and_serves_https_from_any_member() {
     assert_eq!(waited.json["state"], json!("COMPLETED"), "{waited:?}");
     assert_eq!(waited.json["result"]["words"], json!(2));
 
+    // The probes answer over HTTPS without a token: alive, and ready once a leader is known.
+    for n in 0..3 {
+        let alive = cluster.request(n, "GET", "/healthz", None).await;
+        assert_eq!(alive.json["status"], json!("alive"), "{alive:?}");
+        let ready = cluster.request(n, "GET", "/readyz", None).await;
+        assert_eq!(ready.json["status"], json!("ready"), "{ready:?}");
+    }
+
     // Plain HTTP to the HTTPS port is answered in plain HTTP, saying what is wanted.
     let plain = request(cluster.http(0), "GET", "/api/v1/cluster", None).await;
     assert_eq!(plain.status, 400, "{plain:?}");
@@ -740,4 +748,59 @@ async fn submit_over(cluster: &Cluster, n: usize, task: Value) -> String {
         .await;
     assert_eq!(answer.status, 201, "{answer:?}");
     job_id_of(&answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probes_need_no_token_and_readiness_waits_for_a_leader() {
+    // One member of a group of three whose others never start: alive, but never ready.
+    let dir = TempDir::new("probes");
+    let others: BTreeMap<NodeId, String> = [("c2", "127.0.0.1:9"), ("c3", "127.0.0.1:9")]
+        .into_iter()
+        .map(|(id, addr)| (NodeId(id.to_owned()), addr.to_owned()))
+        .collect();
+    let token = "probe-test-admin-token-0123456789";
+    let tokens = herder_runtime::auth::Tokens::new(
+        herder_core::auth::TokenTable::parse(&format!("ops admin {token}\n")).expect("tokens"),
+    );
+    let options = CoordinatorOptions {
+        config: config("c1", others.keys().cloned().collect()),
+        data_dir: dir.0.clone(),
+        worker_addr: any_port(),
+        client_addr: any_port(),
+        peer_addr: Some(any_port()),
+        peers: others,
+        seed: None,
+        limits: Default::default(),
+        credentials: ServerCredentials {
+            client_tokens: Some(tokens.clone()),
+            ..Default::default()
+        },
+    };
+    let handle = coordinator::start(options)
+        .await
+        .expect("coordinator starts");
+    let listener = herder_http::bind(any_port()).await.expect("http bind");
+    let server = herder_http::serve(
+        listener,
+        HttpOptions {
+            node_id: NodeId("c1".into()),
+            coordinators: vec![handle.client_addr().to_string()],
+            observer: Some(handle.observer()),
+            max_body_bytes: 64 * 1024,
+            tokens: Some(tokens),
+            tls: None,
+        },
+    )
+    .expect("http serves");
+    let http = server.local_addr();
+    let alive = request(http, "GET", "/healthz", None).await;
+    assert_eq!(alive.status, 200, "{alive:?}");
+    let ready = request(http, "GET", "/readyz", None).await;
+    assert_eq!(ready.status, 503, "{ready:?}");
+    assert_eq!(error_code(&ready), "UNAVAILABLE", "{ready:?}");
+    // The API itself still wants the token.
+    let jobs = request(http, "GET", "/api/v1/jobs", None).await;
+    assert_eq!(jobs.status, 401, "{jobs:?}");
+    server.shutdown();
+    handle.shutdown().await.expect("clean shutdown");
 }

@@ -183,6 +183,13 @@ impl Observer {
         let now = rx.await.ok()?;
         Some(self.metrics.encode(&now))
     }
+
+    /// The gauges as they are now, or `None` once the coordinator has stopped.
+    pub async fn observe(&self) -> Option<Observation> {
+        let (tx, rx) = oneshot::channel();
+        self.inputs.send(Input::Observe(tx)).await.ok()?;
+        rx.await.ok()
+    }
 }
 
 /// A coordinator's listening sockets, bound before it starts, so that the members of a group
@@ -888,6 +895,7 @@ impl Driver {
             commit_index: replica.committed_index().0,
             applied_index: replica.applied_index().0,
             is_leader: self.coordinator.is_acting_leader(),
+            leader: replica.leader().map(|id| id.0.clone()),
             workers: self
                 .coordinator
                 .workers()

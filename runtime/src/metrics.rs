@@ -34,6 +34,8 @@ pub struct Observation {
     pub applied_index: u64,
     /// Whether this member leads (and has caught up): only a leader tracks workers.
     pub is_leader: bool,
+    /// The member this one knows as leader (itself, if it leads), if any.
+    pub leader: Option<String>,
     pub workers: Vec<WorkerObservation>,
 }
 
@@ -543,6 +545,7 @@ mod tests {
             commit_index: 39,
             applied_index: 38,
             is_leader: true,
+            leader: Some("c1".into()),
             workers: vec![WorkerObservation {
                 id: "w1".into(),
                 alive: true,
