@@ -14,7 +14,9 @@
 # when the bench ends: coordinators (split into their store thread and the rest), workers and
 # the load generator. MAX_ACTIVE is every coordinator's --max-active-jobs; PREFETCH is every
 # worker's --prefetch (assignments held beyond its CAPACITY slots); RATE paces the bench (jobs/s;
-# PIPELINES and BATCH are then not used).
+# PIPELINES and BATCH are then not used). TLS=1 runs single and group with TLS on every port
+# (mutual on the peer link; a throwaway CA from `herder gen-certs`), the workers and the bench
+# verifying the coordinators.
 #   JOBS="2000 20000" PIPELINES="1 8" RUNS=3 ./scripts/bench-throughput.sh
 #   TOPOLOGIES="single group" JOBS=5000 OUT=/tmp/throughput.txt ./scripts/bench-throughput.sh
 #
@@ -48,6 +50,7 @@ OUT="${OUT:-}"
 MAX_ACTIVE="${MAX_ACTIVE:-1000000}"
 SUITE="${SUITE:-}"
 SMOKE="${SMOKE:-}"
+TLS="${TLS:-}"
 WORKER_ADDR="127.0.0.1:${BENCH_WORKER_PORT:-27070}"
 CLIENT_ADDR="127.0.0.1:${BENCH_CLIENT_PORT:-27071}"
 # single and group: member i listens on BASE+10i (workers), +1 (clients), +2 (peers).
@@ -55,6 +58,14 @@ BASE="${BENCH_BASE_PORT:-27100}"
 work=$(mktemp -d "${TMPDIR:-/tmp}/herder-bench.XXXXXX")
 trap 'cleanup_started; rm -rf "$work"' EXIT
 results="$work/results.jsonl"
+TLS_FLAGS=()
+if [ -n "$TLS" ]; then
+    "$HERDER_BIN" gen-certs --out "$work/tls" --host 127.0.0.1 >/dev/null
+    TLS_FLAGS=(--tls-cert "$work/tls/node.pem" --tls-key "$work/tls/node-key.pem")
+    # Every herder command of this script (workers, the bench, the probes, and the coordinators
+    # for their peer link) trusts the throwaway CA.
+    export HERDER_TLS_CA="$work/tls/ca.pem"
+fi
 
 port() { echo $((BASE + 10 * $1 + $2)); }
 
@@ -64,6 +75,10 @@ start_topology() {
     mkdir -p "$work/data"
     case $1 in
     dev)
+        if [ -n "$TLS" ]; then
+            echo "!! TLS=1 runs the single and group topologies only" >&2
+            exit 2
+        fi
         CLIENT_ADDR="127.0.0.1:${BENCH_CLIENT_PORT:-27071}"
         start_bg "$work/dev.log" dev --workers "$WORKERS" --capacity "$CAPACITY" --prefetch "$PREFETCH" \
             --data-dir "$work/data" --worker-port "$WORKER_ADDR" --client-port "$CLIENT_ADDR" \
@@ -84,7 +99,7 @@ start_topology() {
             [ "$members" -gt 1 ] && group_flags=(--id "c$i" --peers "$peers")
             start_bg "$work/c$i.log" coordinator --data-dir "$work/data/c$i" \
                 --worker-port "${workers[$i]}" --client-port "${clients[$i]}" "${group_flags[@]}" \
-                --max-active-jobs "$MAX_ACTIVE" --http-port off
+                "${TLS_FLAGS[@]}" --max-active-jobs "$MAX_ACTIVE" --http-port off
             ROLES+=("coordinator-$i=$LAST_PID")
         done
         CLIENT_ADDR=$(IFS=,; echo "${clients[*]}")
