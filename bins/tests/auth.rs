@@ -285,27 +285,22 @@ fn a_token_added_to_the_file_works_after_sighup() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn tls_from_the_command_line_encrypts_every_verb_and_reloads_on_sighup() {
-    let (dir, data) = scratch("auth-tls");
-    let tls_dir = dir.join("tls");
+/// A throwaway CA and a certificate for 127.0.0.1 in `dir`: (CA, certificate, key) paths.
+fn gen_certs(dir: &Path) -> (String, String, String) {
+    let out = dir.to_str().expect("utf-8");
     let generated = herder_within(
-        &[
-            "gen-certs",
-            "--out",
-            tls_dir.to_str().expect("utf-8"),
-            "--host",
-            "127.0.0.1",
-        ],
+        &["gen-certs", "--out", out, "--host", "127.0.0.1"],
         Duration::from_secs(30),
     );
     assert_eq!(code(&generated), 0, "{generated:?}");
-    let file = |dir: &Path, name: &str| dir.join(name).to_str().expect("utf-8").to_owned();
-    let (ca, cert, key) = (
-        file(&tls_dir, "ca.pem"),
-        file(&tls_dir, "node.pem"),
-        file(&tls_dir, "node-key.pem"),
-    );
+    let file = |name: &str| dir.join(name).to_str().expect("utf-8").to_owned();
+    (file("ca.pem"), file("node.pem"), file("node-key.pem"))
+}
+
+#[test]
+fn tls_from_the_command_line_encrypts_every_verb_and_reloads_on_sighup() {
+    let (dir, data) = scratch("auth-tls");
+    let (ca, cert, key) = gen_certs(&dir.join("tls"));
     let tokens = write(&dir, "tokens", &format!("ci submitter {SUBMITTER}\n"));
     let secret = write(&dir, "worker.secret", WORKER_SECRET);
     let (coordinator, addresses) = start_announcing(
@@ -365,26 +360,14 @@ fn tls_from_the_command_line_encrypts_every_verb_and_reloads_on_sighup() {
     );
 
     // New certificates from a new CA, swapped in place and taken on SIGHUP.
-    let next = dir.join("next");
-    let generated = herder_within(
-        &[
-            "gen-certs",
-            "--out",
-            next.to_str().expect("utf-8"),
-            "--host",
-            "127.0.0.1",
-        ],
-        Duration::from_secs(30),
-    );
-    assert_eq!(code(&generated), 0, "{generated:?}");
-    std::fs::copy(next.join("node.pem"), &cert).expect("swap the certificate");
-    std::fs::copy(next.join("node-key.pem"), &key).expect("swap the key");
+    let (new_ca, next_cert, next_key) = gen_certs(&dir.join("next"));
+    std::fs::copy(&next_cert, &cert).expect("swap the certificate");
+    std::fs::copy(&next_key, &key).expect("swap the key");
     let status = Command::new("kill")
         .args(["-HUP", &pid])
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -HUP {pid}");
-    let new_ca = file(&next, "ca.pem");
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let output = client(&trusting(&new_ca, &["workers"], &at), Some(SUBMITTER));
