@@ -11,8 +11,11 @@
 //! - [`scenario`]: what each seed draws (swarm testing).
 //! - [`world`]: the event loop, nodes, network, disks, faults and workload.
 //! - [`checker`]: the invariants.
+//! - [`budget`]: what one seed may use before it counts as a livelock, and how a panic inside
+//!   a seed is caught.
 //! - [`submission`]: the checker's own reading of the checks a submission must pass.
 
+pub mod budget;
 pub mod checker;
 pub mod model;
 pub mod rng;
@@ -20,5 +23,6 @@ pub mod scenario;
 pub mod submission;
 pub mod world;
 
+pub use budget::Sabotage;
 pub use scenario::Scenario;
-pub use world::{run_scenario, run_seed, RunReport};
+pub use world::{run_scenario, run_scenario_with, run_seed, RunReport};

@@ -5,6 +5,11 @@
 //!                [--strict] [--threads N]
 //! herder-sim replay --seed S [--standard | --standard-group | --leader-crashes | --single] [--trace]
 //! ```
+//!
+//! Hidden flags, for both, plant a bug in one seed to show the harness copes:
+//! `--sabotage-panic N` (seed N panics), `--sabotage-runaway N` (seed N loops without time
+//! moving on), `--sabotage-flood N` (seed N's events multiply). Each such seed must fail with
+//! its number while every other seed runs.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -12,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use herder_sim::{run_scenario, RunReport, Scenario};
+use herder_sim::{run_scenario_with, RunReport, Sabotage, Scenario};
 
 const USAGE: &str = "usage:
   herder-sim run --seeds A..B [--standard | --standard-group | --leader-crashes | --single] [--check-determinism]
@@ -102,12 +107,63 @@ impl Kind {
     }
 }
 
-fn replay_command(seed: u64, standard: Kind) -> String {
-    let flag = standard.flag();
-    format!("cargo run -p herder-sim --release -- replay --seed {seed}{flag} --trace")
+/// The seeds given a planted bug on purpose (`--sabotage-panic N` and the like).
+#[derive(Clone, Copy, Debug, Default)]
+struct Planted {
+    panic: Option<u64>,
+    runaway: Option<u64>,
+    flood: Option<u64>,
 }
 
-fn simulate(seed: u64, standard: Kind, trace: bool) -> RunReport {
+impl Planted {
+    fn from_args(args: &[String]) -> Result<Planted, String> {
+        let seed = |flag: &str| -> Result<Option<u64>, String> {
+            match value(args, flag) {
+                None if args.iter().any(|a| a == flag) => Err(format!("{flag} wants a seed")),
+                None => Ok(None),
+                Some(raw) => raw
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| format!("bad {flag} {raw:?}")),
+            }
+        };
+        Ok(Planted {
+            panic: seed("--sabotage-panic")?,
+            runaway: seed("--sabotage-runaway")?,
+            flood: seed("--sabotage-flood")?,
+        })
+    }
+
+    fn for_seed(self, seed: u64) -> Sabotage {
+        if self.panic == Some(seed) {
+            Sabotage::Panic
+        } else if self.runaway == Some(seed) {
+            Sabotage::Runaway
+        } else if self.flood == Some(seed) {
+            Sabotage::Flood
+        } else {
+            Sabotage::None
+        }
+    }
+
+    /// The flag that plants the same bug in `seed` again, for its replay command.
+    fn flag(self, seed: u64) -> String {
+        match self.for_seed(seed) {
+            Sabotage::None => String::new(),
+            Sabotage::Panic => format!(" --sabotage-panic {seed}"),
+            Sabotage::Runaway => format!(" --sabotage-runaway {seed}"),
+            Sabotage::Flood => format!(" --sabotage-flood {seed}"),
+        }
+    }
+}
+
+fn replay_command(seed: u64, standard: Kind, planted: Planted) -> String {
+    let flag = standard.flag();
+    let sabotage = planted.flag(seed);
+    format!("cargo run -p herder-sim --release -- replay --seed {seed}{flag}{sabotage} --trace")
+}
+
+fn simulate(seed: u64, standard: Kind, trace: bool, planted: Planted) -> RunReport {
     let scenario = match standard {
         Kind::Standard => Scenario::standard(seed),
         Kind::StandardGroup => Scenario::standard_group(seed),
@@ -115,7 +171,19 @@ fn simulate(seed: u64, standard: Kind, trace: bool) -> RunReport {
         Kind::Single => Scenario::single(seed),
         Kind::Swarm => Scenario::draw(seed),
     };
-    run_scenario(seed, scenario, trace)
+    run_scenario_with(seed, scenario, trace, planted.for_seed(seed))
+}
+
+/// The most of something any one seed used, and which seed.
+#[derive(Default)]
+struct Most(u64, u64);
+
+impl Most {
+    fn note(&mut self, value: u64, seed: u64) {
+        if value > self.0 || (value == self.0 && seed < self.1) {
+            *self = Most(value, seed);
+        }
+    }
 }
 
 fn run(args: &[String]) -> Result<ExitCode, String> {
@@ -123,6 +191,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let determinism = args.iter().any(|a| a == "--check-determinism");
     let standard = Kind::from_args(args);
     let strict = args.iter().any(|a| a == "--strict");
+    let planted = Planted::from_args(args)?;
     let with_findings = AtomicU64::new(0);
     let example: Mutex<Option<(u64, String)>> = Mutex::new(None);
     let coverage: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
@@ -135,6 +204,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let simulated = AtomicU64::new(0);
     let steps = AtomicU64::new(0);
     let slowest_call = Mutex::new((0u64, 0u64));
+    // The most any one seed used of each budget, to judge the budgets by.
+    let most: Mutex<[Most; 3]> = Mutex::new(Default::default());
     let failovers: Mutex<Vec<u64>> = Mutex::new(Vec::new());
     let done = AtomicU64::new(0);
     let total = end - start;
@@ -146,7 +217,14 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 if seed >= end {
                     break;
                 }
-                let report = simulate(seed, standard, false);
+                let report = simulate(seed, standard, false, planted);
+                // Only honest seeds: one that failed may have stopped early or at a budget.
+                if report.failure.is_none() {
+                    let mut most = most.lock().expect("lock");
+                    most[0].note(report.steps, seed);
+                    most[1].note(report.peak_instant_steps, seed);
+                    most[2].note(report.peak_in_flight as u64, seed);
+                }
                 simulated.fetch_add(report.simulated_us, Ordering::Relaxed);
                 steps.fetch_add(report.steps, Ordering::Relaxed);
                 failovers.lock().expect("lock").extend(&report.failovers_us);
@@ -174,7 +252,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                     }
                 }
                 if failure.is_none() && determinism {
-                    let again: RunReport = simulate(seed, standard, false);
+                    let again: RunReport = simulate(seed, standard, false, planted);
                     if again.hash != report.hash {
                         failure = Some(format!(
                             "nondeterminism: trace hash {:#018x} then {:#018x}",
@@ -185,7 +263,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 if let Some(failure) = failure {
                     eprintln!(
                         "FAIL seed {seed}: {failure}\n  replay: {}",
-                        replay_command(seed, standard)
+                        replay_command(seed, standard, planted)
                     );
                     failures.lock().expect("lock").push((seed, failure));
                 }
@@ -211,7 +289,9 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         Kind::Swarm => "swarm (each seed draws its own)",
     };
     println!("scenario:               {scenario}");
-    println!("seeds run:              {total} ({start}..{end}), {threads} threads");
+    // Counted as each seed ends: a seed that never ended would show here.
+    let ran = done.load(Ordering::Relaxed);
+    println!("seeds run:              {ran} of {total} ({start}..{end}), {threads} threads");
     println!("failures:               {}", failures.len());
     println!("wall time:              {elapsed:.2} s");
     println!("schedules per second:   {:.1}", total as f64 / elapsed);
@@ -227,6 +307,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     println!(
         "slowest call after faults stopped: {:.3} s (seed {slowest_seed})",
         slowest_us as f64 / 1e6
+    );
+    let [steps_most, instant_most, in_flight_most] = most.into_inner().expect("lock");
+    println!(
+        "most used by one seed:  {} steps (seed {}), {} steps at one instant (seed {}), {} in flight at once (seed {})",
+        steps_most.0, steps_most.1, instant_most.0, instant_most.1, in_flight_most.0, in_flight_most.1
     );
     let mut failovers = failovers.into_inner().expect("lock");
     if !failovers.is_empty() {
@@ -257,11 +342,13 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     );
     if let Some((seed, finding)) = example.into_inner().expect("lock") {
         println!("  first: seed {seed}: {finding}");
-        println!("  replay: {}", replay_command(seed, standard));
+        println!("  replay: {}", replay_command(seed, standard, planted));
     }
     for (seed, failure) in &failures {
-        println!("FAIL seed {seed}: {failure}");
-        println!("  replay: {}", replay_command(*seed, standard));
+        // The first line only: a livelock's or a panic's last events were shown as it failed.
+        let headline = failure.lines().next().unwrap_or_default();
+        println!("FAIL seed {seed}: {headline}");
+        println!("  replay: {}", replay_command(*seed, standard, planted));
     }
     Ok(if failures.is_empty() {
         ExitCode::SUCCESS
@@ -275,11 +362,12 @@ fn replay(args: &[String]) -> Result<ExitCode, String> {
     let seed: u64 = raw.parse().map_err(|_| format!("bad --seed {raw:?}"))?;
     let trace = args.iter().any(|a| a == "--trace");
     let standard = Kind::from_args(args);
-    let report = simulate(seed, standard, trace);
+    let planted = Planted::from_args(args)?;
+    let report = simulate(seed, standard, trace, planted);
     for line in &report.trace {
         println!("{line}");
     }
-    let again = simulate(seed, standard, false);
+    let again = simulate(seed, standard, false, planted);
     println!(
         "seed {seed}: {} steps, {:.3} simulated s, {} assignments, {} completions, {} acknowledged jobs",
         report.steps,

@@ -65,6 +65,13 @@ pub struct Faults {
     /// credential. The handshake's two machines must refuse every one, and accept the honest
     /// handshake they are drawn beside.
     pub impostors: bool,
+    /// In a group: probability that a peer message (or a second copy of it) arrives seconds
+    /// late, after terms may have changed, so that an old vote or append reply, or a deposed
+    /// leader's append, lands among newer ones.
+    pub peer_straggle: f64,
+    /// In a group: probability that a member crashes right after it grants a vote, and
+    /// restarts within a few hundred milliseconds (it must not vote again in that term).
+    pub crash_after_vote: f64,
 }
 
 impl Faults {
@@ -90,6 +97,8 @@ impl Faults {
             worker_leave: false,
             drain: false,
             impostors: false,
+            peer_straggle: 0.0,
+            crash_after_vote: 0.0,
         }
     }
 
@@ -228,6 +237,8 @@ impl Scenario {
             stalled_reader: false,
             drain: true,
             impostors: false,
+            peer_straggle: 0.0,
+            crash_after_vote: 0.0,
         };
         scenario
     }
@@ -427,6 +438,13 @@ impl Scenario {
         }
         if scenario.faults != Faults::none() {
             scenario.faults.impostors = rng.chance(0.3);
+        }
+        // Stragglers on the peer link, drawn last of all.
+        if scenario.faults != Faults::none() && scenario.coordinators > 1 && rng.chance(0.5) {
+            scenario.faults.peer_straggle = 0.005 + rng.unit() * 0.045;
+        }
+        if scenario.faults != Faults::none() && scenario.coordinators > 1 && rng.chance(0.4) {
+            scenario.faults.crash_after_vote = 0.1 + rng.unit() * 0.4;
         }
         scenario
     }

@@ -264,7 +264,9 @@ fn the_checker_catches_an_acknowledgement_that_runs_ahead_of_the_disk() {
         .expect_err("an acknowledgement that is not durable");
     assert!(early.contains("SUBMIT_ACCEPTED"), "{early}");
     for batch in &batches {
-        checker.record_durable(0, &batch.records);
+        checker
+            .record_durable(0, &batch.records)
+            .expect("an honest batch");
         c.handle_persisted(Instant::ZERO, batch.id);
     }
     checker.observe(0, &c).expect("a durable, applied entry");

@@ -41,9 +41,10 @@ impl World {
         while node.pending.front().is_some_and(|b| b.id <= batch) {
             if let Some(landed) = node.pending.pop_front() {
                 node.disk.write(&landed.records);
-                self.checker.record_durable(c, &landed.records);
+                self.checker.record_durable(c, &landed.records)?;
             }
         }
+        let node = &mut self.coords[c];
         let local = node.clock.local(self.now);
         if let Some(m) = &mut node.machine {
             m.handle_persisted(local, batch);
@@ -58,14 +59,14 @@ impl World {
     /// Coordinator `c`'s process died: of the batches still pending, the first `landed` reached
     /// the disk without being reported (a torn tail), the rest are lost. Returns how many were
     /// lost.
-    pub(super) fn crash_disk(&mut self, c: usize, landed: usize) -> usize {
+    pub(super) fn crash_disk(&mut self, c: usize, landed: usize) -> Result<usize, String> {
         let node = &mut self.coords[c];
         let pending: Vec<PersistBatch> = node.pending.drain(..).collect();
         for batch in &pending[..landed] {
             node.disk.write(&batch.records);
-            self.checker.record_durable(c, &batch.records);
+            self.checker.record_durable(c, &batch.records)?;
         }
-        pending.len() - landed
+        Ok(pending.len() - landed)
     }
 
     /// At the end, with nothing in flight to a disk: recovering from the disk alone must

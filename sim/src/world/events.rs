@@ -55,6 +55,12 @@ pub(super) enum Ev {
     CoordRestart {
         coord: usize,
     },
+    /// A member dies right after granting a vote (its process `gen`), and restarts soon:
+    /// a restart in the middle of an election.
+    CrashAfterVote {
+        coord: usize,
+        gen: u64,
+    },
     WorkerRestart {
         worker: usize,
     },
@@ -243,6 +249,10 @@ impl World {
             Ev::CoordRestart { coord } => {
                 (NodeRef::Coordinator(coord), self.restart_coordinator(coord))
             }
+            Ev::CrashAfterVote { coord, gen } => (
+                NodeRef::Coordinator(coord),
+                self.crash_after_vote(coord, gen),
+            ),
             Ev::WorkerRestart { worker } => (NodeRef::Worker(worker), self.restart_worker(worker)),
             Ev::WorkerResume { worker } => (NodeRef::Worker(worker), self.resume_worker(worker)),
             Ev::DrainTimeout { worker, gen } => {

@@ -247,6 +247,21 @@ impl World {
     }
 
     fn crash_coordinator(&mut self, c: usize, lose_disk: bool) -> Check {
+        self.crash_coordinator_for(c, lose_disk, (50_000, 3_000_000))
+    }
+
+    /// Member `c`, whose process `gen` has just granted a vote, dies now and restarts within
+    /// a few election timeouts, while the election may still be going on.
+    pub(super) fn crash_after_vote(&mut self, c: usize, gen: u64) -> Check {
+        if self.coords[c].gen != gen || !self.faults_active {
+            return Ok(());
+        }
+        self.count("fault: a member crashes right after granting a vote");
+        self.crash_coordinator_for(c, false, (10_000, 400_000))
+    }
+
+    /// Crashes member `c`; it restarts after a delay drawn from `down_us`.
+    fn crash_coordinator_for(&mut self, c: usize, lose_disk: bool, down_us: (u64, u64)) -> Check {
         if self.coords[c].machine.is_none() && !lose_disk {
             return Ok(());
         }
@@ -268,13 +283,13 @@ impl World {
         } else {
             0
         };
-        let down = self.fault_rng.range(50_000, 3_000_000);
+        let down = self.fault_rng.range(down_us.0, down_us.1);
         let node = &mut self.coords[c];
         node.machine = None;
         node.gen += 1;
         node.paused = false;
         node.stalled.clear();
-        let lost = self.crash_disk(c, landed);
+        let lost = self.crash_disk(c, landed)?;
         if lose_disk {
             self.coords[c].disk = Disk::default();
             self.checker.disk_lost(c);

@@ -41,7 +41,11 @@ use herder_core::tasks::TaskSpec;
 use herder_core::time::Instant;
 use herder_core::worker::{Worker, WorkerConfig};
 
-use crate::checker::{Check, Checker, Disk, ReadFloor};
+use crate::budget::{
+    self, Sabotage, IN_FLIGHT_EVERY, IN_FLIGHT_MAX, STEPS_AT_ONE_INSTANT_MAX, STEPS_MAX,
+    TAIL_LINES, TRACE_LINES_MAX,
+};
+use crate::checker::{Check, Checker, Disk, Floor};
 use crate::rng::{Fnv, SimRng};
 use crate::scenario::Scenario;
 use crate::submission::Rules;
@@ -81,6 +85,12 @@ pub struct RunReport {
     /// batch of seeds reached.
     pub coverage: BTreeMap<&'static str, u64>,
     pub trace: Vec<String>,
+    /// The most work in flight seen at once (see `budget::IN_FLIGHT_MAX`), counted every
+    /// `budget::IN_FLIGHT_EVERY` steps.
+    pub peak_in_flight: usize,
+    /// The most steps taken at one instant of virtual time (see
+    /// `budget::STEPS_AT_ONE_INSTANT_MAX`).
+    pub peak_instant_steps: u64,
 }
 
 /// What the checker needs of a `SUBMIT_BATCH`, noted when it reached a coordinator: what that
@@ -132,9 +142,9 @@ pub struct World {
     submit_jobs: HashMap<(usize, RequestId), (JobSubmission, LogIndex)>,
     /// (connection, request id) of a `SUBMIT_BATCH` -> the same of each of its jobs.
     submit_batches: HashMap<(usize, RequestId), SubmittedBatch>,
-    /// (connection, request id) of a read about one job -> what the committed log said of that
-    /// job when the request reached a coordinator: the answer may be newer, never older.
-    read_floors: HashMap<(usize, RequestId), Option<ReadFloor>>,
+    /// (connection, request id) of a read -> what the committed log said of what it reads
+    /// when the request reached a coordinator: the answer may be newer, never older.
+    read_floors: HashMap<(usize, RequestId), Floor>,
     /// Coordinators that restarted from an empty disk so far.
     wiped: usize,
     /// Workers that crashed for good.
@@ -166,7 +176,26 @@ pub struct World {
     steps: u64,
     findings: Vec<String>,
     coverage: BTreeMap<&'static str, u64>,
+    /// A bug planted on purpose (see `budget::Sabotage`), and when it strikes.
+    sabotage: Sabotage,
+    sabotage_at: u64,
+    /// The most trace lines kept when tracing; the oldest go first.
+    trace_keep: usize,
+    /// The most work in flight counted so far.
+    peak_in_flight: usize,
+    /// Set when the seed ran out of a budget or panicked: its failure then shows the last
+    /// events.
+    runaway: bool,
+    /// Trace lines dropped to keep at most `trace_keep`.
+    trace_dropped: u64,
+    /// Steps taken since virtual time last moved on, and the most of any instant so far.
+    instant_steps: u64,
+    peak_instant_steps: u64,
 }
+
+/// The partition id of the event a planted runaway or flood keeps scheduling. Partitions are
+/// numbered from 0, so no real partition has it, and healing it would change nothing.
+const SABOTAGE_EVENT: u64 = u64::MAX;
 
 /// The longest the world waits, once every call is answered, for every job to end before the
 /// last checks (a job nobody was told about may still be running a long sleep).
@@ -215,6 +244,12 @@ impl World {
             });
         }
         let mut checker = Checker::new(scenario.coordinators);
+        checker.set_members(
+            addresses
+                .iter()
+                .map(|a| herder_core::ids::NodeId(a.clone()))
+                .collect(),
+        );
         checker.set_default_timeout(
             u64::try_from(scenario.coordinator.task_timeout.as_millis()).unwrap_or(u64::MAX),
         );
@@ -327,6 +362,14 @@ impl World {
             steps: 0,
             findings: Vec::new(),
             coverage: BTreeMap::new(),
+            sabotage: Sabotage::None,
+            sabotage_at: u64::MAX,
+            trace_keep: TRACE_LINES_MAX,
+            peak_in_flight: 0,
+            runaway: false,
+            trace_dropped: 0,
+            instant_steps: 0,
+            peak_instant_steps: 0,
             scenario,
         })
     }
@@ -351,12 +394,39 @@ impl World {
         *self.coverage.entry(what).or_default() += 1;
     }
 
+    /// Plants a bug in this seed on purpose (see `budget::Sabotage`). It strikes halfway
+    /// through the fault span, so the seed has done real work by then.
+    pub fn sabotage(&mut self, sabotage: Sabotage) {
+        self.sabotage = sabotage;
+        self.sabotage_at = match sabotage {
+            Sabotage::None => u64::MAX,
+            _ => self.fault_end / 2,
+        };
+    }
+
     /// Runs the seed to the end; returns the report.
     pub fn run(mut self) -> RunReport {
-        let failure = self.run_inner().err();
-        if let Some(failure) = &failure {
+        let mut failure = self.run_caught().err();
+        if let Some(failure) = &mut failure {
+            if self.runaway {
+                failure.push_str("\n  last events:");
+                for line in self.last_events() {
+                    failure.push_str("\n    ");
+                    failure.push_str(&line);
+                }
+            }
             let failure = failure.clone();
             self.note(NodeRef::World, format_args!("FAILURE: {failure}"));
+        }
+        let mut trace = self.trace.take().unwrap_or_default();
+        if self.trace_dropped > 0 {
+            trace.insert(
+                0,
+                format!(
+                    "({} earlier trace lines dropped: a trace keeps at most {})",
+                    self.trace_dropped, self.trace_keep
+                ),
+            );
         }
         RunReport {
             seed: self.seed,
@@ -371,8 +441,113 @@ impl World {
             failovers_us: std::mem::take(&mut self.failovers_us),
             findings: std::mem::take(&mut self.findings),
             coverage: std::mem::take(&mut self.coverage),
-            trace: self.trace.take().unwrap_or_default(),
+            trace,
+            peak_in_flight: self.peak_in_flight,
+            peak_instant_steps: self.peak_instant_steps.max(self.instant_steps),
         }
+    }
+
+    /// Runs the seed; a panic inside it becomes the seed's failure.
+    fn run_caught(&mut self) -> Check {
+        match budget::catch(|| self.run_inner()) {
+            Ok(check) => check,
+            Err(panic) => {
+                self.runaway = true;
+                Err(format!("panic {panic}"))
+            }
+        }
+    }
+
+    /// The last trace lines before the seed stopped. A run without a trace formats none
+    /// (formatting would slow every seed down), so it runs the seed again from the start with
+    /// the trace on, keeping only the last lines. The seed is deterministic: the second run
+    /// stops at the same step, after the same events. Only a failing seed pays for this.
+    fn last_events(&self) -> Vec<String> {
+        let tail = |lines: &[String]| lines[lines.len().saturating_sub(TAIL_LINES)..].to_vec();
+        if let Some(lines) = &self.trace {
+            return tail(lines);
+        }
+        let Ok(mut again) = World::new(self.seed, self.scenario.clone(), true) else {
+            return Vec::new();
+        };
+        again.sabotage(self.sabotage);
+        again.trace_keep = TAIL_LINES;
+        let _ = again.run_caught();
+        tail(again.trace.as_deref().unwrap_or_default())
+    }
+
+    /// Ends a seed that ran out of a budget (see `budget`). Most steps this costs a few
+    /// comparisons; the work in flight is counted in full only every `IN_FLIGHT_EVERY` steps.
+    fn within_budgets(&mut self) -> Check {
+        let instant_steps = self.instant_steps;
+        if instant_steps > STEPS_AT_ONE_INSTANT_MAX {
+            return self.livelock(format_args!(
+                "steps at one instant: limit {STEPS_AT_ONE_INSTANT_MAX}, reached {instant_steps} (time stands still)"
+            ));
+        }
+        let steps = self.steps;
+        if steps > STEPS_MAX {
+            return self.livelock(format_args!("steps: limit {STEPS_MAX}, reached {steps}"));
+        }
+        if self.queue.len() > IN_FLIGHT_MAX || self.steps % IN_FLIGHT_EVERY == 0 {
+            let queued = self.queue.len();
+            let held: usize = self
+                .conns
+                .iter()
+                .map(|c| c.held_up.len() + c.held_down.len())
+                .sum();
+            let waiting: usize = self.coords.iter().map(|c| c.stalled.len()).sum::<usize>()
+                + self.workers.iter().map(|w| w.stalled.len()).sum::<usize>();
+            let pending: usize = self.coords.iter().map(|c| c.pending.len()).sum();
+            let total = queued + held + waiting + pending;
+            self.peak_in_flight = self.peak_in_flight.max(total);
+            if total > IN_FLIGHT_MAX {
+                return self.livelock(format_args!(
+                    "work in flight: limit {IN_FLIGHT_MAX}, reached {total} ({queued} events queued, {held} messages held by partitions, {waiting} events waiting at paused nodes, {pending} disk batches pending)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn livelock(&mut self, what: fmt::Arguments<'_>) -> Check {
+        self.runaway = true;
+        Err(format!(
+            "livelock: budget exceeded: {what}, at t={} after {} steps",
+            Instant::from_micros(self.now),
+            self.steps
+        ))
+    }
+
+    /// The planted bug strikes (see `budget::Sabotage`).
+    fn plant(&mut self) {
+        self.sabotage_at = u64::MAX;
+        match self.sabotage {
+            Sabotage::None => {}
+            Sabotage::Panic => panic!(
+                "sabotage: a panic planted in seed {} at t={}",
+                self.seed,
+                Instant::from_micros(self.now)
+            ),
+            Sabotage::Runaway | Sabotage::Flood => {
+                self.push(self.now, Ev::Heal { id: SABOTAGE_EVENT });
+            }
+        }
+    }
+
+    /// The planted runaway or flood event comes due and schedules itself again.
+    fn sabotage_again(&mut self) -> Check {
+        self.note(
+            NodeRef::World,
+            format_args!("sabotage: a planted event schedules itself again"),
+        );
+        if self.sabotage == Sabotage::Flood {
+            self.push(self.now + 1_000, Ev::Heal { id: SABOTAGE_EVENT });
+            self.push(self.now + 1_000, Ev::Heal { id: SABOTAGE_EVENT });
+        } else {
+            self.push(self.now, Ev::Heal { id: SABOTAGE_EVENT });
+        }
+        Ok(())
     }
 
     fn run_inner(&mut self) -> Check {
@@ -429,10 +604,20 @@ impl World {
                     ));
                 }
             }
-            self.now = at.max(self.now);
+            if at > self.now {
+                self.now = at;
+                self.peak_instant_steps = self.peak_instant_steps.max(self.instant_steps);
+                self.instant_steps = 0;
+            }
+            if self.now >= self.sabotage_at {
+                self.plant();
+            }
             let (node, result) = if take_queue {
                 let ev = self.queue.pop().map(|q| q.ev);
                 match ev {
+                    Some(Ev::Heal { id: SABOTAGE_EVENT }) => {
+                        (NodeRef::World, self.sabotage_again())
+                    }
                     Some(ev) => self.process(ev),
                     None => continue,
                 }
@@ -441,9 +626,19 @@ impl World {
                 (node, self.fire_timer(node))
             };
             self.steps += 1;
+            self.instant_steps += 1;
             result
                 .and_then(|()| self.check_state())
                 .map_err(|e| format!("t={} {node}: {e}", Instant::from_micros(self.now)))?;
+            self.within_budgets()?;
+            if let Some(lines) = &mut self.trace {
+                // A traced run keeps only its last lines (all of them, for an honest seed).
+                if lines.len() > self.trace_keep + self.trace_keep / 2 + 1_024 {
+                    let drop = lines.len() - self.trace_keep;
+                    lines.drain(..drop);
+                    self.trace_dropped += drop as u64;
+                }
+            }
             if self.now >= self.fault_end && self.all_done() {
                 let answered = *self.quiet_from.get_or_insert(self.now);
                 // Quiet: every job has been terminal for a while (what its end set in motion
@@ -725,22 +920,43 @@ pub fn run_seed(seed: u64, trace: bool) -> RunReport {
 
 /// Runs one seed with a given scenario.
 pub fn run_scenario(seed: u64, scenario: Scenario, trace: bool) -> RunReport {
-    match World::new(seed, scenario, trace) {
-        Ok(world) => world.run(),
-        Err(error) => RunReport {
-            seed,
-            hash: 0,
-            failure: Some(format!("setup: {error}")),
-            simulated_us: 0,
-            steps: 0,
-            assignments: 0,
-            completions: 0,
-            acknowledged: 0,
-            slowest_call_us: 0,
-            failovers_us: Vec::new(),
-            findings: Vec::new(),
-            coverage: BTreeMap::new(),
-            trace: Vec::new(),
-        },
+    run_scenario_with(seed, scenario, trace, Sabotage::None)
+}
+
+/// Runs one seed with a given scenario, and perhaps a bug planted on purpose. Never panics:
+/// a panic inside the seed, even while its world is built, is the seed's failure.
+pub fn run_scenario_with(
+    seed: u64,
+    scenario: Scenario,
+    trace: bool,
+    sabotage: Sabotage,
+) -> RunReport {
+    let failure = match budget::catch(|| World::new(seed, scenario, trace)) {
+        Ok(Ok(mut world)) => {
+            world.sabotage(sabotage);
+            return world.run();
+        }
+        Ok(Err(error)) => format!("setup: {error}"),
+        Err(panic) => format!("panic {panic} (while the world was built)"),
+    };
+    // No world ran: the failure text is the whole outcome, so it is what the hash covers.
+    let mut hash = Fnv::new();
+    let _ = hash.write_str(&failure);
+    RunReport {
+        seed,
+        hash: hash.finish(),
+        failure: Some(failure),
+        simulated_us: 0,
+        steps: 0,
+        assignments: 0,
+        completions: 0,
+        acknowledged: 0,
+        slowest_call_us: 0,
+        failovers_us: Vec::new(),
+        findings: Vec::new(),
+        coverage: BTreeMap::new(),
+        trace: Vec::new(),
+        peak_in_flight: 0,
+        peak_instant_steps: 0,
     }
 }

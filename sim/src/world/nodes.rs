@@ -427,7 +427,7 @@ impl World {
                     self.check_one_job_per_submission(conn, &message)?;
                     if let Some(request) = message.request_id() {
                         if let Some(floor) = self.read_floors.remove(&(conn.0 as usize, request)) {
-                            self.checker.check_read(floor, &message)?;
+                            self.checker.check_floor(floor, &message)?;
                         }
                     }
                     self.send_down(conn.0 as usize, Down::Client(message))?;

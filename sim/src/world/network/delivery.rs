@@ -10,9 +10,10 @@ use herder_core::protocol::{
 };
 
 use super::{Conn, Down, Peer, Up};
-use crate::checker::Check;
+use crate::checker::{Check, Floor};
 use crate::submission::fewest_slots;
 use crate::world::{NodeRef, SubmittedBatch, World};
+use herder_core::limits::LIST_LIMIT_DEFAULT;
 
 impl World {
     pub(in crate::world) fn connect_done(
@@ -172,7 +173,21 @@ impl World {
                 | ClientRequest::Cancel { request_id, job_id } = &message
                 {
                     let floor = self.checker.read_floor(job_id);
-                    self.read_floors.insert((conn, *request_id), floor);
+                    self.read_floors
+                        .insert((conn, *request_id), Floor::Job(floor));
+                }
+                if let ClientRequest::List {
+                    request_id,
+                    state,
+                    limit,
+                    before,
+                } = &message
+                {
+                    let limit = limit.unwrap_or(LIST_LIMIT_DEFAULT) as usize;
+                    if let Some(floor) = self.checker.list_floor(limit, *state, *before) {
+                        self.read_floors
+                            .insert((conn, *request_id), Floor::List(floor));
+                    }
                 }
                 if let ClientRequest::Submit {
                     request_id,

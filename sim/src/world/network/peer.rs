@@ -14,6 +14,10 @@ use crate::world::events::Ev;
 use crate::world::nodes::coordinator_address;
 use crate::world::{NodeRef, World};
 
+/// How late a straggling peer message arrives (microseconds, beyond its latency): long
+/// enough for elections to come and go meanwhile.
+const STRAGGLE_US: (u64, u64) = (1_000_000, 6_000_000);
+
 impl World {
     /// Coordinator `from` sends `message` to coordinator `to`.
     pub(in crate::world) fn send_peer(
@@ -27,6 +31,16 @@ impl World {
                 "coord-{from} sent a peer message to coord-{to}: {message:?}"
             ));
         }
+        self.checker.peer_sent(from, to, &message)?;
+        let crash_after_vote = self.scenario.faults.crash_after_vote;
+        if self.faults_active
+            && crash_after_vote > 0.0
+            && matches!(message, PeerMessage::VoteReply { granted: true, .. })
+            && self.fault_rng.chance(crash_after_vote)
+        {
+            let gen = self.coords[from].gen;
+            self.push(self.now, Ev::CrashAfterVote { coord: from, gen });
+        }
         let faults = self.faults_active;
         if faults && self.net.chance(self.scenario.faults.loss) {
             self.count("net: peer message lost");
@@ -38,10 +52,19 @@ impl World {
             message
         };
         let gen = self.coords[to].gen;
-        let at = self.now + self.latency();
+        let mut at = self.now + self.latency();
+        let straggle = self.scenario.faults.peer_straggle;
+        if faults && straggle > 0.0 && self.net.chance(straggle) {
+            self.count("net: peer message arrives seconds late");
+            at += self.net.range(STRAGGLE_US.0, STRAGGLE_US.1);
+        }
         if faults && self.net.chance(self.scenario.faults.duplicate) {
             self.count("net: peer message sent twice");
-            let again = at + self.net.range(0, 500_000);
+            let mut again = at + self.net.range(0, 500_000);
+            if straggle > 0.0 && self.net.chance(0.5) {
+                self.count("net: a second copy of a peer message arrives seconds late");
+                again += self.net.range(STRAGGLE_US.0, STRAGGLE_US.1);
+            }
             self.push(
                 again,
                 Ev::Peer {
@@ -85,6 +108,7 @@ impl World {
             NodeRef::Coordinator(to),
             format_args!("<- coord-{from} {}", message_name(&message)),
         );
+        self.checker.peer_delivered(to, from, &message);
         let node = &mut self.coords[to];
         let local = node.clock.local(self.now);
         let Some(machine) = &mut node.machine else {

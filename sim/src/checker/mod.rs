@@ -33,11 +33,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use herder_core::command::{Command, LogEntry};
 use herder_core::coordinator::{Coordinator, DiskImage, Output, Record, WorkerEntry};
 use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, NodeId, Term, WorkerId};
-use herder_core::job::JobState;
 use herder_core::protocol::{
     AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobSubmission,
     JobView, PeerMessage, SubmitResult,
 };
+
+mod consensus;
+mod reads;
+
+pub use reads::{Floor, ListFloor, ReadFloor};
 
 use crate::model::Model;
 use crate::submission::{self, code_name, Rules, Subject, Verdict};
@@ -76,6 +80,10 @@ struct Mirror {
     contiguous: LogIndex,
     /// Every vote that became durable here: term -> the candidate.
     votes: BTreeMap<Term, NodeId>,
+    /// The durable term: the highest any hard-state record here has set.
+    term: Term,
+    /// The term of the entry at `snapshot`.
+    snapshot_term: Term,
 }
 
 impl Mirror {
@@ -89,14 +97,18 @@ impl Mirror {
                     self.log.retain(|i, _| i <= index);
                     self.contiguous = self.contiguous.min(*index);
                 }
-                Record::Snapshot { index, .. } => {
-                    self.snapshot = self.snapshot.max(*index);
+                Record::Snapshot { index, term, .. } => {
+                    if *index >= self.snapshot {
+                        self.snapshot = *index;
+                        self.snapshot_term = *term;
+                    }
                     self.contiguous = self.contiguous.max(*index);
                 }
                 Record::HardState(hard_state) => {
                     if let Some(candidate) = &hard_state.voted_for {
                         self.votes.insert(hard_state.term, candidate.clone());
                     }
+                    self.term = self.term.max(hard_state.term);
                 }
                 Record::Job(_)
                 | Record::DeleteJob(_)
@@ -113,18 +125,6 @@ impl Mirror {
     fn holds(&self, entry: &LogEntry) -> bool {
         entry.index <= self.snapshot || self.log.get(&entry.index) == Some(entry)
     }
-}
-
-/// What the committed log said of a job when a read about it reached a coordinator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReadFloor {
-    pub job: JobId,
-    pub state: JobState,
-    pub attempt: u32,
-    /// Attempts a drain had handed back by then (each lowers the attempt count by one).
-    pub releases: u32,
-    /// A committed purge had removed the job already: only `JOB_NOT_FOUND` is current.
-    pub purged: bool,
 }
 
 /// Where a log ends: its last index and that entry's term.
@@ -192,6 +192,10 @@ pub struct Checker {
     default_timeout_millis: Option<u64>,
     /// What the coordinators check submissions against (limits, defaults), when the world says.
     rules: Rules,
+    /// Raft's rules, judged from messages and disks (see [`consensus`]).
+    ledger: consensus::Ledger,
+    /// Elections judged from the votes delivered (for the coverage report).
+    pub elections_judged: u64,
 }
 
 impl Checker {
@@ -287,14 +291,15 @@ impl Checker {
     }
 
     /// A batch became durable on coordinator `c`'s disk.
-    pub fn record_durable(&mut self, c: usize, records: &[Record]) {
-        self.mirrors[c].write(records);
+    pub fn record_durable(&mut self, c: usize, records: &[Record]) -> Check {
+        self.write_disk(c, records)
     }
 
     /// Coordinator `c`'s disk was lost: it starts again empty.
     pub fn disk_lost(&mut self, c: usize) {
         let lost = std::mem::take(&mut self.mirrors[c]);
         self.lost.push((c, lost));
+        self.consensus_disk_lost(c);
     }
 
     /// A new process of coordinator `c` started on a disk whose job rows reflect every entry up
@@ -302,6 +307,7 @@ impl Checker {
     /// log) is checked at the next look, from the mirror.
     pub fn process_started(&mut self, c: usize, rows_applied: LogIndex, machine: &Coordinator) {
         let applied = machine.table().applied_index();
+        self.consensus_process_started(c, rows_applied);
         self.follow[c] = Follow {
             applied: rows_applied.min(applied),
             applied_before: rows_applied.min(applied),
@@ -498,69 +504,6 @@ impl Checker {
                 self.quorum
             );
         }
-        Ok(())
-    }
-
-    /// What the committed log says of `job` now (none: not created yet, as far as is known).
-    pub fn read_floor(&self, job: &JobId) -> Option<ReadFloor> {
-        let purged = !self.model.jobs.contains_key(job);
-        self.model.job_ever(job).map(|row| ReadFloor {
-            job: *job,
-            state: row.state,
-            attempt: row.attempt,
-            releases: row.releases,
-            purged,
-        })
-    }
-
-    /// Reads are linearizable: the answer to a read reflects at least everything committed
-    /// before the read arrived (a deposed leader answering from its stale table fails this).
-    pub fn check_read(&self, floor: Option<ReadFloor>, reply: &ClientReply) -> Check {
-        let Some(floor) = floor else {
-            return Ok(());
-        };
-        let view = match reply {
-            ClientReply::Job { job, .. }
-            | ClientReply::WaitResult { job, .. }
-            | ClientReply::CancelResult { job, .. } => {
-                ensure!(
-                    !floor.purged,
-                    "stale read: job {} shown as {}, but a committed purge had removed it before the request arrived",
-                    job.id,
-                    job.state
-                );
-                job
-            }
-            ClientReply::Error {
-                code: ErrorCode::JobNotFound,
-                ..
-            } => {
-                // Fine only if a committed purge has removed it since the request arrived.
-                ensure!(
-                    self.model.purged.contains_key(&floor.job),
-                    "stale read: JOB_NOT_FOUND, but the job was committed ({}, attempt {}) before the request arrived and was never purged",
-                    floor.state,
-                    floor.attempt
-                );
-                return Ok(());
-            }
-            _ => return Ok(()),
-        };
-        // The attempt count only grows, but for releases committed since (each gives one back).
-        let released_since = self
-            .model
-            .job_ever(&floor.job)
-            .map_or(0, |job| job.releases.saturating_sub(floor.releases));
-        ensure!(
-            view.attempt + released_since >= floor.attempt
-                && (!floor.state.is_terminal() || view.state == floor.state),
-            "stale read: job {} shown as {} attempt {}, but it was {} attempt {} by the committed log before the request arrived",
-            view.id,
-            view.state,
-            view.attempt,
-            floor.state,
-            floor.attempt
-        );
         Ok(())
     }
 
