@@ -194,7 +194,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let planted = Planted::from_args(args)?;
     let with_findings = AtomicU64::new(0);
     let example: Mutex<Option<(u64, String)>> = Mutex::new(None);
-    let coverage: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
+    // What each seed reached: how often over all seeds, and in how many seeds.
+    let coverage: Mutex<BTreeMap<&'static str, (u64, u64)>> = Mutex::new(BTreeMap::new());
     let threads: u64 = match value(args, "--threads") {
         Some(raw) => raw.parse().map_err(|_| format!("bad --threads {raw:?}"))?,
         None => std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
@@ -238,7 +239,9 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 {
                     let mut coverage = coverage.lock().expect("lock");
                     for (what, n) in &report.coverage {
-                        *coverage.entry(what).or_default() += n;
+                        let (times, seeds) = coverage.entry(what).or_default();
+                        *times += n;
+                        *seeds += 1;
                     }
                 }
                 if let Some(first) = report.findings.first() {
@@ -332,9 +335,10 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     if determinism {
         println!("determinism:            every passing seed replayed twice with equal hashes");
     }
-    println!("reached (summed over the seeds):");
-    for (what, n) in coverage.into_inner().expect("lock") {
-        println!("  {n:>10}  {what}");
+    println!("reached (times summed over the seeds, and the share of seeds that reached it):");
+    for (what, (n, seeds)) in coverage.into_inner().expect("lock") {
+        let share = 100.0 * seeds as f64 / total.max(1) as f64;
+        println!("  {n:>10}  {share:>5.1}%  {what}");
     }
     println!(
         "seeds with findings:    {}",

@@ -43,11 +43,14 @@ macro_rules! ensure {
 /// started.
 #[derive(Clone, Debug, Default)]
 struct Heard {
-    /// The highest term a delivered message carried. Requests for votes are left out (a
+    /// The highest term a handled message carried. Requests for votes are left out (a
     /// member that hears from a live leader may ignore them), and so are pre-votes and granted
     /// answers to them (they are about a term nobody is in yet); a refused pre-vote carries
     /// the refuser's own term and counts.
     term: Term,
+    /// The term of the message being handled, known once it has been: a timer due at the
+    /// same instant may have fired first, and what it sent was decided without the message.
+    term_arriving: Term,
     /// Term -> the members whose granted vote in it was delivered.
     grants: BTreeMap<Term, BTreeSet<NodeId>>,
     /// Member -> what its replies to appends of the latest term it answered in said.
@@ -385,6 +388,7 @@ impl Checker {
     pub fn peer_delivered(&mut self, to: usize, from: usize, message: &PeerMessage) {
         let sender = self.ledger.ids[from].clone();
         let heard = &mut self.ledger.heard[to];
+        heard.term_arriving = Term(0);
         let term = match message {
             PeerMessage::VoteReply { term, granted } => {
                 if *granted {
@@ -439,7 +443,15 @@ impl Checker {
             | PeerMessage::PreVoteReply { .. }
             | PeerMessage::Hello { .. } => return,
         };
-        heard.term = heard.term.max(term);
+        heard.term_arriving = term;
+    }
+
+    /// Member `to` has handled the message last delivered to it (and sent what it made it
+    /// send): from now on it knows that message's term.
+    pub fn peer_handled(&mut self, to: usize) {
+        if let Some(heard) = self.ledger.heard.get_mut(to) {
+            heard.term = heard.term.max(heard.term_arriving);
+        }
     }
 }
 
@@ -662,6 +674,11 @@ mod tests {
                 abstaining: false,
             },
         );
+        // A heartbeat due at the same instant may leave before the reply is handled.
+        checker
+            .peer_sent(0, 1, &append(1, (0, 0), Vec::new(), 0))
+            .expect("sent while the reply was being delivered");
+        checker.peer_handled(0);
         let error = checker
             .peer_sent(0, 1, &append(1, (0, 0), Vec::new(), 0))
             .expect_err("term 2 was heard");

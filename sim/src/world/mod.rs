@@ -428,6 +428,12 @@ impl World {
                 ),
             );
         }
+        if self.checker.elections_judged > 0 {
+            self.coverage.insert(
+                "consensus: a leader's election judged from the votes delivered to it",
+                self.checker.elections_judged,
+            );
+        }
         RunReport {
             seed: self.seed,
             hash: self.hash.finish(),

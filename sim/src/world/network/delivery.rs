@@ -185,6 +185,11 @@ impl World {
                 {
                     let limit = limit.unwrap_or(LIST_LIMIT_DEFAULT) as usize;
                     if let Some(floor) = self.checker.list_floor(limit, *state, *before) {
+                        // (`self.count` would borrow the whole world, `node` is held.)
+                        *self
+                            .coverage
+                            .entry("client: a listing judged against the committed log")
+                            .or_default() += 1;
                         self.read_floors
                             .insert((conn, *request_id), Floor::List(floor));
                     }

@@ -127,7 +127,9 @@ impl World {
                 .vote_asked(to, &sender, *term, asked, machine.replica());
         }
         machine.handle_peer_message(local, &sender, message);
-        self.drain_coord(to)
+        self.drain_coord(to)?;
+        self.checker.peer_handled(to);
+        Ok(())
     }
 
     /// Coordinator `c` (re)started: it and every running member exchange `HELLO`s.
