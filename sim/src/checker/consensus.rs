@@ -52,9 +52,9 @@ struct Heard {
     /// same instant may have fired first, and what it sent was decided without the message.
     term_arriving: Term,
     /// Term -> the members whose granted vote in it was delivered.
-    grants: BTreeMap<Term, BTreeSet<NodeId>>,
+    grants: BTreeMap<Term, BTreeSet<usize>>,
     /// Member -> what its replies to appends of the latest term it answered in said.
-    acks: HashMap<NodeId, Ack>,
+    acks: BTreeMap<usize, Ack>,
     /// The highest commit index this process knows honestly: its disk's at start, a leader's
     /// `APPEND`, a snapshot, or one it announced itself after it was judged.
     commit: LogIndex,
@@ -211,6 +211,7 @@ impl Checker {
             }
             self.mirrors[c].write(std::slice::from_ref(record));
         }
+        self.note_leader_progress(c);
         Ok(())
     }
 
@@ -316,12 +317,17 @@ impl Checker {
         let own = &self.ledger.ids[c];
         let mut voters = heard.grants.get(&term).cloned().unwrap_or_default();
         if mirror.votes.get(&term) == Some(own) {
-            voters.insert(own.clone());
+            voters.insert(c);
         }
         ensure!(
             voters.len() >= self.quorum,
-            "election: coord-{c} acted as leader of term {} with the votes of {voters:?} only (a majority is {})",
+            "election: coord-{c} acted as leader of term {} with the votes of {} only (a majority is {})",
             term.0,
+            voters
+                .iter()
+                .map(|v| format!("coord-{v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.quorum
         );
         let first = *self.ledger.leaders.entry(term).or_insert(c);
@@ -384,15 +390,49 @@ impl Checker {
         Ok(())
     }
 
+    /// What leader `c` may honestly hold committed now, leading the term it was judged to have
+    /// won (and not yet told of a later one): the highest entry of that term that its own disk
+    /// and the acknowledgements of that term from members taking part put on a majority. A
+    /// leader may commit an index and step down before any message announces it; it still
+    /// knows it is committed when it leads again.
+    fn note_leader_progress(&mut self, c: usize) {
+        let heard = &self.ledger.heard[c];
+        let Some(term) = heard.led else {
+            return;
+        };
+        if heard.term.max(heard.term_arriving) > term {
+            return;
+        }
+        let mirror = &self.mirrors[c];
+        let mut held: Vec<LogIndex> = heard
+            .acks
+            .values()
+            .filter(|ack| ack.term == term && ack.took_part)
+            .map(|ack| ack.index)
+            .collect();
+        held.push(mirror.contiguous);
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        let Some(&on_majority) = held.get(self.quorum - 1) else {
+            return;
+        };
+        let of_its_term = mirror
+            .log
+            .get(&on_majority)
+            .is_some_and(|entry| entry.term == term);
+        if of_its_term && on_majority > mirror.snapshot {
+            let heard = &mut self.ledger.heard[c];
+            heard.commit = heard.commit.max(on_majority);
+        }
+    }
+
     /// `message` from member `from` was delivered to member `to`'s current process.
     pub fn peer_delivered(&mut self, to: usize, from: usize, message: &PeerMessage) {
-        let sender = self.ledger.ids[from].clone();
         let heard = &mut self.ledger.heard[to];
         heard.term_arriving = Term(0);
         let term = match message {
             PeerMessage::VoteReply { term, granted } => {
                 if *granted {
-                    heard.grants.entry(*term).or_default().insert(sender);
+                    heard.grants.entry(*term).or_default().insert(from);
                 }
                 *term
             }
@@ -410,7 +450,7 @@ impl Checker {
                 let acked = if *success { *index } else { LogIndex(0) };
                 heard
                     .acks
-                    .entry(sender)
+                    .entry(from)
                     .or_default()
                     .heard(*term, acked, *abstaining);
                 *term
@@ -427,7 +467,7 @@ impl Checker {
             } => {
                 heard
                     .acks
-                    .entry(sender)
+                    .entry(from)
                     .or_default()
                     .heard(*term, LogIndex(0), *abstaining);
                 *term
@@ -444,6 +484,9 @@ impl Checker {
             | PeerMessage::Hello { .. } => return,
         };
         heard.term_arriving = term;
+        if matches!(message, PeerMessage::AppendReply { success: true, .. }) {
+            self.note_leader_progress(to);
+        }
     }
 
     /// Member `to` has handled the message last delivered to it (and sent what it made it

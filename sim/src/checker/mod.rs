@@ -199,14 +199,22 @@ pub struct Checker {
 }
 
 impl Checker {
+    /// A checker for a group of `coordinators` members, named `coord-0`, `coord-1`, ... until
+    /// [`Checker::set_members`] names them otherwise.
     pub fn new(coordinators: usize) -> Checker {
-        Checker {
+        let mut checker = Checker {
             quorum: coordinators / 2 + 1,
             mirrors: vec![Mirror::default(); coordinators],
             follow: vec![Follow::default(); coordinators],
             model: Model::new(),
             ..Checker::default()
-        }
+        };
+        checker.set_members(
+            (0..coordinators)
+                .map(|c| NodeId(format!("coord-{c}")))
+                .collect(),
+        );
+        checker
     }
 
     pub fn acked(&self) -> &BTreeSet<JobId> {
