@@ -69,9 +69,11 @@ pub struct Faults {
     /// late, after terms may have changed, so that an old vote or append reply, or a deposed
     /// leader's append, lands among newer ones.
     pub peer_straggle: f64,
-    /// In a group: probability that a member crashes right after it grants a vote, and
-    /// restarts within a few hundred milliseconds (it must not vote again in that term).
-    pub crash_after_vote: f64,
+    /// In a group: probability that a member crashes right after it grants a vote or
+    /// acknowledges part of a snapshot it is installing, and restarts within a few hundred
+    /// milliseconds: in the middle of an election (it must not vote again in that term) or of
+    /// a snapshot install (it must not take the part it holds for the whole).
+    pub crash_mid_consensus: f64,
 }
 
 impl Faults {
@@ -98,7 +100,7 @@ impl Faults {
             drain: false,
             impostors: false,
             peer_straggle: 0.0,
-            crash_after_vote: 0.0,
+            crash_mid_consensus: 0.0,
         }
     }
 
@@ -238,7 +240,7 @@ impl Scenario {
             drain: true,
             impostors: false,
             peer_straggle: 0.0,
-            crash_after_vote: 0.0,
+            crash_mid_consensus: 0.0,
         };
         scenario
     }
@@ -444,7 +446,7 @@ impl Scenario {
             scenario.faults.peer_straggle = 0.005 + rng.unit() * 0.045;
         }
         if scenario.faults != Faults::none() && scenario.coordinators > 1 && rng.chance(0.4) {
-            scenario.faults.crash_after_vote = 0.1 + rng.unit() * 0.4;
+            scenario.faults.crash_mid_consensus = 0.1 + rng.unit() * 0.4;
         }
         scenario
     }

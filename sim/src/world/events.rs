@@ -55,11 +55,12 @@ pub(super) enum Ev {
     CoordRestart {
         coord: usize,
     },
-    /// A member dies right after granting a vote (its process `gen`), and restarts soon:
-    /// a restart in the middle of an election.
-    CrashAfterVote {
+    /// A member dies right after granting a vote or acknowledging a snapshot chunk (its
+    /// process `gen`), and restarts soon: in the middle of an election or an install.
+    CrashMidConsensus {
         coord: usize,
         gen: u64,
+        what: &'static str,
     },
     WorkerRestart {
         worker: usize,
@@ -249,9 +250,9 @@ impl World {
             Ev::CoordRestart { coord } => {
                 (NodeRef::Coordinator(coord), self.restart_coordinator(coord))
             }
-            Ev::CrashAfterVote { coord, gen } => (
+            Ev::CrashMidConsensus { coord, gen, what } => (
                 NodeRef::Coordinator(coord),
-                self.crash_after_vote(coord, gen),
+                self.crash_mid_consensus(coord, gen, what),
             ),
             Ev::WorkerRestart { worker } => (NodeRef::Worker(worker), self.restart_worker(worker)),
             Ev::WorkerResume { worker } => (NodeRef::Worker(worker), self.resume_worker(worker)),

@@ -250,13 +250,14 @@ impl World {
         self.crash_coordinator_for(c, lose_disk, (50_000, 3_000_000))
     }
 
-    /// Member `c`, whose process `gen` has just granted a vote, dies now and restarts within
-    /// a few election timeouts, while the election may still be going on.
-    pub(super) fn crash_after_vote(&mut self, c: usize, gen: u64) -> Check {
+    /// Member `c`, whose process `gen` has just granted a vote or acknowledged a snapshot
+    /// chunk (`what` counts which), dies now and restarts within a few election timeouts,
+    /// while the election or the install may still be going on.
+    pub(super) fn crash_mid_consensus(&mut self, c: usize, gen: u64, what: &'static str) -> Check {
         if self.coords[c].gen != gen || !self.faults_active {
             return Ok(());
         }
-        self.count("fault: a member crashes right after granting a vote");
+        self.count(what);
         self.crash_coordinator_for(c, false, (10_000, 400_000))
     }
 

@@ -32,14 +32,31 @@ impl World {
             ));
         }
         self.checker.peer_sent(from, to, &message)?;
-        let crash_after_vote = self.scenario.faults.crash_after_vote;
-        if self.faults_active
-            && crash_after_vote > 0.0
-            && matches!(message, PeerMessage::VoteReply { granted: true, .. })
-            && self.fault_rng.chance(crash_after_vote)
-        {
-            let gen = self.coords[from].gen;
-            self.push(self.now, Ev::CrashAfterVote { coord: from, gen });
+        let crash_mid_consensus = self.scenario.faults.crash_mid_consensus;
+        let critical = match &message {
+            PeerMessage::VoteReply { granted: true, .. } => {
+                Some("fault: a member crashes right after granting a vote")
+            }
+            PeerMessage::SnapshotReply { .. } => {
+                Some("fault: a member crashes while it receives a snapshot")
+            }
+            _ => None,
+        };
+        if let Some(what) = critical {
+            if self.faults_active
+                && crash_mid_consensus > 0.0
+                && self.fault_rng.chance(crash_mid_consensus)
+            {
+                let gen = self.coords[from].gen;
+                self.push(
+                    self.now,
+                    Ev::CrashMidConsensus {
+                        coord: from,
+                        gen,
+                        what,
+                    },
+                );
+            }
         }
         let faults = self.faults_active;
         if faults && self.net.chance(self.scenario.faults.loss) {
