@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use herder_core::command::{Command, LogEntry};
 use herder_core::coordinator::{Coordinator, DiskImage, Output, Record, WorkerEntry};
 use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, NodeId, Term, WorkerId};
+use herder_core::job::JobState;
 use herder_core::protocol::{
     AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobSubmission,
     JobView, PeerMessage, SubmitResult,
@@ -725,6 +726,27 @@ impl Checker {
                         format!("durability: RESULT_ACK(accepted) job {job_id} lease {lease_id} before its settlement was committed")
                     })?;
                     self.durable(c, index, &format!("RESULT_ACK(accepted) job {job_id}"))?;
+                }
+                CoordinatorToWorker::ResultAck {
+                    job_id,
+                    lease_id,
+                    accepted: false,
+                    ..
+                } => {
+                    // A refusal is final (the worker drops its result), so it is right only for
+                    // a lease that is no longer current: leases never become current again, and
+                    // the committed log is at least as far as the sender's table.
+                    let current = self.model.jobs.get(job_id).is_some_and(|job| {
+                        job.state == JobState::Running
+                            && job.lease.as_ref().is_some_and(|lease| {
+                                lease.id == *lease_id
+                                    && matches!(owner, ConnOwner::Worker(w) if *w == lease.worker)
+                            })
+                    });
+                    ensure!(
+                        !current,
+                        "RESULT_ACK(refused) for job {job_id} lease {lease_id} from its worker, while the committed log holds that lease current and the job running"
+                    );
                 }
                 CoordinatorToWorker::TaskCancel {
                     job_id,
