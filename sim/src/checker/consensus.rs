@@ -62,6 +62,8 @@ struct Heard {
     led: Option<Term>,
     /// Snapshot index -> its size in bytes, as the chunks delivered said.
     snapshot_sizes: BTreeMap<LogIndex, u64>,
+    /// The highest sequence number its `APPEND`s and `SNAPSHOT`s carried, in the term it leads.
+    sent_seq: u64,
 }
 
 /// What a member's replies to appends in one term said.
@@ -76,6 +78,17 @@ struct Ack {
     /// refuses a candidate that lacks it. (A leader may decide on a reply and announce the
     /// commit index later, after an older reply overtook it: once is enough.)
     took_part: bool,
+    /// The highest sequence number its replies of that term echoed while it took part: how
+    /// recent a round of the leader's it has answered (what confirms a read).
+    seq: u64,
+}
+
+/// What a leader had sent when a read reached it: its term, and the sequence number of its
+/// latest round. The read may be answered only once a majority has answered a later round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadMark {
+    pub term: Term,
+    pub seq: u64,
 }
 
 /// The checker's own record of the consensus layer.
@@ -94,17 +107,20 @@ pub(super) struct Ledger {
 }
 
 impl Ack {
-    /// A reply in `term` acknowledged entries up to `index` (0: none).
-    fn heard(&mut self, term: Term, index: LogIndex, abstaining: bool) {
+    /// A reply in `term` to round `seq` acknowledged entries up to `index` (0: none).
+    fn heard(&mut self, term: Term, index: LogIndex, abstaining: bool, seq: u64) {
         if term > self.term {
             *self = Ack {
                 term,
-                index,
-                took_part: !abstaining,
+                ..Ack::default()
             };
-        } else if term == self.term {
+        }
+        if term == self.term {
             self.index = self.index.max(index);
             self.took_part |= !abstaining;
+            if !abstaining {
+                self.seq = self.seq.max(seq);
+            }
         }
     }
 }
@@ -270,9 +286,11 @@ impl Checker {
                 prev_term,
                 entries,
                 commit,
+                seq,
                 ..
             } => {
                 self.leader_message(c, *term)?;
+                self.ledger.heard[c].sent_seq = self.ledger.heard[c].sent_seq.max(*seq);
                 let mut before = *prev_term;
                 let place = format!("an APPEND of coord-{c} in term {}", term.0);
                 for entry in entries {
@@ -287,9 +305,11 @@ impl Checker {
                 }
                 self.announced_commit(c, *term, *commit)?;
             }
-            PeerMessage::Snapshot { term, .. } | PeerMessage::TimeoutNow { term } => {
+            PeerMessage::Snapshot { term, seq, .. } => {
                 self.leader_message(c, *term)?;
+                self.ledger.heard[c].sent_seq = self.ledger.heard[c].sent_seq.max(*seq);
             }
+            PeerMessage::TimeoutNow { term } => self.leader_message(c, *term)?,
             _ => {}
         }
         Ok(())
@@ -349,6 +369,7 @@ impl Checker {
             );
         }
         self.ledger.heard[c].led = Some(term);
+        self.ledger.heard[c].sent_seq = 0;
         self.elections_judged += 1;
         Ok(())
     }
@@ -425,6 +446,37 @@ impl Checker {
         }
     }
 
+    /// A read reached member `c`: if it leads (as judged), what it had sent by then.
+    pub fn read_mark(&self, c: usize) -> Option<ReadMark> {
+        let heard = self.ledger.heard.get(c)?;
+        Some(ReadMark {
+            term: heard.led?,
+            seq: heard.sent_seq,
+        })
+    }
+
+    /// Leader `c` answers a read that reached it at `mark` (dissertation 6.4): a majority,
+    /// itself included, must have answered a round it sent after the read arrived, in the same
+    /// term; else a deposed leader could answer from a table the group has moved past.
+    pub fn check_read_confirmed(&self, c: usize, mark: ReadMark, what: &str) -> Check {
+        let Some(heard) = self.ledger.heard.get(c) else {
+            return Ok(());
+        };
+        let confirmed = 1 + heard
+            .acks
+            .values()
+            .filter(|ack| ack.term == mark.term && ack.seq > mark.seq)
+            .count();
+        ensure!(
+            confirmed >= self.quorum,
+            "read confirmation: coord-{c} answered {what} in term {}, but only {confirmed} of a majority of {} answered a round it sent after the read arrived (round {})",
+            mark.term.0,
+            self.quorum,
+            mark.seq
+        );
+        Ok(())
+    }
+
     /// `message` from member `from` was delivered to member `to`'s current process.
     pub fn peer_delivered(&mut self, to: usize, from: usize, message: &PeerMessage) {
         let heard = &mut self.ledger.heard[to];
@@ -445,6 +497,7 @@ impl Checker {
                 success,
                 index,
                 abstaining,
+                seq,
                 ..
             } => {
                 let acked = if *success { *index } else { LogIndex(0) };
@@ -452,7 +505,7 @@ impl Checker {
                     .acks
                     .entry(from)
                     .or_default()
-                    .heard(*term, acked, *abstaining);
+                    .heard(*term, acked, *abstaining, *seq);
                 *term
             }
             PeerMessage::Snapshot {
@@ -463,13 +516,16 @@ impl Checker {
                 *term
             }
             PeerMessage::SnapshotReply {
-                term, abstaining, ..
+                term,
+                abstaining,
+                seq,
+                ..
             } => {
                 heard
                     .acks
                     .entry(from)
                     .or_default()
-                    .heard(*term, LogIndex(0), *abstaining);
+                    .heard(*term, LogIndex(0), *abstaining, *seq);
                 *term
             }
             PeerMessage::TimeoutNow { term }
@@ -726,6 +782,40 @@ mod tests {
             .peer_sent(0, 1, &append(1, (0, 0), Vec::new(), 0))
             .expect_err("term 2 was heard");
         assert!(error.starts_with("higher term ignored:"), "{error}");
+    }
+
+    #[test]
+    fn a_read_waits_for_a_majority_to_answer_a_later_round() {
+        let mut checker = three();
+        elected(&mut checker, 1);
+        let round = |seq| PeerMessage::Append {
+            term: Term(1),
+            prev_index: LogIndex(0),
+            prev_term: Term(0),
+            entries: Vec::new(),
+            commit: LogIndex(0),
+            seq,
+        };
+        let reply = |seq| PeerMessage::AppendReply {
+            term: Term(1),
+            success: true,
+            index: LogIndex(0),
+            conflict_term: None,
+            seq,
+            abstaining: false,
+        };
+        checker.peer_sent(0, 1, &round(1)).expect("round 1");
+        checker.peer_delivered(0, 1, &reply(1));
+        let mark = checker.read_mark(0).expect("coord-0 leads");
+        let error = checker
+            .check_read_confirmed(0, mark, "a STATUS")
+            .expect_err("round 1 left before the read arrived");
+        assert!(error.starts_with("read confirmation:"), "{error}");
+        checker.peer_sent(0, 1, &round(2)).expect("round 2");
+        checker.peer_delivered(0, 1, &reply(2));
+        checker
+            .check_read_confirmed(0, mark, "a STATUS")
+            .expect("coord-1 answered round 2");
     }
 
     #[test]

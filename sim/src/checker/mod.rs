@@ -42,6 +42,7 @@ use herder_core::protocol::{
 mod consensus;
 mod reads;
 
+pub use consensus::ReadMark;
 pub use reads::{Floor, ListFloor, ReadFloor};
 
 use crate::model::Model;

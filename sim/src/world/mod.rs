@@ -45,7 +45,7 @@ use crate::budget::{
     self, Sabotage, IN_FLIGHT_EVERY, IN_FLIGHT_MAX, STEPS_AT_ONE_INSTANT_MAX, STEPS_MAX,
     TAIL_LINES, TRACE_LINES_MAX,
 };
-use crate::checker::{Check, Checker, Disk, Floor};
+use crate::checker::{Check, Checker, Disk, Floor, ReadMark};
 use crate::rng::{Fnv, SimRng};
 use crate::scenario::Scenario;
 use crate::submission::Rules;
@@ -145,6 +145,9 @@ pub struct World {
     /// (connection, request id) of a read -> what the committed log said of what it reads
     /// when the request reached a coordinator: the answer may be newer, never older.
     read_floors: HashMap<(usize, RequestId), Floor>,
+    /// (connection, request id) of a read a leader must confirm -> that leader, and what it
+    /// had sent when the read reached it.
+    read_marks: HashMap<(usize, RequestId), (usize, ReadMark)>,
     /// Coordinators that restarted from an empty disk so far.
     wiped: usize,
     /// Workers that crashed for good.
@@ -344,6 +347,7 @@ impl World {
             submit_jobs: HashMap::new(),
             submit_batches: HashMap::new(),
             read_floors: HashMap::new(),
+            read_marks: HashMap::new(),
             wiped: 0,
             left: BTreeSet::new(),
             incarnations,

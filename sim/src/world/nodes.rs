@@ -429,6 +429,22 @@ impl World {
                         if let Some(floor) = self.read_floors.remove(&(conn.0 as usize, request)) {
                             self.checker.check_floor(floor, &message)?;
                         }
+                        if let Some((leader, mark)) =
+                            self.read_marks.remove(&(conn.0 as usize, request))
+                        {
+                            let what = match &message {
+                                ClientReply::Job { .. } => Some("a STATUS"),
+                                ClientReply::JobList { .. } => Some("a LIST"),
+                                ClientReply::WorkerList { .. } => Some("a WORKERS"),
+                                _ => None,
+                            };
+                            if let Some(what) = what {
+                                if leader == c {
+                                    self.count("client: a read's confirmation judged");
+                                    self.checker.check_read_confirmed(c, mark, what)?;
+                                }
+                            }
+                        }
                     }
                     self.send_down(conn.0 as usize, Down::Client(message))?;
                 }

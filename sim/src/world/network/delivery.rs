@@ -176,6 +176,14 @@ impl World {
                     self.read_floors
                         .insert((conn, *request_id), Floor::Job(floor));
                 }
+                if let ClientRequest::Status { request_id, .. }
+                | ClientRequest::List { request_id, .. }
+                | ClientRequest::Workers { request_id } = &message
+                {
+                    if let Some(mark) = self.checker.read_mark(coord) {
+                        self.read_marks.insert((conn, *request_id), (coord, mark));
+                    }
+                }
                 if let ClientRequest::List {
                     request_id,
                     state,
