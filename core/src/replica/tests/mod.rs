@@ -373,5 +373,6 @@ impl Net {
 mod elections;
 mod lost_disks;
 mod operations;
+mod paper;
 mod random;
 mod replication;
