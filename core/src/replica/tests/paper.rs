@@ -31,6 +31,23 @@ fn last_sent(net: &Net, from: usize, to: usize) -> PeerMessage {
         .expect("a message was sent")
 }
 
+/// An `APPEND` of `term` carrying `entries` after `prev` (index, term).
+fn append(
+    term: Term,
+    prev: (LogIndex, Term),
+    entries: Vec<LogEntry>,
+    commit: LogIndex,
+) -> PeerMessage {
+    PeerMessage::Append {
+        term,
+        prev_index: prev.0,
+        prev_term: prev.1,
+        entries,
+        commit,
+        seq: 1,
+    }
+}
+
 /// Delivers `message` from `from` to `to` at once, and lets `to` act on it.
 fn inject(net: &mut Net, from: usize, to: usize, message: PeerMessage) {
     let now = net.now;
@@ -154,14 +171,12 @@ fn an_append_of_an_older_term_is_refused_with_the_current_term() {
         &mut net,
         stale,
         follower,
-        PeerMessage::Append {
-            term: Term(term.0 - 1),
-            prev_index: LogIndex(0),
-            prev_term: Term(0),
-            entries: vec![entry(1, term.0 - 1)],
-            commit: LogIndex(1),
-            seq: 1,
-        },
+        append(
+            Term(term.0 - 1),
+            (LogIndex(0), Term(0)),
+            vec![entry(1, term.0 - 1)],
+            LogIndex(1),
+        ),
     );
     match last_sent(&net, follower, stale) {
         PeerMessage::AppendReply {
@@ -191,14 +206,12 @@ fn an_append_whose_previous_entry_is_missing_is_refused() {
         &mut net,
         leader,
         follower,
-        PeerMessage::Append {
+        append(
             term,
-            prev_index: LogIndex(beyond),
-            prev_term: term,
-            entries: vec![entry(beyond + 1, term.0)],
-            commit: LogIndex(0),
-            seq: 99,
-        },
+            (LogIndex(beyond), term),
+            vec![entry(beyond + 1, term.0)],
+            LogIndex(0),
+        ),
     );
     match last_sent(&net, follower, leader) {
         PeerMessage::AppendReply { success, .. } => assert!(!success),
@@ -221,14 +234,12 @@ fn a_follower_commits_no_further_than_the_last_entry_the_append_carried() {
         &mut net,
         leader,
         follower,
-        PeerMessage::Append {
+        append(
             term,
-            prev_index: last,
-            prev_term: last_term,
-            entries: vec![entry(new, term.0)],
-            commit: LogIndex(new + 50),
-            seq: 99,
-        },
+            (last, last_term),
+            vec![entry(new, term.0)],
+            LogIndex(new + 50),
+        ),
     );
     assert_eq!(net.r(follower).committed_index(), LogIndex(new));
 }
@@ -276,14 +287,7 @@ fn a_leader_never_overwrites_its_own_entries() {
         &mut net,
         other,
         leader,
-        PeerMessage::Append {
-            term,
-            prev_index: LogIndex(0),
-            prev_term: Term(0),
-            entries: vec![forged],
-            commit: LogIndex(0),
-            seq: 1,
-        },
+        append(term, (LogIndex(0), Term(0)), vec![forged], LogIndex(0)),
     );
     assert!(net.r(leader).is_leader());
     let after: Vec<Option<Term>> = (1..=net.r(leader).last_index().0)
