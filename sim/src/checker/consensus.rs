@@ -126,11 +126,19 @@ impl Ack {
 }
 
 impl Ledger {
-    fn see_entry(&mut self, entry: &LogEntry, before: Option<Term>, place: &str) -> Check {
+    /// `entry` seen at `place` (named only when something is wrong: this runs for every entry
+    /// sent and written), after an entry of term `before` if known.
+    fn see_entry(
+        &mut self,
+        entry: &LogEntry,
+        before: Option<Term>,
+        place: &dyn Fn() -> String,
+    ) -> Check {
         if let Some(before) = before {
             ensure!(
                 before <= entry.term,
-                "log matching: {place} holds entry {} of term {} after an entry of the later term {}",
+                "log matching: {} holds entry {} of term {} after an entry of the later term {}",
+                place(),
                 entry.index,
                 entry.term.0,
                 before.0
@@ -140,14 +148,16 @@ impl Ledger {
             Some((known, known_before)) => {
                 ensure!(
                     known == entry,
-                    "log matching: {place} holds {entry:?} at index {} of term {}, but that index of that term is {known:?} elsewhere",
+                    "log matching: {} holds {entry:?} at index {} of term {}, but that index of that term is {known:?} elsewhere",
+                    place(),
                     entry.index,
                     entry.term.0
                 );
                 match (before, *known_before) {
                     (Some(before), Some(known)) => ensure!(
                         before == known,
-                        "log matching: {place} holds entry {} of term {} after an entry of term {}, but elsewhere it follows one of term {}",
+                        "log matching: {} holds entry {} of term {} after an entry of term {}, but elsewhere it follows one of term {}",
+                        place(),
                         entry.index,
                         entry.term.0,
                         before.0,
@@ -221,7 +231,7 @@ impl Checker {
                         mirror.log.get(&before).map(|e| e.term)
                     };
                     self.ledger
-                        .see_entry(entry, before_term, &format!("coord-{c}'s disk"))?;
+                        .see_entry(entry, before_term, &|| format!("coord-{c}'s disk"))?;
                 }
                 _ => {}
             }
@@ -292,11 +302,12 @@ impl Checker {
                 self.leader_message(c, *term)?;
                 self.ledger.heard[c].sent_seq = self.ledger.heard[c].sent_seq.max(*seq);
                 let mut before = *prev_term;
-                let place = format!("an APPEND of coord-{c} in term {}", term.0);
+                let place = || format!("an APPEND of coord-{c} in term {}", term.0);
                 for entry in entries {
                     ensure!(
                         entry.term <= *term,
-                        "log matching: {place} carries entry {} of the later term {}",
+                        "log matching: {} carries entry {} of the later term {}",
+                        place(),
                         entry.index,
                         entry.term.0
                     );
