@@ -44,8 +44,11 @@ impl Replica {
         seq: u64,
     ) {
         if term < self.term {
-            // A deposed leader: our term tells it so.
-            let reply = self.append_reply(false, LogIndex(0), None, seq);
+            // A deposed leader: our term tells it so. The reply answers no round of any
+            // current leader, so it echoes no sequence number: the sender may lead a later
+            // term by now, and must not take it for an answer to that term's round (a read
+            // confirmed by it would not be, dissertation 6.4).
+            let reply = self.append_reply(false, LogIndex(0), None, 0);
             self.send(from.clone(), reply);
             return;
         }
@@ -158,11 +161,12 @@ impl Replica {
         seq: u64,
     ) {
         if term < self.term {
+            // As for an `APPEND` of an older term: no sequence number to mistake.
             let reply = PeerMessage::SnapshotReply {
                 term: self.term,
                 index,
                 received: 0,
-                seq,
+                seq: 0,
                 abstaining: self.is_abstaining(),
             };
             self.send(from.clone(), reply);

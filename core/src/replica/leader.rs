@@ -583,6 +583,10 @@ impl Replica {
         if seq < p.first_seq {
             return; // an answer to a message sent before the follower reconnected
         }
+        if seq > leading.seq {
+            // No round of this term carried it: not an answer to anything this leader sent.
+            return;
+        }
         p.last_heard = Some(now);
         p.acked_seq = p.acked_seq.max(seq);
         p.abstaining = abstaining;

@@ -106,6 +106,19 @@ pub(super) struct Ledger {
     entries: HashMap<(LogIndex, Term), (LogEntry, Option<Term>)>,
 }
 
+impl Heard {
+    /// The round of this process's own term a reply in `term` echoing `seq` can answer: none
+    /// (0) when it leads that term and sent no such round. A follower answering a message of an
+    /// older term must not echo its number, since its sender may lead a later term by now.
+    fn round_answered(&self, term: Term, seq: u64) -> u64 {
+        if self.led == Some(term) && seq > self.sent_seq {
+            0
+        } else {
+            seq
+        }
+    }
+}
+
 impl Ack {
     /// A reply in `term` to round `seq` acknowledged entries up to `index` (0: none).
     fn heard(&mut self, term: Term, index: LogIndex, abstaining: bool, seq: u64) {
@@ -512,11 +525,12 @@ impl Checker {
                 ..
             } => {
                 let acked = if *success { *index } else { LogIndex(0) };
+                let seq = heard.round_answered(*term, *seq);
                 heard
                     .acks
                     .entry(from)
                     .or_default()
-                    .heard(*term, acked, *abstaining, *seq);
+                    .heard(*term, acked, *abstaining, seq);
                 *term
             }
             PeerMessage::Snapshot {
@@ -532,11 +546,12 @@ impl Checker {
                 seq,
                 ..
             } => {
+                let seq = heard.round_answered(*term, *seq);
                 heard
                     .acks
                     .entry(from)
                     .or_default()
-                    .heard(*term, LogIndex(0), *abstaining, *seq);
+                    .heard(*term, LogIndex(0), *abstaining, seq);
                 *term
             }
             PeerMessage::TimeoutNow { term }

@@ -182,10 +182,14 @@ fn an_append_of_an_older_term_is_refused_with_the_current_term() {
         PeerMessage::AppendReply {
             term: replied,
             success,
+            seq,
             ..
         } => {
             assert_eq!(replied, term);
             assert!(!success);
+            // It answers no round of a current leader (dissertation 6.4: a read confirmed by
+            // it would not be): the sender may lead a later term by now.
+            assert_eq!(seq, 0, "no sequence number echoed");
         }
         other => panic!("expected an APPEND_REPLY, got {other:?}"),
     }
