@@ -78,8 +78,8 @@ struct Ack {
     /// refuses a candidate that lacks it. (A leader may decide on a reply and announce the
     /// commit index later, after an older reply overtook it: once is enough.)
     took_part: bool,
-    /// The highest sequence number its replies of that term echoed while it took part: how
-    /// recent a round of the leader's it has answered (what confirms a read).
+    /// The highest sequence number its replies of that term echoed: how recent a round of the
+    /// leader's it has answered (what confirms a read, once it takes part, as for commits).
     seq: u64,
 }
 
@@ -131,9 +131,7 @@ impl Ack {
         if term == self.term {
             self.index = self.index.max(index);
             self.took_part |= !abstaining;
-            if !abstaining {
-                self.seq = self.seq.max(seq);
-            }
+            self.seq = self.seq.max(seq);
         }
     }
 }
@@ -489,7 +487,7 @@ impl Checker {
         let confirmed = 1 + heard
             .acks
             .values()
-            .filter(|ack| ack.term == mark.term && ack.seq > mark.seq)
+            .filter(|ack| ack.term == mark.term && ack.took_part && ack.seq > mark.seq)
             .count();
         ensure!(
             confirmed >= self.quorum,
