@@ -142,7 +142,8 @@ pub const RETENTION_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::f
 pub const PERSIST_BATCH_RECORDS_MAX: usize = 4096;
 
 /// Applied log entries a member keeps in memory beyond what every follower holds, so a follower
-/// that falls a little behind is sent entries rather than the whole table.
+/// that falls a little behind is sent entries rather than the whole table (the default of
+/// `CoordinatorConfig::log_retained_entries`).
 pub const LOG_RETAINED_ENTRIES_MAX: u64 = 4096;
 /// Bytes of applied log entries a member keeps in memory at most (whatever the entry count).
 pub const LOG_RETAINED_BYTES_MAX: usize = 64 * 1024 * 1024;

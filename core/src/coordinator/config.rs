@@ -42,6 +42,9 @@ pub struct CoordinatorConfig {
     pub election_timeout_max: Duration,
     /// How often a leader sends heartbeats to the other members.
     pub replication_heartbeat: Duration,
+    /// Applied log entries a member keeps beyond what every follower holds: a follower further
+    /// behind than this catches up from a snapshot of the table instead of the log.
+    pub log_retained_entries: u64,
     /// Where this member's clients and workers connect, as the other members and their clients
     /// reach it: followers redirect to the leader's addresses.
     pub client_address: String,
@@ -110,6 +113,7 @@ impl Default for CoordinatorConfig {
             election_timeout_min: Duration::from_millis(200),
             election_timeout_max: Duration::from_millis(400),
             replication_heartbeat: Duration::from_millis(50),
+            log_retained_entries: crate::limits::LOG_RETAINED_ENTRIES_MAX,
             client_address: String::new(),
             worker_address: String::new(),
             rotate_leader_after_jobs: None,

@@ -217,6 +217,7 @@ impl Coordinator {
             election_timeout_max: config.election_timeout_max,
             heartbeat_interval: config.replication_heartbeat,
             max_frame_bytes: config.max_frame_bytes,
+            retained_entries: config.log_retained_entries,
         };
         let replica = Replica::new(
             replica_config,

@@ -72,6 +72,8 @@ pub struct ReplicaConfig {
     pub heartbeat_interval: Duration,
     /// The frame limit of the peer link: an `APPEND` or `SNAPSHOT` chunk never exceeds it.
     pub max_frame_bytes: usize,
+    /// Applied entries kept beyond what every follower holds (see `compact`).
+    pub retained_entries: u64,
 }
 
 impl ReplicaConfig {
@@ -84,6 +86,7 @@ impl ReplicaConfig {
             election_timeout_max: Duration::from_millis(600),
             heartbeat_interval: Duration::from_millis(50),
             max_frame_bytes,
+            retained_entries: crate::limits::LOG_RETAINED_ENTRIES_MAX,
         }
     }
 
@@ -656,11 +659,7 @@ impl Replica {
                 Role::Leader(leading) => leading.slowest_match(),
                 _ => LogIndex(0),
             };
-            let floor = LogIndex(
-                self.applied
-                    .0
-                    .saturating_sub(crate::limits::LOG_RETAINED_ENTRIES_MAX),
-            );
+            let floor = LogIndex(self.applied.0.saturating_sub(self.config.retained_entries));
             keep_from.max(floor).min(self.applied)
         };
         self.log.compact_through(through);

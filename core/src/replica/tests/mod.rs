@@ -26,6 +26,7 @@ fn config(i: usize, n: usize) -> ReplicaConfig {
         election_timeout_max: Duration::from_millis(200),
         heartbeat_interval: Duration::from_millis(20),
         max_frame_bytes: FRAME,
+        retained_entries: crate::limits::LOG_RETAINED_ENTRIES_MAX,
     }
 }
 
