@@ -160,6 +160,11 @@ pub struct Scenario {
     /// submission, a batch, a cancel, a purge, a leadership transfer) must be answered
     /// `FORBIDDEN` and change nothing.
     pub reader_clients: usize,
+    /// Clients also ask for the workers (`WORKERS`), for the group as a member sees it
+    /// (`CLUSTER`) and now and then for a leadership hand-over (`TRANSFER_LEADER`); and each
+    /// fault aimed at the leader, and each hand-over, sets off a burst of reads from every
+    /// client while leadership changes hands.
+    pub group_ops: bool,
 }
 
 /// Which kinds each of `workers` workers serves, and which user tasks the workload submits,
@@ -216,6 +221,11 @@ impl Scenario {
         scenario.ops_per_client = 20;
         scenario.fault_span_us = 10_000_000;
         scenario.coordinator.max_active_jobs = 8;
+        // The group's own requests and a short log window are the swarm's: this scenario
+        // stays as it was measured.
+        scenario.coordinator.log_retained_entries =
+            CoordinatorConfig::default().log_retained_entries;
+        scenario.group_ops = false;
         (scenario.worker_tasks, scenario.user_tasks) = draw_task_sets(seed, 3);
         scenario.faults = Faults {
             tick_mean_us: 500_000,
@@ -288,6 +298,7 @@ impl Scenario {
         scenario.coordinator.peers.clear();
         scenario.faults.leader_faults = false;
         scenario.faults.disk_loss = false;
+        scenario.group_ops = false;
         scenario
     }
 
@@ -364,6 +375,7 @@ impl Scenario {
             user_tasks: Vec::new(),
             job_timeouts: false,
             reader_clients: 0,
+            group_ops: false,
         };
         // Network faults are drawn last so adding them did not reshuffle the draws above.
         if scenario.faults != Faults::none() {
@@ -448,6 +460,13 @@ impl Scenario {
         if scenario.faults != Faults::none() && scenario.coordinators > 1 && rng.chance(0.4) {
             scenario.faults.crash_mid_consensus = 0.1 + rng.unit() * 0.4;
         }
+        // Aimed at consensus too, drawn last of all: a short log window, so a member that
+        // falls behind (paused, cut off, restarted empty) catches up from a snapshot while
+        // appends and reads go on; and the group's own requests in the workload.
+        if scenario.coordinators > 1 && rng.chance(0.4) {
+            scenario.coordinator.log_retained_entries = rng.range(2, 64);
+        }
+        scenario.group_ops = scenario.coordinators > 1 && rng.chance(0.5);
         scenario
     }
 }

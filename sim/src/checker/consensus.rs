@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use herder_core::command::LogEntry;
 use herder_core::coordinator::Record;
 use herder_core::ids::{LogIndex, NodeId, Term};
-use herder_core::protocol::PeerMessage;
+use herder_core::protocol::{ClusterView, PeerMessage};
 
 use super::{Check, Checker};
 
@@ -256,7 +256,12 @@ impl Checker {
     pub fn peer_sent(&mut self, c: usize, to: usize, message: &PeerMessage) -> Check {
         let mirror = &self.mirrors[c];
         match message {
-            PeerMessage::Vote { term, .. } => {
+            PeerMessage::Vote {
+                term,
+                last_index,
+                last_term,
+                ..
+            } => {
                 let own = &self.ledger.ids[c];
                 ensure!(
                     *term <= mirror.term && mirror.votes.get(term) == Some(own),
@@ -264,6 +269,27 @@ impl Checker {
                     term.0,
                     mirror.term.0,
                     mirror.votes.get(term)
+                );
+                // The log it asks voters to compare theirs with must be one it will still hold
+                // after a crash: a vote won on entries it could lose would elect a leader
+                // missing what its voters were told it had.
+                let on_disk = if *last_index == LogIndex(0) {
+                    Some(Term(0))
+                } else if *last_index == mirror.snapshot {
+                    Some(mirror.snapshot_term)
+                } else if *last_index <= mirror.contiguous {
+                    mirror.log.get(last_index).map(|entry| entry.term)
+                } else {
+                    None
+                };
+                ensure!(
+                    on_disk == Some(*last_term),
+                    "durability before effect: coord-{c} asked for votes in term {} with its log ending at entry {last_index} of term {}, but its disk holds {:?} there (entries up to {}, snapshot at {})",
+                    term.0,
+                    last_term.0,
+                    on_disk.map(|t| t.0),
+                    mirror.contiguous,
+                    mirror.snapshot
                 );
             }
             PeerMessage::VoteReply {
@@ -495,6 +521,108 @@ impl Checker {
             mark.term.0,
             self.quorum,
             mark.seq
+        );
+        Ok(())
+    }
+
+    /// Member `c` describes itself in a `CLUSTER` answer. Any member answers from its own
+    /// state, so the answer is not a linearizable read of the group; but what it says of itself
+    /// must be true by what the checker saw: its term is no older than its disk's or any term it
+    /// has been told of; a leader is the one judged to have won that term, and a follower names
+    /// as leader only the member that sent leaders' messages in its term; its commit index is
+    /// one it knows honestly (a leader's beyond that is judged as if announced); the indexes
+    /// are ordered (applied <= commit <= last; applied on its disk, but for a snapshot being
+    /// written, and a leader's own durable index too);
+    /// and the members are the group's.
+    pub fn check_cluster_view(&mut self, c: usize, view: &ClusterView) -> Check {
+        let Some(heard) = self.ledger.heard.get(c) else {
+            return Ok(());
+        };
+        let mirror = &self.mirrors[c];
+        let me = &self.ledger.ids[c];
+        let (term, commit) = (view.term, view.commit_index);
+        ensure!(
+            view.node_id == *me,
+            "CLUSTER: coord-{c} answered as {}",
+            view.node_id
+        );
+        ensure!(
+            term >= mirror.term && term >= heard.term,
+            "CLUSTER: coord-{c} says its term is {}, but its disk holds term {} and it has been told of term {}",
+            term.0,
+            mirror.term.0,
+            heard.term.0
+        );
+        let on_disk = mirror.contiguous.max(mirror.snapshot);
+        // (A snapshot being installed replaces the table at once, while it is written.)
+        let installing = heard.snapshot_sizes.contains_key(&view.applied_index);
+        ensure!(
+            view.applied_index <= commit
+                && commit <= view.last_index
+                && (view.applied_index <= on_disk || installing),
+            "CLUSTER: coord-{c} says applied {}, commit {}, last {}, with its disk holding up to {on_disk}",
+            view.applied_index,
+            commit,
+            view.last_index
+        );
+        let mut names: Vec<&NodeId> = view.members.iter().map(|m| &m.node_id).collect();
+        names.sort();
+        let mut ids: Vec<&NodeId> = self.ledger.ids.iter().collect();
+        ids.sort();
+        ensure!(
+            names == ids,
+            "CLUSTER: coord-{c} lists the members {names:?}, but the group is {ids:?}"
+        );
+        let leader_of_term = self.ledger.leaders.get(&term).map(|&l| &self.ledger.ids[l]);
+        if view.role == "leader" {
+            ensure!(
+                heard.led == Some(term) && view.leader.as_ref() == Some(me),
+                "CLUSTER: coord-{c} says it leads term {} (leader {:?}), but the leader judged for that term is {leader_of_term:?}",
+                term.0,
+                view.leader
+            );
+            let own = view.members.iter().find(|m| m.node_id == *me);
+            let matched = own.and_then(|m| m.matched_index);
+            ensure!(
+                matched.is_none_or(|matched| matched <= on_disk),
+                "CLUSTER: leader coord-{c} says it holds up to {matched:?}, but its disk holds up to {on_disk}"
+            );
+            if commit > heard.commit {
+                self.announced_commit(c, term, commit)?;
+            }
+        } else {
+            if let Some(leader) = &view.leader {
+                ensure!(
+                    leader_of_term == Some(leader),
+                    "CLUSTER: coord-{c}, a {} in term {}, names {leader} as leader, but the member that sent leaders' messages in that term is {leader_of_term:?}",
+                    view.role,
+                    term.0
+                );
+            }
+            ensure!(
+                commit <= heard.commit,
+                "CLUSTER: coord-{c}, a {} in term {}, says its commit index is {commit}, but nothing told it more than {}",
+                view.role,
+                term.0,
+                heard.commit
+            );
+        }
+        Ok(())
+    }
+
+    /// Member `c` started a hand-over of leadership to `to`: only a member that won an
+    /// election may, and only to another member of the group.
+    pub fn check_transfer_started(&self, c: usize, to: &NodeId) -> Check {
+        let Some(heard) = self.ledger.heard.get(c) else {
+            return Ok(());
+        };
+        ensure!(
+            heard.led.is_some(),
+            "TRANSFER_STARTED from coord-{c}, which never won an election in this process"
+        );
+        ensure!(
+            *to != self.ledger.ids[c] && self.ledger.ids.contains(to),
+            "TRANSFER_STARTED from coord-{c} to {to}, which is itself or no member"
         );
         Ok(())
     }

@@ -243,6 +243,11 @@ impl Checker {
         self.worker_sets.insert((id.clone(), incarnation), set);
     }
 
+    /// The kinds worker process `(id, incarnation)` registered, if such a process started.
+    pub fn worker_set(&self, id: &WorkerId, incarnation: Incarnation) -> Option<&BTreeSet<String>> {
+        self.worker_sets.get(&(id.clone(), incarnation))
+    }
+
     /// Whether any worker process of the run serves `kind`.
     pub fn served_ever(&self, kind: &str) -> bool {
         self.served_ever.contains(kind)

@@ -18,7 +18,7 @@ macro_rules! ensure {
 }
 
 /// What the committed log said of a job when a read about it reached a coordinator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadFloor {
     pub job: JobId,
     pub state: JobState,
@@ -27,6 +27,9 @@ pub struct ReadFloor {
     pub releases: u32,
     /// A committed purge had removed the job already: only `JOB_NOT_FOUND` is current.
     pub purged: bool,
+    /// For a data-parallel parent: what the committed log said of each partition, in order
+    /// (a view of the parent shows them, and they must be as current).
+    pub pieces: Vec<ReadFloor>,
 }
 
 /// What the committed log held when a `LIST` of the newest jobs reached a coordinator: every
@@ -64,6 +67,11 @@ impl Checker {
             attempt: row.attempt,
             releases: row.releases,
             purged,
+            pieces: row
+                .partitions
+                .iter()
+                .filter_map(|piece| self.read_floor(piece))
+                .collect(),
         })
     }
 
@@ -103,21 +111,44 @@ impl Checker {
         self.check_view_floor(&floor, view)
     }
 
-    /// A view of a job is no older than what the committed log said of it before the request
-    /// arrived.
+    /// A view of a job, and of each of its partitions, is no older than what the committed log
+    /// said of it before the request arrived.
     fn check_view_floor(&self, floor: &ReadFloor, view: &JobView) -> Check {
+        self.check_state_floor(floor, view.id, view.state, view.attempt)?;
+        let pieces = view.partitions.as_ref().map_or(&[][..], |p| &p.pieces[..]);
+        for piece in &floor.pieces {
+            match pieces.iter().find(|shown| shown.job_id == piece.job) {
+                Some(shown) => {
+                    self.check_state_floor(piece, shown.job_id, shown.state, shown.attempt)?
+                }
+                None => ensure!(
+                    false,
+                    "stale read: job {} shown without its partition {}, which the committed log held before the request arrived",
+                    view.id,
+                    piece.job
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// A job shown as `state` on attempt `attempt` is no older than `floor`.
+    fn check_state_floor(
+        &self,
+        floor: &ReadFloor,
+        job: JobId,
+        state: JobState,
+        attempt: u32,
+    ) -> Check {
         // The attempt count only grows, but for releases committed since (each gives one back).
         let released_since = self
             .model
             .job_ever(&floor.job)
-            .map_or(0, |job| job.releases.saturating_sub(floor.releases));
+            .map_or(0, |row| row.releases.saturating_sub(floor.releases));
         ensure!(
-            view.attempt + released_since >= floor.attempt
-                && (!floor.state.is_terminal() || view.state == floor.state),
-            "stale read: job {} shown as {} attempt {}, but it was {} attempt {} by the committed log before the request arrived",
-            view.id,
-            view.state,
-            view.attempt,
+            attempt + released_since >= floor.attempt
+                && (!floor.state.is_terminal() || state == floor.state),
+            "stale read: job {job} shown as {state} attempt {attempt}, but it was {} attempt {} by the committed log before the request arrived",
             floor.state,
             floor.attempt
         );

@@ -51,6 +51,10 @@ pub(super) enum Ev {
     StartOp {
         client: usize,
     },
+    /// A few reads at once while leadership changes hands (`World::leadership_shaken`).
+    ReadBurst {
+        client: usize,
+    },
     FaultTick,
     CoordRestart {
         coord: usize,
@@ -246,6 +250,7 @@ impl World {
                 self.task_done(worker, gen, lease, token),
             ),
             Ev::StartOp { client } => (NodeRef::Client(client), self.start_op(client)),
+            Ev::ReadBurst { client } => (NodeRef::Client(client), self.read_burst(client)),
             Ev::FaultTick => (NodeRef::World, self.fault_tick()),
             Ev::CoordRestart { coord } => {
                 (NodeRef::Coordinator(coord), self.restart_coordinator(coord))

@@ -186,6 +186,7 @@ impl World {
         let n = self.coords.len() as u64;
         if self.scenario.faults.leader_faults && self.fault_rng.chance(0.5) {
             if let Some(leader) = self.current_leader() {
+                self.leadership_shaken();
                 return leader;
             }
         }
@@ -827,6 +828,9 @@ impl World {
             format_args!("FAULT partition {id}: {what}; heals in {span} us"),
         );
         self.push(self.now + span, Ev::Heal { id });
+        if shape >= 4 {
+            self.leadership_shaken();
+        }
     }
 
     /// Heals partition `id` (or all of them), then flushes every link no longer cut.

@@ -22,6 +22,7 @@
 mod disk;
 mod events;
 mod faults;
+mod group_answers;
 mod handlers;
 mod impostors;
 mod network;
@@ -34,7 +35,7 @@ use std::fmt::{self, Write as _};
 
 use herder_core::client::{Client, ClientConfig};
 use herder_core::coordinator::Coordinator;
-use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerId};
+use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, NodeId, RequestId, WorkerId};
 use herder_core::job::JobState;
 use herder_core::protocol::{CoordinatorToWorker, JobSubmission, WorkerToCoordinator};
 use herder_core::tasks::TaskSpec;
@@ -145,6 +146,9 @@ pub struct World {
     /// (connection, request id) of a read -> what the committed log said of what it reads
     /// when the request reached a coordinator: the answer may be newer, never older.
     read_floors: HashMap<(usize, RequestId), Floor>,
+    /// Hand-overs asked of a coordinator (connection, request) -> the member named, to judge
+    /// a refusal.
+    transfers: HashMap<(usize, RequestId), Option<NodeId>>,
     /// (connection, request id) of a read a leader must confirm -> that leader, and what it
     /// had sent when the read reached it.
     read_marks: HashMap<(usize, RequestId), (usize, ReadMark)>,
@@ -347,6 +351,7 @@ impl World {
             submit_jobs: HashMap::new(),
             submit_batches: HashMap::new(),
             read_floors: HashMap::new(),
+            transfers: HashMap::new(),
             read_marks: HashMap::new(),
             wiped: 0,
             left: BTreeSet::new(),

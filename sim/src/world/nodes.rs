@@ -425,6 +425,7 @@ impl World {
                         }
                     }
                     self.check_one_job_per_submission(conn, &message)?;
+                    self.check_group_answer(c, conn.0 as usize, &message)?;
                     if let Some(request) = message.request_id() {
                         if let Some(floor) = self.read_floors.remove(&(conn.0 as usize, request)) {
                             self.checker.check_floor(floor, &message)?;
@@ -458,6 +459,9 @@ impl World {
                     self.send_peer(c, d, message)?;
                 }
                 Output::Event(event) => {
+                    if let Event::TransferStarted { .. } = event {
+                        self.leadership_shaken();
+                    }
                     self.count(event_name(&event));
                     self.note(node, format_args!("event: {event}"));
                 }
@@ -965,7 +969,13 @@ impl World {
             }
             (Operation::List { .. }, ClientReply::JobList { .. })
             | (Operation::Workers, ClientReply::WorkerList { .. })
+            | (Operation::Cluster, ClientReply::Cluster { .. })
             | (Operation::Purge { .. }, ClientReply::Purged { .. }) => true,
+            // A hand-over to a named member is started to that member.
+            (
+                Operation::TransferLeader { to },
+                ClientReply::TransferStarted { to: started, .. },
+            ) => to.as_ref().is_none_or(|to| to == started),
             _ => false,
         };
         if fits {

@@ -2,9 +2,12 @@
 //! submission of a random task (sometimes keyed, sometimes data-parallel, sometimes a user task
 //! whose payload decides how each attempt ends, sometimes with its own deadline), a batch of
 //! them (now and then a large one, some holding a job that fails the checks), or the status
-//! of, a wait for, or the cancellation of a job it knows, or a list of jobs.
+//! of, a wait for, or the cancellation of a job it knows, or a list of jobs; in some group
+//! seeds also the workers, the group as one member sees it, a leadership hand-over, and bursts
+//! of reads while leadership changes hands.
 
 use herder_core::client::Operation;
+use herder_core::ids::NodeId;
 use herder_core::job::JobState;
 use herder_core::limits::{
     ATTEMPTS_MAX, IDEMPOTENCY_KEY_BYTES_MAX, JOB_TIMEOUT_MILLIS_MAX, PARTITIONS_MAX,
@@ -160,22 +163,88 @@ impl World {
         let client = &mut self.clients[c];
         client.ops_left -= 1;
         client.started += 1;
-        let local = client.clock.local(self.now);
-        let id = client.machine.start(local, op.clone());
-        client.open_ops.insert(id.0, (self.now, op.clone()));
         if client.ops_left > 0 {
             let span = self.scenario.fault_span_us / self.scenario.ops_per_client.max(1) as u64;
             let gap = client.rng.range(0, 2 * span);
             self.push(self.now + gap, Ev::StartOp { client: c });
         }
+        self.begin_op(c, op);
+        self.drain_client(c)
+    }
+
+    /// Client `c` starts `op` (its machine sends it once `drain_client` runs).
+    fn begin_op(&mut self, c: usize, op: Operation) {
+        let client = &mut self.clients[c];
+        let local = client.clock.local(self.now);
+        let id = client.machine.start(local, op.clone());
+        client.open_ops.insert(id.0, (self.now, op.clone()));
         self.note(
             NodeRef::Client(c),
             format_args!("start op {}: {op:?}", id.0),
         );
+    }
+
+    /// Leadership is changing hands (a fault aimed at the leader, or a hand-over started):
+    /// in seeds with the group's own requests, every client asks a few reads at once, beside
+    /// its own operations, so reads meet the change with writes in flight.
+    pub(super) fn leadership_shaken(&mut self) {
+        if !self.scenario.group_ops {
+            return;
+        }
+        self.count("fault: a burst of reads as leadership changes");
+        for c in 0..self.clients.len() {
+            self.push(self.now, Ev::ReadBurst { client: c });
+        }
+    }
+
+    /// One client's burst of reads: one to three of a status of a job it knows, a listing,
+    /// or the workers.
+    pub(super) fn read_burst(&mut self, c: usize) -> Check {
+        let reads = self.clients[c].rng.range(1, 4);
+        for _ in 0..reads {
+            let client = &mut self.clients[c];
+            let known = client.rng.pick(&client.known).copied();
+            let op = match (client.rng.below(3), known) {
+                (0, Some(job_id)) => Operation::Status { job_id },
+                (1, _) => Operation::Workers,
+                _ => Operation::List {
+                    state: None,
+                    limit: Some(10),
+                    before: None,
+                },
+            };
+            self.begin_op(c, op);
+        }
         self.drain_client(c)
     }
 
+    /// One of the group's own requests: the workers, the group as the member asked sees it,
+    /// or now and then a hand-over of leadership (to any member, or to a named one, which may
+    /// be the leader itself or a name that is no member: both must be refused as invalid).
+    fn group_op(&mut self, c: usize) -> Operation {
+        let members = self.scenario.coordinators as u64;
+        let rng = &mut self.clients[c].rng;
+        match rng.below(10) {
+            0..=3 => Operation::Workers,
+            4..=8 => Operation::Cluster,
+            _ => Operation::TransferLeader {
+                to: match rng.below(4) {
+                    0 => None,
+                    1 => Some(NodeId("coord-99".to_string())),
+                    _ => Some(NodeId(super::nodes::coordinator_address(
+                        rng.below(members) as usize,
+                    ))),
+                },
+            },
+        }
+    }
+
     fn next_op(&mut self, c: usize) -> Operation {
+        // (Drawn only in seeds with the group's requests, so other seeds draw what they
+        // always drew.)
+        if self.scenario.group_ops && self.clients[c].rng.chance(0.15) {
+            return self.group_op(c);
+        }
         let purge_ops = self.scenario.purge_ops;
         let batch_submits = self.scenario.batch_submits;
         let client = &mut self.clients[c];

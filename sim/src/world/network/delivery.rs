@@ -176,6 +176,9 @@ impl World {
                     self.read_floors
                         .insert((conn, *request_id), Floor::Job(floor));
                 }
+                if let ClientRequest::TransferLeader { request_id, to } = &message {
+                    self.transfers.insert((conn, *request_id), to.clone());
+                }
                 if let ClientRequest::Status { request_id, .. }
                 | ClientRequest::List { request_id, .. }
                 | ClientRequest::Workers { request_id } = &message
