@@ -24,5 +24,5 @@ pub mod submission;
 pub mod world;
 
 pub use budget::Sabotage;
-pub use scenario::Scenario;
+pub use scenario::{Scenario, Scripted};
 pub use world::{run_scenario, run_scenario_with, run_seed, RunReport};

@@ -165,6 +165,29 @@ pub struct Scenario {
     /// fault aimed at the leader, and each hand-over, sets off a burst of reads from every
     /// client while leadership changes hands.
     pub group_ops: bool,
+    /// Faults at set times (milliseconds of simulated time), beside any drawn ones: how a
+    /// test stages the situation a safety argument is about and lets the checker judge what
+    /// follows. Empty in every drawn scenario.
+    pub script: Vec<(u64, Scripted)>,
+}
+
+/// A fault a scripted scenario puts at a set time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scripted {
+    /// The member acting as leader then crashes with its host (nothing it had buffered is
+    /// sent any more), and restarts after `down_ms`.
+    CrashLeader { down_ms: u64 },
+    /// Member `coord` crashes with its host, and restarts after `down_ms`.
+    Crash { coord: usize, down_ms: u64 },
+    /// The member acting as leader then is cut off from every other node for `for_ms`.
+    IsolateLeader { for_ms: u64 },
+    /// The member acting as leader then is cut off from the other members only (its workers
+    /// and clients still reach it) for `for_ms`.
+    CutLeaderFromPeers { for_ms: u64 },
+    /// Member `coord` is cut off from every other node for `for_ms`.
+    Isolate { coord: usize, for_ms: u64 },
+    /// The member acting as leader then takes no step for `for_ms` (a stalled process).
+    PauseLeader { for_ms: u64 },
 }
 
 /// Which kinds each of `workers` workers serves, and which user tasks the workload submits,
@@ -376,6 +399,7 @@ impl Scenario {
             job_timeouts: false,
             reader_clients: 0,
             group_ops: false,
+            script: Vec::new(),
         };
         // Network faults are drawn last so adding them did not reshuffle the draws above.
         if scenario.faults != Faults::none() {

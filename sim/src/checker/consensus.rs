@@ -494,6 +494,15 @@ impl Checker {
         }
     }
 
+    /// Each term some member was seen to lead (by its leaders' messages), with that member.
+    pub fn leaders(&self) -> Vec<(u64, usize)> {
+        self.ledger
+            .leaders
+            .iter()
+            .map(|(term, &c)| (term.0, c))
+            .collect()
+    }
+
     /// A read reached member `c`: if it leads (as judged), what it had sent by then.
     pub fn read_mark(&self, c: usize) -> Option<ReadMark> {
         let heard = self.ledger.heard.get(c)?;

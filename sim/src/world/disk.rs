@@ -2,7 +2,7 @@
 //! in order, and only then is the machine told; a crash loses what is still pending, except a
 //! torn tail that lands unreported; and at the end the disk alone must rebuild the live table.
 
-use herder_core::coordinator::{BatchId, PersistBatch};
+use herder_core::coordinator::{BatchId, PersistBatch, Record};
 
 use super::events::Ev;
 use super::{NodeRef, World};
@@ -18,7 +18,14 @@ impl World {
         let at = (self.now + delay).max(coord.last_durable_at);
         coord.last_durable_at = at;
         let (id, gen, records) = (batch.id, coord.gen, batch.records.len());
+        let gives_up = batch
+            .records
+            .iter()
+            .any(|record| matches!(record, Record::TruncateLogAfter(_)));
         coord.pending.push_back(batch);
+        if gives_up {
+            self.count("consensus: a member gives up a conflicting suffix of its log");
+        }
         self.note(
             NodeRef::Coordinator(c),
             format_args!("persist batch {} ({records} records)", id.0),

@@ -51,6 +51,10 @@ pub(super) enum Ev {
     StartOp {
         client: usize,
     },
+    /// Step `step` of the scenario's script comes due.
+    Script {
+        step: usize,
+    },
     /// A few reads at once while leadership changes hands (`World::leadership_shaken`).
     ReadBurst {
         client: usize,
@@ -250,6 +254,7 @@ impl World {
                 self.task_done(worker, gen, lease, token),
             ),
             Ev::StartOp { client } => (NodeRef::Client(client), self.start_op(client)),
+            Ev::Script { step } => (NodeRef::World, self.run_script_step(step)),
             Ev::ReadBurst { client } => (NodeRef::Client(client), self.read_burst(client)),
             Ev::FaultTick => (NodeRef::World, self.fault_tick()),
             Ev::CoordRestart { coord } => {

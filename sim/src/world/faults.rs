@@ -248,7 +248,7 @@ impl World {
     }
 
     fn crash_coordinator(&mut self, c: usize, lose_disk: bool) -> Check {
-        self.crash_coordinator_for(c, lose_disk, (50_000, 3_000_000))
+        self.crash_coordinator_for(c, lose_disk, (50_000, 3_000_000), false)
     }
 
     /// Member `c`, whose process `gen` has just granted a vote or acknowledged a snapshot
@@ -259,11 +259,19 @@ impl World {
             return Ok(());
         }
         self.count(what);
-        self.crash_coordinator_for(c, false, (10_000, 400_000))
+        self.crash_coordinator_for(c, false, (10_000, 400_000), false)
     }
 
-    /// Crashes member `c`; it restarts after a delay drawn from `down_us`.
-    fn crash_coordinator_for(&mut self, c: usize, lose_disk: bool, down_us: (u64, u64)) -> Check {
+    /// Crashes member `c`; it restarts after a delay drawn from `down_us`. With `host_dies`,
+    /// its host goes quiet too, so nothing it had buffered is ever sent (otherwise that is
+    /// drawn).
+    pub(super) fn crash_coordinator_for(
+        &mut self,
+        c: usize,
+        lose_disk: bool,
+        down_us: (u64, u64),
+        host_dies: bool,
+    ) -> Check {
         if self.coords[c].machine.is_none() && !lose_disk {
             return Ok(());
         }
@@ -315,7 +323,7 @@ impl World {
             .collect();
         // A dead process's kernel still sends what it had buffered, then closes; a dead host
         // just goes quiet.
-        let how = if self.fault_rng.chance(0.5) {
+        let how = if !host_dies && self.fault_rng.chance(0.5) {
             Close::ByCoord
         } else {
             Close::Reset {

@@ -27,6 +27,7 @@ mod handlers;
 mod impostors;
 mod network;
 mod nodes;
+mod script;
 mod timers;
 mod workload;
 
@@ -92,6 +93,12 @@ pub struct RunReport {
     /// The most steps taken at one instant of virtual time (see
     /// `budget::STEPS_AT_ONE_INSTANT_MAX`).
     pub peak_instant_steps: u64,
+    /// Each term some member led, with that member, in term order (as the checker saw leaders'
+    /// messages leave; a group of one sends none).
+    pub leaders: Vec<(u64, usize)>,
+    /// For each step of the scenario's script, in order: the member it struck (none: it was
+    /// aimed at the leader and no member led then).
+    pub script_targets: Vec<Option<usize>>,
 }
 
 /// What the checker needs of a `SUBMIT_BATCH`, noted when it reached a coordinator: what that
@@ -149,6 +156,8 @@ pub struct World {
     /// Hand-overs asked of a coordinator (connection, request) -> the member named, to judge
     /// a refusal.
     transfers: HashMap<(usize, RequestId), Option<NodeId>>,
+    /// The member each scripted step struck, in order (see `RunReport::script_targets`).
+    script_targets: Vec<Option<usize>>,
     /// (connection, request id) of a read a leader must confirm -> that leader, and what it
     /// had sent when the read reached it.
     read_marks: HashMap<(usize, RequestId), (usize, ReadMark)>,
@@ -352,6 +361,7 @@ impl World {
             submit_batches: HashMap::new(),
             read_floors: HashMap::new(),
             transfers: HashMap::new(),
+            script_targets: Vec::new(),
             read_marks: HashMap::new(),
             wiped: 0,
             left: BTreeSet::new(),
@@ -459,6 +469,8 @@ impl World {
             trace,
             peak_in_flight: self.peak_in_flight,
             peak_instant_steps: self.peak_instant_steps.max(self.instant_steps),
+            leaders: self.checker.leaders(),
+            script_targets: std::mem::take(&mut self.script_targets),
         }
     }
 
@@ -579,6 +591,7 @@ impl World {
             self.push(at, Ev::FaultTick);
         }
         self.push(self.fault_end, Ev::FaultsEnd);
+        self.schedule_script();
         for c in 0..self.coords.len() {
             if let Some(machine) = &self.coords[c].machine {
                 self.checker.process_started(c, LogIndex(0), machine);
@@ -973,5 +986,7 @@ pub fn run_scenario_with(
         trace: Vec::new(),
         peak_in_flight: 0,
         peak_instant_steps: 0,
+        leaders: Vec::new(),
+        script_targets: Vec::new(),
     }
 }
