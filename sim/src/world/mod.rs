@@ -19,10 +19,10 @@
 //! This module holds the world itself, its construction, the run loop, the checks made after
 //! every step and the liveness phase once faults stop.
 
+pub(super) mod answers;
 mod disk;
 mod events;
 mod faults;
-mod group_answers;
 mod handlers;
 mod impostors;
 mod network;
@@ -36,7 +36,7 @@ use std::fmt::{self, Write as _};
 
 use herder_core::client::{Client, ClientConfig};
 use herder_core::coordinator::Coordinator;
-use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, NodeId, RequestId, WorkerId};
+use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerId};
 use herder_core::job::JobState;
 use herder_core::protocol::{CoordinatorToWorker, JobSubmission, WorkerToCoordinator};
 use herder_core::tasks::TaskSpec;
@@ -153,9 +153,9 @@ pub struct World {
     /// (connection, request id) of a read -> what the committed log said of what it reads
     /// when the request reached a coordinator: the answer may be newer, never older.
     read_floors: HashMap<(usize, RequestId), Floor>,
-    /// Hand-overs asked of a coordinator (connection, request) -> the member named, to judge
-    /// a refusal.
-    transfers: HashMap<(usize, RequestId), Option<NodeId>>,
+    /// Requests other than submissions, as they reached a coordinator: (connection, request)
+    /// -> what was asked, to judge the answer (removed as it leaves).
+    asked: HashMap<(usize, RequestId), answers::Asked>,
     /// The member each scripted step struck, in order (see `RunReport::script_targets`).
     script_targets: Vec<Option<usize>>,
     /// (connection, request id) of a read a leader must confirm -> that leader, and what it
@@ -360,7 +360,7 @@ impl World {
             submit_jobs: HashMap::new(),
             submit_batches: HashMap::new(),
             read_floors: HashMap::new(),
-            transfers: HashMap::new(),
+            asked: HashMap::new(),
             script_targets: Vec::new(),
             read_marks: HashMap::new(),
             wiped: 0,

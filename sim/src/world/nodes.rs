@@ -425,7 +425,7 @@ impl World {
                         }
                     }
                     self.check_one_job_per_submission(conn, &message)?;
-                    self.check_group_answer(c, conn.0 as usize, &message)?;
+                    self.check_request_answer(c, conn.0 as usize, &message)?;
                     if let Some(request) = message.request_id() {
                         if let Some(floor) = self.read_floors.remove(&(conn.0 as usize, request)) {
                             self.checker.check_floor(floor, &message)?;

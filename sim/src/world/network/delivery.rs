@@ -12,8 +12,10 @@ use herder_core::protocol::{
 use super::{Conn, Down, Peer, Up};
 use crate::checker::{Check, Floor};
 use crate::submission::fewest_slots;
+use crate::world::answers::Asked;
 use crate::world::{NodeRef, SubmittedBatch, World};
 use herder_core::limits::LIST_LIMIT_DEFAULT;
+use herder_core::protocol::codec::WireMessage;
 
 impl World {
     pub(in crate::world) fn connect_done(
@@ -176,8 +178,13 @@ impl World {
                     self.read_floors
                         .insert((conn, *request_id), Floor::Job(floor));
                 }
-                if let ClientRequest::TransferLeader { request_id, to } = &message {
-                    self.transfers.insert((conn, *request_id), to.clone());
+                let asked = match &message {
+                    ClientRequest::Submit { .. } | ClientRequest::SubmitBatch { .. } => None,
+                    ClientRequest::TransferLeader { to, .. } => Some(Asked::Transfer(to.clone())),
+                    other => Some(Asked::Other(other.type_name())),
+                };
+                if let Some(asked) = asked {
+                    self.asked.insert((conn, message.request_id()), asked);
                 }
                 if let ClientRequest::Status { request_id, .. }
                 | ClientRequest::List { request_id, .. }
