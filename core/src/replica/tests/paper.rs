@@ -16,6 +16,9 @@
 //! - leader append-only (5.3): here; log matching and state machine safety over random
 //!   schedules in `random`.
 //!
+//! The same safety arguments are also staged in the simulator's whole world, with workers,
+//! clients and the checker judging every step (`sim/tests/paper.rs`).
+//!
 //! Section 6 (membership changes) does not apply: a group's members are fixed when it starts.
 //! A member that lost its disk rejoins as the same member, by the rules `lost_disks` checks.
 
