@@ -7,8 +7,11 @@
 use std::collections::BTreeSet;
 
 use herder_core::ids::NodeId;
-use herder_core::protocol::{ClientReply, ErrorCode, WorkerView};
+use herder_core::protocol::{
+    ClientReply, CoordinatorToWorker, ErrorCode, RegisterRejection, WorkerView,
+};
 
+use super::network::Peer;
 use super::World;
 use crate::checker::Check;
 
@@ -50,6 +53,31 @@ impl World {
             },
             _ => Ok(()),
         }
+    }
+
+    /// A registration refused on connection `conn` must deserve it. The workload's workers
+    /// always register within every limit, and there are far fewer of them than the registry
+    /// holds, so the only refusal that can fit is a worker id held by another live process;
+    /// and that needs another process of that worker to have existed (a worker's only
+    /// process, reconnecting, is the same incarnation and must be let back in).
+    pub(super) fn check_worker_refusal(&self, conn: usize, message: &CoordinatorToWorker) -> Check {
+        let CoordinatorToWorker::RegisterRejected { reason, message } = message else {
+            return Ok(());
+        };
+        let Some(record) = self.conns.get(conn) else {
+            return Ok(());
+        };
+        let Peer::Worker(w) = record.peer else {
+            return Ok(());
+        };
+        let other_process = record.peer_gen > 0 || self.workers[w].gen > record.peer_gen;
+        if *reason == RegisterRejection::DuplicateWorkerId && other_process {
+            return Ok(());
+        }
+        Err(format!(
+            "worker w{w} (process {}) refused registration {reason:?} ({message}); no other process of it ever ran, or the refusal cannot fit a worker of the workload",
+            record.peer_gen
+        ))
     }
 
     /// An `ERROR` answering `asked` must be the one refusal that fits it here: a job the

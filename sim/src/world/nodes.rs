@@ -413,6 +413,7 @@ impl World {
                 Output::ToWorker { conn, message } => {
                     self.note(node, format_args!("-> conn {conn} {message:?}"));
                     self.check_deadline(&message)?;
+                    self.check_worker_refusal(conn.0 as usize, &message)?;
                     self.send_down(conn.0 as usize, Down::Worker(message))?;
                 }
                 Output::ToClient { conn, message } => {

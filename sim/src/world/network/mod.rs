@@ -85,7 +85,7 @@ pub(super) struct Conn {
     pub(super) coord: usize,
     coord_gen: u64,
     pub(super) peer: Peer,
-    peer_gen: u64,
+    pub(super) peer_gen: u64,
     attempt: ConnectAttempt,
     /// Neither end has closed or reset it: both may still send.
     open: bool,
