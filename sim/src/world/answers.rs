@@ -1,7 +1,7 @@
 //! Answers to every request but submissions (which `Checker::check_submit_reply` and the
 //! batch checks judge), as they leave a coordinator: what the group says of itself
-//! (`CLUSTER`, `WORKERS`, `TRANSFER_STARTED`) must be true, and every `ERROR` must be a
-//! refusal that fits what was asked. The reads among them are judged for their confirmation
+//! (`CLUSTER`, `WORKERS`, `TRANSFER_STARTED`) must be true, and every `ERROR` (and every
+//! refused worker registration) must be a refusal that fits what was asked. The reads among them are judged for their confirmation
 //! and against the committed log elsewhere (`checker/reads.rs`).
 
 use std::collections::BTreeSet;
