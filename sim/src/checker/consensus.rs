@@ -244,6 +244,19 @@ impl Checker {
                     self.ledger
                         .see_entry(entry, before_term, &|| format!("coord-{c}'s disk"))?;
                 }
+                // Only a conflicting suffix is ever given up, and a committed entry conflicts
+                // with no leader's log (leader completeness): a disk that drops one it held
+                // (a stale append taken for a conflict, say) may be what a majority counted.
+                Record::TruncateLogAfter(index) => {
+                    for (at, held) in mirror.log.range(index.next()..) {
+                        let committed = self.committed.get(at).map(|(entry, _)| entry);
+                        ensure!(
+                            committed != Some(held),
+                            "a disk keeps what is committed: coord-{c} gave up its log after entry {index}, dropping committed entry {at} of term {}",
+                            held.term.0
+                        );
+                    }
+                }
                 _ => {}
             }
             self.mirrors[c].write(std::slice::from_ref(record));
