@@ -106,7 +106,17 @@ impl Coordinator {
                     self.member.event(Event::LeaderKnown { term, leader })
                 }
                 ReplicaEvent::ReadReady { id, index } => {
-                    if let Some(leader) = self.leader.as_mut() {
+                    // Only a member that still leads acts on a confirmation: the same reply
+                    // that confirmed a read may have finished a hand-over, and a read that
+                    // proposes (a cancel, a purge) cannot be proposed by a follower. Its reader
+                    // is told `NOT_LEADER` as the leader state steps down just after.
+                    let replica = &self.member.replica;
+                    let (leads, term) = (replica.is_leader(), replica.term());
+                    if let Some(leader) = self
+                        .leader
+                        .as_mut()
+                        .filter(|leader| leads && leader.term() == term)
+                    {
                         leader.read_confirmed(&mut self.member, id, index);
                     }
                 }
