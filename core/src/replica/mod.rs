@@ -589,7 +589,12 @@ impl Replica {
                 break;
             }
             if let Some((_, to, message)) = self.held.pop_front() {
-                self.messages.push_back((to, message));
+                // One decided in a term this member has since left is dropped: nobody needs a
+                // vote, a request or an answer of an ended term, and sending it would speak
+                // for a term the member no longer holds.
+                if message.term().is_none_or(|term| term >= self.term) {
+                    self.messages.push_back((to, message));
+                }
             }
         }
         if self.is_leader() {

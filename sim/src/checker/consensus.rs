@@ -267,6 +267,18 @@ impl Checker {
 
     /// Member `c` sends `message` to member `to`.
     pub fn peer_sent(&mut self, c: usize, to: usize, message: &PeerMessage) -> Check {
+        // A higher term is acted on: once told of one, a member says nothing in a lower term
+        // (not even what it decided before and held back until its disk caught up).
+        let told = self.ledger.heard[c].term;
+        if let Some(term) = message.term() {
+            ensure!(
+                term >= told,
+                "higher term ignored: coord-{c} sent {} in term {} after it was told of term {}",
+                kind(message),
+                term.0,
+                told.0
+            );
+        }
         let mirror = &self.mirrors[c];
         match message {
             PeerMessage::Vote {
@@ -725,6 +737,22 @@ impl Checker {
         if let Some(heard) = self.ledger.heard.get_mut(to) {
             heard.term = heard.term.max(heard.term_arriving);
         }
+    }
+}
+
+/// A peer message's kind, to name it.
+fn kind(message: &PeerMessage) -> &'static str {
+    match message {
+        PeerMessage::Vote { .. } => "VOTE",
+        PeerMessage::VoteReply { .. } => "VOTE_REPLY",
+        PeerMessage::PreVote { .. } => "PRE_VOTE",
+        PeerMessage::PreVoteReply { .. } => "PRE_VOTE_REPLY",
+        PeerMessage::Append { .. } => "APPEND",
+        PeerMessage::AppendReply { .. } => "APPEND_REPLY",
+        PeerMessage::Snapshot { .. } => "SNAPSHOT",
+        PeerMessage::SnapshotReply { .. } => "SNAPSHOT_REPLY",
+        PeerMessage::TimeoutNow { .. } => "TIMEOUT_NOW",
+        PeerMessage::Hello { .. } => "HELLO",
     }
 }
 

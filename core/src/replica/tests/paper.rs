@@ -3,7 +3,8 @@
 //! `replication`, `operations` and `lost_disks` they cover every rule of figure 2 and the
 //! safety arguments of sections 5.2 to 5.4:
 //!
-//! - all servers, a higher term makes a member a follower (5.1): here;
+//! - all servers, a higher term makes a member a follower (5.1), and nothing it decided in
+//!   the older term leaves afterwards: here;
 //! - followers and candidates: elections (5.2) in `elections`; a candidate's first steps: here;
 //! - leaders: heartbeats and the commit rule (5.3, 5.4.2) in `replication`;
 //! - RequestVote receiver: an older term refused, one grant per term (here), the election
@@ -273,6 +274,29 @@ fn a_candidate_asks_for_votes_only_once_its_new_term_and_own_vote_are_on_disk() 
     assert!(asked(&net), "asked once durable");
     assert_eq!(net.disks[0].hard_state.term, Term(2));
     assert_eq!(net.disks[0].hard_state.voted_for, Some(id(0)));
+}
+
+#[test]
+fn a_request_for_votes_held_for_the_disk_is_dropped_once_a_higher_term_is_known() {
+    // Figure 2, all servers (5.1): a member told of a higher term converts to follower of it.
+    // A request for votes it decided in the older term, still waiting for its disk, must not
+    // leave afterwards: it would speak for a term the member has left.
+    let mut net = Net::with_logs(vec![vec![entry(1, 1)]; 3]);
+    net.hold_disk.insert(0);
+    net.fire_election_timer(0);
+    net.deliver();
+    assert_eq!(net.r(0).term(), Term(2), "the candidate entered term 2");
+    let later = append(Term(3), (LogIndex(1), Term(1)), Vec::new(), LogIndex(0));
+    inject(&mut net, 1, 0, later);
+    assert_eq!(net.r(0).term(), Term(3), "it follows term 3");
+    net.release_disk(0);
+    let stale = net.sent.iter().any(|(from, _, m)| {
+        *from == 0 && matches!(m, PeerMessage::Vote { term, .. } if *term == Term(2))
+    });
+    assert!(
+        !stale,
+        "a request for votes of term 2 left after term 3 was known"
+    );
 }
 
 #[test]
