@@ -11,7 +11,7 @@ use crate::coordinator::member::Member;
 use crate::coordinator::timers::Timer;
 use crate::coordinator::Event;
 use crate::ids::{ConnectionId, JobId, LeaseId};
-use crate::job::{AttemptEnd, FailureKind, Job, Lease};
+use crate::job::{AttemptEnd, FailureKind, Job, JobState, Lease};
 use crate::protocol::{CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, SubmitResult};
 use crate::time::as_millis_u64;
 
@@ -98,7 +98,8 @@ impl LeaderState {
         self.on_outcome(m, applied, pending);
     }
 
-    /// The visible effects of one job's change: replies, events, timers, cancels.
+    /// The visible effects of one job's change: replies, events, timers, cancels. A router:
+    /// each outcome has its own handler below.
     pub(super) fn on_outcome(
         &mut self,
         m: &mut Member,
@@ -106,45 +107,12 @@ impl LeaderState {
         pending: Option<Pending>,
     ) {
         match applied {
-            Applied::Submitted { job_id } => {
-                if let Some(job) = m.table.get(&job_id) {
-                    let (kind, max_attempts) = (job.task.kind().to_owned(), job.max_attempts);
-                    let partitions = job.is_parent().then_some(job.partitions.len());
-                    m.event(Event::JobSubmitted {
-                        job_id,
-                        kind,
-                        max_attempts,
-                    });
-                    if let Some(partitions) = partitions {
-                        m.event(Event::JobSplit { job_id, partitions });
-                    }
-                }
-                self.answer_submit(m, pending, job_id, false);
-                self.count_submission_for_rotation(m);
-            }
-            Applied::NewLeader { .. } => {}
-            // Answered by `purge_applied`; a purged job was terminal, so nobody waits for it.
-            Applied::Purged { .. } | Applied::Removed { .. } => {}
-            Applied::PartitionCreated { .. } => {}
-            Applied::ParentCompleted { job_id } => {
-                let partitions = m.table.get(&job_id).map_or(0, |j| j.partitions.len());
-                m.event(Event::ParentCompleted { job_id, partitions });
-                self.wake_waiters(m, job_id);
-            }
-            Applied::ParentFailed { job_id, error } => {
-                m.event(Event::ParentFailed { job_id, error });
-                self.wake_waiters(m, job_id);
-            }
-            Applied::SubmitInvalid { job_id, reason } => {
-                if let Some(Pending::Submit { to }) = pending {
-                    let error = SubmitResult::Error {
-                        code: ErrorCode::InvalidRequest,
-                        message: format!("job {job_id} was not created: {reason}"),
-                    };
-                    self.answer_submission(m, to, error);
-                }
-            }
+            Applied::Submitted { job_id } => self.on_submitted(m, pending, job_id),
             Applied::IdempotentReplay { job_id } => self.answer_submit(m, pending, job_id, true),
+            Applied::SubmitInvalid { job_id, reason } => {
+                let message = format!("job {job_id} was not created: {reason}");
+                self.refuse_pending_submission(m, pending, ErrorCode::InvalidRequest, message);
+            }
             Applied::IdempotencyConflict { existing } => {
                 if let Some(Pending::Submit { to }) = pending {
                     self.answer_submission(m, to, idempotency_conflict(existing));
@@ -159,6 +127,7 @@ impl LeaderState {
                     self.reject_submission(m, to, active_jobs, admitting, max_active_jobs);
                 }
             }
+            Applied::UnknownJob { job_id } => self.on_unknown_job(m, pending, job_id),
             Applied::Assigned {
                 job_id,
                 lease,
@@ -169,22 +138,7 @@ impl LeaderState {
                     entry.free(lease.id);
                 }
             }
-            Applied::Completed { job_id, lease } => {
-                self.disarm_lease_deadline(lease.id);
-                let job = m.table.get(&job_id);
-                let attempts = job.map(|job| job.attempt).unwrap_or_default();
-                let ran_millis = job
-                    .and_then(|job| job.history.last())
-                    .and_then(|record| record.ran_millis());
-                m.event(Event::JobCompleted {
-                    job_id,
-                    worker: lease.worker.clone(),
-                    attempts,
-                    ran_millis,
-                });
-                self.ack_result(m, pending, job_id, lease.id, true);
-                self.wake_waiters(m, job_id);
-            }
+            Applied::Completed { job_id, lease } => self.on_completed(m, pending, job_id, lease),
             Applied::RetryScheduled {
                 job_id,
                 lease,
@@ -192,44 +146,14 @@ impl LeaderState {
                 delay_millis,
                 cause,
             } => {
-                self.disarm_lease_deadline(lease.id);
-                let job = m.table.get(&job_id);
-                let max_attempts = job.map_or(0, |job| job.max_attempts);
-                let ended = job
-                    .and_then(|job| job.history.last())
-                    .and_then(|record| record.outcome)
-                    .unwrap_or(AttemptEnd::TaskFailed);
-                m.event(Event::RetryScheduled {
-                    job_id,
-                    attempt,
-                    max_attempts,
-                    delay_millis,
-                    cause,
-                    ended,
-                });
-                let at = m.now.saturating_add(Duration::from_millis(delay_millis));
-                self.timers.arm(at, Timer::RetryDue(job_id));
-                self.settle_effects(m, pending, job_id, &lease);
+                let retry = (attempt, delay_millis, cause);
+                self.on_retry_scheduled(m, pending, job_id, lease, retry)
             }
             Applied::FailedPermanently {
                 job_id,
                 lease,
                 error,
-            } => {
-                self.disarm_lease_deadline(lease.id);
-                let attempts = m
-                    .table
-                    .get(&job_id)
-                    .map(|job| job.attempt)
-                    .unwrap_or_default();
-                m.event(Event::JobFailed {
-                    job_id,
-                    attempts,
-                    error,
-                });
-                self.settle_effects(m, pending, job_id, &lease);
-                self.wake_waiters(m, job_id);
-            }
+            } => self.on_failed_permanently(m, pending, job_id, lease, error),
             Applied::Released { job_id, lease } => {
                 self.disarm_lease_deadline(lease.id);
                 m.event(Event::AttemptReleased {
@@ -238,62 +162,191 @@ impl LeaderState {
                 });
                 self.ack_result(m, pending, job_id, lease.id, true);
             }
-            Applied::Requeued { job_id } => {
-                if let Some(job) = m.table.get(&job_id) {
-                    let (attempt, max_attempts) = (job.attempt, job.max_attempts);
-                    m.event(Event::JobRequeued {
-                        job_id,
-                        attempt,
-                        max_attempts,
-                    });
-                }
-            }
-            Applied::Cancelled {
-                job_id,
-                previous,
-                revoked,
-            } => {
-                m.event(Event::JobCancelled { job_id, previous });
-                if let Some(lease) = revoked {
-                    self.disarm_lease_deadline(lease.id);
-                    self.awaiting_readoption.remove(&lease.id);
-                    self.send_cancel(m, &lease, job_id, CancelReason::JobCancelled);
-                }
-                self.answer_cancel(m, pending, job_id, true);
-                self.wake_waiters(m, job_id);
-            }
-            Applied::CancelTooLate { job_id, .. } => self.answer_cancel(m, pending, job_id, false),
             Applied::Stale {
                 job_id,
                 lease_id,
                 reason,
-            } => {
-                if let Some(Pending::Result { worker }) = &pending {
-                    let worker = worker.clone();
-                    m.event(Event::StaleResultRejected {
-                        job_id,
-                        lease_id,
-                        worker,
-                        reason: reason.to_string(),
-                    });
-                }
-                self.ack_result(m, pending, job_id, lease_id, false);
+            } => self.on_stale(m, pending, job_id, lease_id, reason.to_string()),
+            Applied::Requeued { job_id } => on_requeued(m, job_id),
+            Applied::Cancelled {
+                job_id,
+                previous,
+                revoked,
+            } => self.on_cancelled(m, pending, job_id, previous, revoked),
+            Applied::CancelTooLate { job_id, .. } => self.answer_cancel(m, pending, job_id, false),
+            Applied::ParentCompleted { job_id } => {
+                let partitions = m.table.get(&job_id).map_or(0, |j| j.partitions.len());
+                m.event(Event::ParentCompleted { job_id, partitions });
+                self.wake_waiters(m, job_id);
             }
-            Applied::RequeueSkipped { .. } => {}
-            Applied::UnknownJob { job_id } => match pending {
-                Some(Pending::Submit { to }) => {
-                    let error = SubmitResult::Error {
-                        code: ErrorCode::JobNotFound,
-                        message: format!("no job {job_id}"),
-                    };
-                    self.answer_submission(m, to, error);
-                }
-                Some(Pending::Cancel { conn, request_id }) => {
-                    self.job_not_found(m, conn, request_id, job_id)
-                }
-                _ => {}
-            },
+            Applied::ParentFailed { job_id, error } => {
+                m.event(Event::ParentFailed { job_id, error });
+                self.wake_waiters(m, job_id);
+            }
+            // Answered by `purge_applied`; a purged job was terminal, so nobody waits for it.
+            Applied::Purged { .. } | Applied::Removed { .. } => {}
+            Applied::NewLeader { .. }
+            | Applied::PartitionCreated { .. }
+            | Applied::RequeueSkipped { .. } => {}
         }
+    }
+
+    fn on_submitted(&mut self, m: &mut Member, pending: Option<Pending>, job_id: JobId) {
+        if let Some(job) = m.table.get(&job_id) {
+            let (kind, max_attempts) = (job.task.kind().to_owned(), job.max_attempts);
+            let partitions = job.is_parent().then_some(job.partitions.len());
+            m.event(Event::JobSubmitted {
+                job_id,
+                kind,
+                max_attempts,
+            });
+            if let Some(partitions) = partitions {
+                m.event(Event::JobSplit { job_id, partitions });
+            }
+        }
+        self.answer_submit(m, pending, job_id, false);
+        self.count_submission_for_rotation(m);
+    }
+
+    /// A submission owed an answer is refused with `code`.
+    fn refuse_pending_submission(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        code: ErrorCode,
+        message: String,
+    ) {
+        if let Some(Pending::Submit { to }) = pending {
+            self.answer_submission(m, to, SubmitResult::Error { code, message });
+        }
+    }
+
+    fn on_unknown_job(&mut self, m: &mut Member, pending: Option<Pending>, job_id: JobId) {
+        match pending {
+            Some(Pending::Cancel { conn, request_id }) => {
+                self.job_not_found(m, conn, request_id, job_id)
+            }
+            pending => {
+                let message = format!("no job {job_id}");
+                self.refuse_pending_submission(m, pending, ErrorCode::JobNotFound, message);
+            }
+        }
+    }
+
+    fn on_completed(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        lease: Lease,
+    ) {
+        self.disarm_lease_deadline(lease.id);
+        let job = m.table.get(&job_id);
+        let attempts = job.map(|job| job.attempt).unwrap_or_default();
+        let ran_millis = job
+            .and_then(|job| job.history.last())
+            .and_then(|record| record.ran_millis());
+        m.event(Event::JobCompleted {
+            job_id,
+            worker: lease.worker.clone(),
+            attempts,
+            ran_millis,
+        });
+        self.ack_result(m, pending, job_id, lease.id, true);
+        self.wake_waiters(m, job_id);
+    }
+
+    /// An attempt failed and another is due after a delay: `retry` is the attempt that failed,
+    /// the delay and the cause.
+    fn on_retry_scheduled(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        lease: Lease,
+        retry: (crate::ids::Attempt, u64, String),
+    ) {
+        let (attempt, delay_millis, cause) = retry;
+        self.disarm_lease_deadline(lease.id);
+        let job = m.table.get(&job_id);
+        let max_attempts = job.map_or(0, |job| job.max_attempts);
+        let ended = job
+            .and_then(|job| job.history.last())
+            .and_then(|record| record.outcome)
+            .unwrap_or(AttemptEnd::TaskFailed);
+        m.event(Event::RetryScheduled {
+            job_id,
+            attempt,
+            max_attempts,
+            delay_millis,
+            cause,
+            ended,
+        });
+        let at = m.now.saturating_add(Duration::from_millis(delay_millis));
+        self.timers.arm(at, Timer::RetryDue(job_id));
+        self.settle_effects(m, pending, job_id, &lease);
+    }
+
+    fn on_failed_permanently(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        lease: Lease,
+        error: String,
+    ) {
+        self.disarm_lease_deadline(lease.id);
+        let attempts = m
+            .table
+            .get(&job_id)
+            .map(|job| job.attempt)
+            .unwrap_or_default();
+        m.event(Event::JobFailed {
+            job_id,
+            attempts,
+            error,
+        });
+        self.settle_effects(m, pending, job_id, &lease);
+        self.wake_waiters(m, job_id);
+    }
+
+    /// A result whose lease was no longer current when its entry applied.
+    fn on_stale(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        lease_id: LeaseId,
+        reason: String,
+    ) {
+        if let Some(Pending::Result { worker }) = &pending {
+            let worker = worker.clone();
+            m.event(Event::StaleResultRejected {
+                job_id,
+                lease_id,
+                worker,
+                reason,
+            });
+        }
+        self.ack_result(m, pending, job_id, lease_id, false);
+    }
+
+    fn on_cancelled(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        previous: JobState,
+        revoked: Option<Lease>,
+    ) {
+        m.event(Event::JobCancelled { job_id, previous });
+        if let Some(lease) = revoked {
+            self.disarm_lease_deadline(lease.id);
+            self.awaiting_readoption.remove(&lease.id);
+            self.send_cancel(m, &lease, job_id, CancelReason::JobCancelled);
+        }
+        self.answer_cancel(m, pending, job_id, true);
+        self.wake_waiters(m, job_id);
     }
 
     pub(super) fn on_assigned(
@@ -540,4 +593,16 @@ fn queued_millis(job: &Job) -> Option<u64> {
         [_] => return None,
     };
     Some(started.started_at_unix_ms.0.saturating_sub(earlier.0))
+}
+
+/// A job went back to the queue (its worker lost, its lease expired, or a drain gave it back).
+fn on_requeued(m: &mut Member, job_id: JobId) {
+    if let Some(job) = m.table.get(&job_id) {
+        let (attempt, max_attempts) = (job.attempt, job.max_attempts);
+        m.event(Event::JobRequeued {
+            job_id,
+            attempt,
+            max_attempts,
+        });
+    }
 }
