@@ -59,95 +59,22 @@ impl LeaderState {
         &mut self,
         m: &mut Member,
         conn: ConnectionId,
-        registration: Registration,
+        mut registration: Registration,
     ) {
+        if let Err((reason, message)) = self.check_registration(conn, &registration) {
+            let worker = registration.worker_id;
+            return self.refuse_registration(m, conn, worker, reason, message);
+        }
+        let running = std::mem::take(&mut registration.running);
+        let finished = std::mem::take(&mut registration.finished);
         let Registration {
-            worker_id,
+            ref worker_id,
             incarnation,
             capacity,
-            prefetch,
-            running,
-            finished,
-            tasks,
             draining,
+            ..
         } = registration;
-        if let Err(error) = WorkerId::parse(worker_id.as_str()) {
-            return self.refuse_registration(
-                m,
-                conn,
-                worker_id,
-                RegisterRejection::InvalidRegistration,
-                error.to_string(),
-            );
-        }
-        if !(1..=WORKER_CAPACITY_MAX).contains(&capacity) {
-            return self.refuse_registration(
-                m,
-                conn,
-                worker_id,
-                RegisterRejection::InvalidRegistration,
-                format!("capacity must be between 1 and {WORKER_CAPACITY_MAX} (got {capacity})"),
-            );
-        }
-        if prefetch > capacity.saturating_mul(PREFETCH_PER_SLOT_MAX) {
-            return self.refuse_registration(
-                m,
-                conn,
-                worker_id,
-                RegisterRejection::InvalidRegistration,
-                format!(
-                    "prefetch may be at most {PREFETCH_PER_SLOT_MAX} per slot ({} with capacity {capacity}), got {prefetch}",
-                    capacity.saturating_mul(PREFETCH_PER_SLOT_MAX)
-                ),
-            );
-        }
-        // An honest process cannot hold (or hold results of) more attempts than it has slots and
-        // prefetch room, plus results waiting; bounding the report bounds what a peer can make
-        // us track. A reconnect is held to the room its entry was registered with, which it
-        // cannot change.
-        let (bound_capacity, bound_prefetch) = match self.registry.get(&worker_id) {
-            Some(entry) if entry.alive && entry.incarnation == incarnation => {
-                (entry.capacity, entry.prefetch)
-            }
-            _ => (capacity, prefetch),
-        };
-        let holdable = (bound_capacity as usize).saturating_add(bound_prefetch as usize);
-        let reported = running.len().saturating_add(finished.len());
-        let reportable = holdable.saturating_mul(2).max(1);
-        if running.len() > holdable || reported > reportable.max(REPORTED_FINISHED_MAX) {
-            return self.refuse_registration(m,
-                conn,
-                worker_id,
-                RegisterRejection::InvalidRegistration,
-                format!(
-                    "reports {} running or waiting attempts with capacity {capacity} and prefetch {prefetch} (and {} unacknowledged results)",
-                    running.len(),
-                    finished.len()
-                ),
-            );
-        }
-        if let Err(message) = check_served_tasks(&tasks) {
-            return self.refuse_registration(
-                m,
-                conn,
-                worker_id,
-                RegisterRejection::InvalidRegistration,
-                message,
-            );
-        }
-        let tasks: BTreeSet<String> = tasks.into_iter().collect();
-        if let Some(bound) = self.registry.worker_on(conn) {
-            if *bound != worker_id {
-                let message = format!("this connection is already registered as {bound}");
-                return self.refuse_registration(
-                    m,
-                    conn,
-                    worker_id,
-                    RegisterRejection::InvalidRegistration,
-                    message,
-                );
-            }
-        }
+        let worker_id = worker_id.clone();
         let existing = self
             .registry
             .get(&worker_id)
@@ -179,50 +106,16 @@ impl LeaderState {
                 let message = format!(
                     "worker id {worker_id} is held by a live process (incarnation {known}); pick another id or stop that process"
                 );
-                return self.refuse_registration(
-                    m,
-                    conn,
-                    worker_id,
-                    RegisterRejection::DuplicateWorkerId,
-                    message,
-                );
+                let reason = RegisterRejection::DuplicateWorkerId;
+                return self.refuse_registration(m, conn, worker_id, reason, message);
             }
             _ => {
-                if self.registry.get(&worker_id).is_none() && self.registry.len() >= WORKERS_MAX {
-                    self.registry.evict_lost(WORKERS_MAX - 1);
-                    if self.registry.len() >= WORKERS_MAX {
-                        let message =
-                            format!("the registry already tracks {WORKERS_MAX} live workers");
-                        return self.refuse_registration(
-                            m,
-                            conn,
-                            worker_id,
-                            RegisterRejection::TooManyWorkers,
-                            message,
-                        );
-                    }
+                if let Err(message) = self.make_room_for(&worker_id) {
+                    let reason = RegisterRejection::TooManyWorkers;
+                    return self.refuse_registration(m, conn, worker_id, reason, message);
                 }
-                self.next_registration += 1;
-                let registration = self.next_registration;
-                self.registry.insert(WorkerEntry {
-                    id: worker_id.clone(),
-                    incarnation,
-                    registration,
-                    capacity,
-                    prefetch,
-                    conn: Some(conn),
-                    alive: true,
-                    last_heartbeat: m.now,
-                    leases: BTreeMap::new(),
-                    ends: BTreeMap::new(),
-                    overdue: BTreeSet::new(),
-                    tasks,
-                    draining,
-                });
-                self.timers.arm(
-                    m.now.saturating_add(m.config.heartbeat_timeout),
-                    Timer::HeartbeatCheck(worker_id.clone(), registration),
-                );
+                let entry = self.new_entry(m, conn, registration);
+                self.registry.insert(entry);
                 m.event(Event::WorkerRegistered {
                     worker: worker_id.clone(),
                     incarnation,
@@ -243,6 +136,112 @@ impl LeaderState {
         );
         for attempt in running {
             self.reconcile_reported(m, conn, &worker_id, attempt);
+        }
+    }
+
+    /// Whether `registration`, on `conn`, is one an honest worker could send: a valid id,
+    /// capacity and prefetch within bounds, no more attempts reported than it has room for,
+    /// task names that are valid, and a connection not registered as another worker.
+    fn check_registration(
+        &self,
+        conn: ConnectionId,
+        registration: &Registration,
+    ) -> Result<(), (RegisterRejection, String)> {
+        let invalid = |message: String| (RegisterRejection::InvalidRegistration, message);
+        let Registration {
+            worker_id,
+            incarnation,
+            capacity,
+            prefetch,
+            running,
+            finished,
+            tasks,
+            ..
+        } = registration;
+        let (capacity, prefetch) = (*capacity, *prefetch);
+        WorkerId::parse(worker_id.as_str()).map_err(|error| invalid(error.to_string()))?;
+        if !(1..=WORKER_CAPACITY_MAX).contains(&capacity) {
+            return Err(invalid(format!(
+                "capacity must be between 1 and {WORKER_CAPACITY_MAX} (got {capacity})"
+            )));
+        }
+        if prefetch > capacity.saturating_mul(PREFETCH_PER_SLOT_MAX) {
+            return Err(invalid(format!(
+                "prefetch may be at most {PREFETCH_PER_SLOT_MAX} per slot ({} with capacity {capacity}), got {prefetch}",
+                capacity.saturating_mul(PREFETCH_PER_SLOT_MAX)
+            )));
+        }
+        // An honest process cannot hold (or hold results of) more attempts than it has slots and
+        // prefetch room, plus results waiting; bounding the report bounds what a peer can make
+        // us track. A reconnect is held to the room its entry was registered with, which it
+        // cannot change.
+        let (bound_capacity, bound_prefetch) = match self.registry.get(worker_id) {
+            Some(entry) if entry.alive && entry.incarnation == *incarnation => {
+                (entry.capacity, entry.prefetch)
+            }
+            _ => (capacity, prefetch),
+        };
+        let holdable = (bound_capacity as usize).saturating_add(bound_prefetch as usize);
+        let reported = running.len().saturating_add(finished.len());
+        let reportable = holdable.saturating_mul(2).max(1);
+        if running.len() > holdable || reported > reportable.max(REPORTED_FINISHED_MAX) {
+            return Err(invalid(format!(
+                "reports {} running or waiting attempts with capacity {capacity} and prefetch {prefetch} (and {} unacknowledged results)",
+                running.len(),
+                finished.len()
+            )));
+        }
+        check_served_tasks(tasks).map_err(invalid)?;
+        match self.registry.worker_on(conn) {
+            Some(bound) if bound != worker_id => Err(invalid(format!(
+                "this connection is already registered as {bound}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Room in the registry for a worker id it does not hold yet: lost workers are evicted if
+    /// it is full; a registry full of live ones has none.
+    fn make_room_for(&mut self, worker_id: &WorkerId) -> Result<(), String> {
+        if self.registry.get(worker_id).is_none() && self.registry.len() >= WORKERS_MAX {
+            self.registry.evict_lost(WORKERS_MAX - 1);
+            if self.registry.len() >= WORKERS_MAX {
+                return Err(format!(
+                    "the registry already tracks {WORKERS_MAX} live workers"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The registry entry of a newly registered process (its reports already taken out), with
+    /// its heartbeat check armed.
+    fn new_entry(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        registration: Registration,
+    ) -> WorkerEntry {
+        self.next_registration += 1;
+        let number = self.next_registration;
+        self.timers.arm(
+            m.now.saturating_add(m.config.heartbeat_timeout),
+            Timer::HeartbeatCheck(registration.worker_id.clone(), number),
+        );
+        WorkerEntry {
+            id: registration.worker_id,
+            incarnation: registration.incarnation,
+            registration: number,
+            capacity: registration.capacity,
+            prefetch: registration.prefetch,
+            conn: Some(conn),
+            alive: true,
+            last_heartbeat: m.now,
+            leases: BTreeMap::new(),
+            ends: BTreeMap::new(),
+            overdue: BTreeSet::new(),
+            tasks: registration.tasks.into_iter().collect(),
+            draining: registration.draining,
         }
     }
 
