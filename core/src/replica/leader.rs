@@ -439,24 +439,7 @@ impl Replica {
         };
         // A follower that needs a compacted entry gets the table instead.
         if !matches!(p.mode, Mode::Snapshot(_)) && p.next <= base {
-            let image = match &leading.image {
-                Some(image) if image.index >= base => image.clone(),
-                _ => {
-                    let (index, data) = snapshots.snapshot();
-                    let term = self.log.term_at(index);
-                    assert!(
-                        term.is_some(),
-                        "a snapshot at {index} is not covered by the log (base {base})"
-                    );
-                    let image = Arc::new(Image {
-                        index,
-                        term: term.unwrap_or_default(),
-                        data,
-                    });
-                    leading.image = Some(image.clone());
-                    image
-                }
-            };
+            let image = current_image(&mut leading.image, &self.log, snapshots);
             p.mode = Mode::Snapshot(image);
             p.snapshot_offset = 0;
             p.snapshot_received = 0;
@@ -486,39 +469,8 @@ impl Replica {
                 }
             }
             Mode::Snapshot(image) => {
-                let total = image.data.len() as u64;
-                let window = chunk_bytes as u64 * SNAPSHOT_CHUNKS_IN_FLIGHT_MAX as u64;
-                while p.snapshot_offset < total
-                    && p.snapshot_offset < p.snapshot_received.saturating_add(window)
-                {
-                    let start = usize::try_from(p.snapshot_offset).unwrap_or(usize::MAX);
-                    let end = start.saturating_add(chunk_bytes).min(image.data.len());
-                    let data = ChunkBytes(image.data[start..end].to_vec());
-                    out.push(PeerMessage::Snapshot {
-                        term,
-                        index: image.index,
-                        index_term: image.term,
-                        offset: p.snapshot_offset,
-                        total,
-                        data,
-                        seq,
-                    });
-                    p.snapshot_offset = end as u64;
-                    p.snapshot_sent_at = Some(now);
-                }
-                if total == 0 && p.snapshot_sent_at.is_none() {
-                    // An empty table is still a snapshot: one empty chunk says so.
-                    out.push(PeerMessage::Snapshot {
-                        term,
-                        index: image.index,
-                        index_term: image.term,
-                        offset: 0,
-                        total: 0,
-                        data: ChunkBytes::default(),
-                        seq,
-                    });
-                    p.snapshot_sent_at = Some(now);
-                }
+                let image = Arc::clone(image);
+                out = snapshot_chunks(p, &image, (term, seq), chunk_bytes, now);
             }
         }
         if !out.is_empty() {
@@ -774,4 +726,76 @@ impl Replica {
             }
         }
     }
+}
+
+/// The image of the table to send a follower that needs compacted entries: the one being sent
+/// already if it still covers the log's base, else a new one from `snapshots`, kept in `cache`.
+fn current_image(
+    cache: &mut Option<Arc<Image>>,
+    log: &RaftLog,
+    snapshots: &dyn SnapshotSource,
+) -> Arc<Image> {
+    let base = log.base_index();
+    if let Some(image) = cache.as_ref().filter(|image| image.index >= base) {
+        return image.clone();
+    }
+    let (index, data) = snapshots.snapshot();
+    let term = log.term_at(index);
+    assert!(
+        term.is_some(),
+        "a snapshot at {index} is not covered by the log (base {base})"
+    );
+    let image = Arc::new(Image {
+        index,
+        term: term.unwrap_or_default(),
+        data,
+    });
+    *cache = Some(image.clone());
+    image
+}
+
+/// The chunks of `image` follower `p` is owed now, in the leader's `(term, seq)`: up to a
+/// window beyond what it has acknowledged receiving (one empty chunk for an empty table).
+fn snapshot_chunks(
+    p: &mut Progress,
+    image: &Image,
+    (term, seq): (Term, u64),
+    chunk_bytes: usize,
+    now: Instant,
+) -> Vec<PeerMessage> {
+    let mut out = Vec::new();
+    let total = image.data.len() as u64;
+    let window = chunk_bytes as u64 * SNAPSHOT_CHUNKS_IN_FLIGHT_MAX as u64;
+    while p.snapshot_offset < total
+        && p.snapshot_offset < p.snapshot_received.saturating_add(window)
+    {
+        let start = usize::try_from(p.snapshot_offset).unwrap_or(usize::MAX);
+        let end = start.saturating_add(chunk_bytes).min(image.data.len());
+        let data = ChunkBytes(image.data[start..end].to_vec());
+        out.push(PeerMessage::Snapshot {
+            term,
+            index: image.index,
+            index_term: image.term,
+            offset: p.snapshot_offset,
+            total,
+            data,
+            seq,
+        });
+        p.snapshot_offset = end as u64;
+        p.snapshot_sent_at = Some(now);
+    }
+    if total == 0 && p.snapshot_sent_at.is_none() {
+        // An empty table is still a snapshot: one empty chunk says so.
+        out.push(PeerMessage::Snapshot {
+            term,
+            index: image.index,
+            index_term: image.term,
+            offset: 0,
+            total: 0,
+            data: ChunkBytes::default(),
+            seq,
+        });
+        p.snapshot_sent_at = Some(now);
+    }
+    out
 }
