@@ -32,7 +32,7 @@ pub use crate::dial::{full_jitter, ConnectAttempt};
 use crate::dial::{AfterFailure, Dialer, RedirectRule};
 use crate::ids::{JobId, RequestId};
 use crate::job::JobState;
-use crate::protocol::{ClientReply, ClientRequest, ErrorCode};
+use crate::protocol::{ClientReply, ClientRequest, ErrorCode, LeaderHint};
 use crate::time::{as_millis_u64, Instant};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -617,29 +617,8 @@ impl Client {
                 message,
                 ..
             } => {
-                if retryable && pending.rejections < self.config.submit_retries {
-                    pending.rejections += 1;
-                    pending.sent = None;
-                    let n = pending.rejections;
-                    let delay = full_jitter(
-                        &mut self.rng,
-                        self.config.submit_retry_base,
-                        self.config.submit_retry_max,
-                        n,
-                    );
-                    if let Some(pending) = self.ops.get_mut(&id) {
-                        pending.retry_at = Some(now.saturating_add(delay));
-                    }
-                } else {
-                    self.finish(
-                        id,
-                        Err(ClientError::Rejected {
-                            active_jobs,
-                            max_active_jobs,
-                            message,
-                        }),
-                    );
-                }
+                let counts = (active_jobs, max_active_jobs);
+                self.on_submit_rejected(now, id, retryable, counts, message);
             }
             ClientReply::NotLeader {
                 leader,
@@ -647,34 +626,8 @@ impl Client {
                 members,
                 ..
             } => {
-                if uncertain && !pending.op.safe_to_resend() {
-                    // The coordinator lost its leadership while this request was being made
-                    // durable: it may have taken effect. Without a key, do not risk a second job.
-                    let reason = "the coordinator stopped leading while the submission was being made durable; it may or may not have been accepted".to_owned();
-                    self.finish(id, Err(ClientError::Ambiguous { reason }));
-                    self.dialer.learn(members);
-                    self.dialer.not_leader(leader);
-                    if let Link::Ready { draining, .. } = &mut self.link {
-                        *draining = true;
-                    }
-                    self.pump(now);
+                if !self.on_not_leader(id, leader, uncertain, members) {
                     return;
-                }
-                self.dialer.learn(members);
-                pending.redirects += 1;
-                if pending.redirects > self.config.max_redirects {
-                    let redirects = pending.redirects - 1;
-                    self.finish(id, Err(ClientError::TooManyRedirects(redirects)));
-                    return;
-                }
-                // This request was not processed (or is safe to repeat), so it is sent again, to
-                // the leader. Others sent on this connection may have been processed (leadership
-                // can move mid-connection), so they are not resent: their answers are awaited
-                // here first.
-                pending.sent = None;
-                self.dialer.not_leader(leader);
-                if let Link::Ready { draining, .. } = &mut self.link {
-                    *draining = true;
                 }
             }
             ClientReply::Error { code, message, .. } => {
@@ -684,6 +637,91 @@ impl Client {
         }
         // An answer may complete a redirect's drain.
         self.pump(now);
+    }
+
+    /// Operation `id`, a submission, was refused for want of room: retried after a pause if
+    /// the refusal says it may be and retries are left, else finished with the refusal.
+    fn on_submit_rejected(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        retryable: bool,
+        (active_jobs, max_active_jobs): (u64, u64),
+        message: String,
+    ) {
+        let retries = self.config.submit_retries;
+        let Some(pending) = self.ops.get_mut(&id) else {
+            return;
+        };
+        if retryable && pending.rejections < retries {
+            pending.rejections += 1;
+            pending.sent = None;
+            let n = pending.rejections;
+            let delay = full_jitter(
+                &mut self.rng,
+                self.config.submit_retry_base,
+                self.config.submit_retry_max,
+                n,
+            );
+            if let Some(pending) = self.ops.get_mut(&id) {
+                pending.retry_at = Some(now.saturating_add(delay));
+            }
+        } else {
+            self.finish(
+                id,
+                Err(ClientError::Rejected {
+                    active_jobs,
+                    max_active_jobs,
+                    message,
+                }),
+            );
+        }
+    }
+
+    /// The member asked for operation `id` does not lead: the request goes again to the leader
+    /// (unless it may have taken effect and is not safe to repeat, or it was redirected too
+    /// often). False when nothing more is to be done for this answer.
+    fn on_not_leader(
+        &mut self,
+        id: OpId,
+        leader: Option<LeaderHint>,
+        uncertain: bool,
+        members: Vec<String>,
+    ) -> bool {
+        let max_redirects = self.config.max_redirects;
+        let Some(pending) = self.ops.get_mut(&id) else {
+            return true;
+        };
+        if uncertain && !pending.op.safe_to_resend() {
+            // The coordinator lost its leadership while this request was being made
+            // durable: it may have taken effect. Without a key, do not risk a second job.
+            let reason = "the coordinator stopped leading while the submission was being made durable; it may or may not have been accepted".to_owned();
+            self.finish(id, Err(ClientError::Ambiguous { reason }));
+            self.dialer.learn(members);
+            self.dialer.not_leader(leader);
+            if let Link::Ready { draining, .. } = &mut self.link {
+                *draining = true;
+            }
+            return true;
+        }
+        pending.redirects += 1;
+        let redirects = pending.redirects;
+        self.dialer.learn(members);
+        if redirects > max_redirects {
+            self.finish(id, Err(ClientError::TooManyRedirects(redirects - 1)));
+            return false;
+        }
+        // This request was not processed (or is safe to repeat), so it is sent again, to the
+        // leader. Others sent on this connection may have been processed (leadership can move
+        // mid-connection), so they are not resent: their answers are awaited here first.
+        if let Some(pending) = self.ops.get_mut(&id) {
+            pending.sent = None;
+        }
+        self.dialer.not_leader(leader);
+        if let Link::Ready { draining, .. } = &mut self.link {
+            *draining = true;
+        }
+        true
     }
 
     /// The driver could not turn the request for `request_id` into a frame (e.g. it is larger
