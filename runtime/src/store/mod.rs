@@ -155,31 +155,7 @@ impl Store {
                     StoreError::Sqlite(e)
                 }
             })?;
-        if version == 0 {
-            conn.execute_batch(
-                "BEGIN;
-                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-                 CREATE TABLE IF NOT EXISTS log (idx INTEGER PRIMARY KEY, term INTEGER NOT NULL, entry TEXT NOT NULL);
-                 CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, row TEXT NOT NULL);
-                 INSERT OR IGNORE INTO meta (key, value) VALUES ('applied_index', 0);
-                 PRAGMA user_version = 1;
-                 COMMIT;",
-            )?;
-        }
-        if version <= 1 {
-            // Version 2 adds what consensus must remember: the term and vote, and the term of
-            // the applied entry (every entry a version 1 coordinator wrote has term 1).
-            conn.execute_batch(
-                "BEGIN;
-                 CREATE TABLE IF NOT EXISTS vote (id INTEGER PRIMARY KEY CHECK (id = 1), term INTEGER NOT NULL, voted_for TEXT, abstaining INTEGER NOT NULL DEFAULT 0);
-                 INSERT OR IGNORE INTO vote (id, term, voted_for, abstaining) VALUES (1, 0, NULL, 0);
-                 INSERT OR IGNORE INTO meta (key, value)
-                     SELECT 'applied_term', CASE WHEN value > 0 THEN 1 ELSE 0 END FROM meta WHERE key = 'applied_index';
-                 PRAGMA user_version = 2;
-                 COMMIT;",
-            )
-            .map_err(in_use_or_corrupt)?;
-        }
+        upgrade_schema(&conn, version, &in_use_or_corrupt)?;
         let store = Store {
             conn,
             path,
@@ -415,6 +391,40 @@ fn check_writable(data_dir: &Path) -> Result<(), StoreError> {
             path: data_dir.to_owned(),
             source,
         })
+}
+
+/// Brings a Herder database at schema `version` up to the current one (0: a new, empty file).
+fn upgrade_schema(
+    conn: &Connection,
+    version: i64,
+    in_use_or_corrupt: &dyn Fn(rusqlite::Error) -> StoreError,
+) -> Result<(), StoreError> {
+    if version == 0 {
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS log (idx INTEGER PRIMARY KEY, term INTEGER NOT NULL, entry TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, row TEXT NOT NULL);
+             INSERT OR IGNORE INTO meta (key, value) VALUES ('applied_index', 0);
+             PRAGMA user_version = 1;
+             COMMIT;",
+        )?;
+    }
+    if version <= 1 {
+        // Version 2 adds what consensus must remember: the term and vote, and the term of
+        // the applied entry (every entry a version 1 coordinator wrote has term 1).
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS vote (id INTEGER PRIMARY KEY CHECK (id = 1), term INTEGER NOT NULL, voted_for TEXT, abstaining INTEGER NOT NULL DEFAULT 0);
+             INSERT OR IGNORE INTO vote (id, term, voted_for, abstaining) VALUES (1, 0, NULL, 0);
+             INSERT OR IGNORE INTO meta (key, value)
+                 SELECT 'applied_term', CASE WHEN value > 0 THEN 1 ELSE 0 END FROM meta WHERE key = 'applied_index';
+             PRAGMA user_version = 2;
+             COMMIT;",
+        )
+        .map_err(in_use_or_corrupt)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
