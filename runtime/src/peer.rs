@@ -234,34 +234,8 @@ impl Outbound {
         // Whether the last attempt or connection failed in a way already logged.
         let mut down_logged = false;
         loop {
-            let credential = self.secret.as_ref().map(|secret| Credential::Secret {
-                link: SecretLink::Peer,
-                secret: secret.clone(),
-            });
-            let tls = self.tls.as_ref().and_then(ServerTls::peer_client);
-            let dialed = crate::net::dial(&self.address, tls.as_ref(), credential);
-            let stream = match tokio::time::timeout(PEER_CONNECT_TIMEOUT, dialed).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(DialError::Failed(reason))) => {
-                    self.connect_failed(&mut failures, &mut down_logged, &reason);
-                    self.back_off(failures).await;
-                    continue;
-                }
-                Ok(Err(refused @ DialError::Refused { .. })) => {
-                    // A refusal is logged every time (with backoff): a member that cannot join
-                    // its group is the one thing its operator must see.
-                    tracing::error!(peer = %self.to, address = %self.address, reason = %refused, "The peer refused this member's credential");
-                    down_logged = true;
-                    failures = failures.saturating_add(1);
-                    self.back_off(failures).await;
-                    continue;
-                }
-                Err(_) => {
-                    let reason = format!("no connection within {PEER_CONNECT_TIMEOUT:?}");
-                    self.connect_failed(&mut failures, &mut down_logged, &reason);
-                    self.back_off(failures).await;
-                    continue;
-                }
+            let Some(stream) = self.dial_once(&mut failures, &mut down_logged).await else {
+                continue;
             };
             let _ = stream.tcp().set_nodelay(true);
             let connections = self.counters.connections.fetch_add(1, Ordering::Relaxed) + 1;
@@ -280,6 +254,34 @@ impl Outbound {
                 }
             }
         }
+    }
+
+    /// One attempt to reach the peer. A failure is logged (a refused credential every time,
+    /// anything else once until the link is up again) and its backoff waited out.
+    async fn dial_once(&mut self, failures: &mut u32, down_logged: &mut bool) -> Option<Stream> {
+        let credential = self.secret.as_ref().map(|secret| Credential::Secret {
+            link: SecretLink::Peer,
+            secret: secret.clone(),
+        });
+        let tls = self.tls.as_ref().and_then(ServerTls::peer_client);
+        let dialed = crate::net::dial(&self.address, tls.as_ref(), credential);
+        let reason = match tokio::time::timeout(PEER_CONNECT_TIMEOUT, dialed).await {
+            Ok(Ok(stream)) => return Some(stream),
+            Ok(Err(DialError::Failed(reason))) => reason,
+            Ok(Err(refused @ DialError::Refused { .. })) => {
+                // A refusal is logged every time (with backoff): a member that cannot join
+                // its group is the one thing its operator must see.
+                tracing::error!(peer = %self.to, address = %self.address, reason = %refused, "The peer refused this member's credential");
+                *down_logged = true;
+                *failures = failures.saturating_add(1);
+                self.back_off(*failures).await;
+                return None;
+            }
+            Err(_) => format!("no connection within {PEER_CONNECT_TIMEOUT:?}"),
+        };
+        self.connect_failed(failures, down_logged, &reason);
+        self.back_off(*failures).await;
+        None
     }
 
     fn connect_failed(&self, failures: &mut u32, down_logged: &mut bool, reason: &str) {
@@ -511,34 +513,10 @@ impl Inbound {
         let mut decoder = FrameDecoder::new(PEER_HELLO_BYTES_MAX.min(max_frame_bytes));
         let mut chunk = vec![0u8; PEER_READ_CHUNK_BYTES];
 
-        let hello = tokio::time::timeout(
-            PEER_HELLO_TIMEOUT,
-            next_message(&mut reader, &mut decoder, &mut chunk),
-        )
-        .await;
-        let hello = match hello {
-            Ok(Ok(Some(message))) => message,
-            Ok(Ok(None)) => return,
-            Ok(Err(reason)) => {
-                tracing::warn!(%remote, %reason, "bad first frame on the peer port; closing");
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(%remote, timeout = ?PEER_HELLO_TIMEOUT, "no HELLO in time on the peer port; closing");
-                return;
-            }
-        };
-        let from = match &hello {
-            PeerMessage::Hello { node_id, .. } if members.contains(node_id) => node_id.clone(),
-            PeerMessage::Hello { node_id, .. } => {
-                tracing::warn!(%remote, peer = %node_id, "HELLO from a node that is not a member of this group; closing");
-                return;
-            }
-            other => {
-                use herder_core::protocol::codec::WireMessage;
-                tracing::warn!(%remote, first = other.type_name(), "peer connection did not open with HELLO; closing");
-                return;
-            }
+        let Some((from, hello)) =
+            read_hello(&mut reader, &mut decoder, &mut chunk, remote, &members).await
+        else {
+            return;
         };
 
         // A member: its frames may now be as large as the group's limit.
@@ -589,6 +567,45 @@ impl Inbound {
             }
         }
         tracing::debug!(%remote, peer = %from, "Peer connection closed");
+    }
+}
+
+/// The first message on an accepted peer connection: a `HELLO` from a member of the group, in
+/// time. Anything else is logged and ends the connection (`None`).
+async fn read_hello(
+    reader: &mut ReadHalf<Stream>,
+    decoder: &mut FrameDecoder,
+    chunk: &mut [u8],
+    remote: std::net::SocketAddr,
+    members: &BTreeSet<NodeId>,
+) -> Option<(NodeId, PeerMessage)> {
+    let hello =
+        tokio::time::timeout(PEER_HELLO_TIMEOUT, next_message(reader, decoder, chunk)).await;
+    let hello = match hello {
+        Ok(Ok(Some(message))) => message,
+        Ok(Ok(None)) => return None,
+        Ok(Err(reason)) => {
+            tracing::warn!(%remote, %reason, "bad first frame on the peer port; closing");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(%remote, timeout = ?PEER_HELLO_TIMEOUT, "no HELLO in time on the peer port; closing");
+            return None;
+        }
+    };
+    match &hello {
+        PeerMessage::Hello { node_id, .. } if members.contains(node_id) => {
+            Some((node_id.clone(), hello))
+        }
+        PeerMessage::Hello { node_id, .. } => {
+            tracing::warn!(%remote, peer = %node_id, "HELLO from a node that is not a member of this group; closing");
+            None
+        }
+        other => {
+            use herder_core::protocol::codec::WireMessage;
+            tracing::warn!(%remote, first = other.type_name(), "peer connection did not open with HELLO; closing");
+            None
+        }
     }
 }
 
