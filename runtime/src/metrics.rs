@@ -17,7 +17,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// Workers a scrape reports one by one; beyond them only the totals (a registry can hold
 /// thousands of worker ids, and a scrape must stay small).
@@ -129,158 +129,122 @@ impl Metrics {
 
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("herder");
-        let jobs = Family::<StateLabel, Gauge>::default();
-        registry.register("jobs", "Jobs in the job table, by state", jobs.clone());
-        let submissions = Family::<ResultLabel, Counter>::default();
-        registry.register(
-            "submissions",
-            "Submissions that reached the log: accepted, replayed (an idempotency key matched) or rejected by admission control",
-            submissions.clone(),
-        );
-        let assignments = Counter::default();
-        registry.register(
-            "assignments",
-            "Attempts started on a worker",
-            assignments.clone(),
-        );
-        let retries = Family::<CauseLabel, Counter>::default();
-        registry.register(
+        let jobs: Family<StateLabel, Gauge> =
+            registered(&mut registry, "jobs", "Jobs in the job table, by state");
+        let submissions: Family<ResultLabel, Counter> = registered(&mut registry, "submissions", "Submissions that reached the log: accepted, replayed (an idempotency key matched) or rejected by admission control");
+        let assignments: Counter =
+            registered(&mut registry, "assignments", "Attempts started on a worker");
+        let retries: Family<CauseLabel, Counter> = registered(
+            &mut registry,
             "retries",
             "Failed attempts that will be retried, by how the attempt ended",
-            retries.clone(),
         );
-        let rescued = Counter::default();
-        registry.register(
+        let rescued: Counter = registered(
+            &mut registry,
             "jobs_rescued",
             "Jobs whose worker was lost mid-attempt and that will run again elsewhere",
-            rescued.clone(),
         );
-        let finished = Family::<StateLabel, Counter>::default();
-        registry.register(
+        let finished: Family<StateLabel, Counter> = registered(
+            &mut registry,
             "jobs_finished",
             "Jobs that became terminal, by terminal state",
-            finished.clone(),
         );
-        let stale_results = Counter::default();
-        registry.register(
+        let stale_results: Counter = registered(
+            &mut registry,
             "stale_results_rejected",
             "Results refused because their attempt's lease was no longer current",
-            stale_results.clone(),
         );
-        let auth_refusals = Family::<PortLabel, Counter>::default();
-        registry.register(
+        let auth_refusals: Family<PortLabel, Counter> = registered(
+            &mut registry,
             "auth_refusals",
             "Connections refused for want of a valid credential, by port",
-            auth_refusals.clone(),
         );
-        let forbidden = Counter::default();
-        registry.register(
+        let forbidden: Counter = registered(
+            &mut registry,
             "requests_forbidden",
             "Client requests refused because the caller's token does not allow them",
-            forbidden.clone(),
         );
-        let lease_expiries = Counter::default();
-        registry.register(
+        let lease_expiries: Counter = registered(
+            &mut registry,
             "lease_expiries",
             "Attempts whose deadline passed before a result came",
-            lease_expiries.clone(),
         );
-        let released = Counter::default();
-        registry.register(
+        let released: Counter = registered(
+            &mut registry,
             "attempts_released",
             "Attempts handed back unfinished by a draining worker (not charged)",
-            released.clone(),
         );
-        let workers_lost = Counter::default();
-        registry.register(
+        let workers_lost: Counter = registered(
+            &mut registry,
             "workers_lost",
             "Workers declared lost (connection closed or heartbeats stopped)",
-            workers_lost.clone(),
         );
-        let queue_wait = Histogram::new(exponential_buckets(0.0005, 2.0, 20));
-        registry.register(
-            "queue_wait_seconds",
-            "How long a job waited for each attempt: from its submission, or from the end of its previous attempt",
-            queue_wait.clone(),
-        );
-        let run_time = Histogram::new(exponential_buckets(0.0005, 2.0, 20));
-        registry.register(
+        let queue_wait = histogram(&mut registry, "queue_wait_seconds", "How long a job waited for each attempt: from its submission, or from the end of its previous attempt", exponential_buckets(0.0005, 2.0, 20));
+        let run_time = histogram(
+            &mut registry,
             "run_seconds",
             "How long a successful attempt ran, from its assignment to its result",
-            run_time.clone(),
+            exponential_buckets(0.0005, 2.0, 20),
         );
-        let gauge = |registry: &mut Registry, name: &str, help: &str| {
-            let gauge = Gauge::default();
-            registry.register(name, help, gauge.clone());
-            gauge
-        };
-        let term = gauge(
+        let term: Gauge = registered(
             &mut registry,
             "consensus_term",
             "The term this member is in",
         );
-        let last_index = gauge(
+        let last_index: Gauge = registered(
             &mut registry,
             "last_log_index",
             "The last entry in this member's log",
         );
-        let commit_index = gauge(
+        let commit_index: Gauge = registered(
             &mut registry,
             "commit_index",
             "The last log entry this member knows is committed",
         );
-        let applied_index = gauge(
+        let applied_index: Gauge = registered(
             &mut registry,
             "applied_index",
             "The last log entry applied to this member's job table",
         );
-        let is_leader = gauge(
+        let is_leader: Gauge = registered(
             &mut registry,
             "is_leader",
             "1 while this member leads and has caught up with its term, else 0",
         );
-        let leader_changes = Counter::default();
-        registry.register(
+        let leader_changes: Counter = registered(
+            &mut registry,
             "leader_changes",
             "Times this member saw a new leader (itself elected, or another made itself known)",
-            leader_changes.clone(),
         );
-        let heartbeat_age =
-            Family::<WorkerLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "worker_heartbeat_age_seconds",
-            "Time since the leader last heard from each worker",
-            heartbeat_age.clone(),
-        );
-        let worker_running = Family::<WorkerLabel, Gauge>::default();
-        registry.register(
+        let heartbeat_age: Family<WorkerLabel, Gauge<f64, std::sync::atomic::AtomicU64>> =
+            registered(
+                &mut registry,
+                "worker_heartbeat_age_seconds",
+                "Time since the leader last heard from each worker",
+            );
+        let worker_running: Family<WorkerLabel, Gauge> = registered(
+            &mut registry,
             "worker_running",
             "Attempts each worker holds, running or waiting for a slot",
-            worker_running.clone(),
         );
-        let worker_capacity = Family::<WorkerLabel, Gauge>::default();
-        registry.register(
-            "worker_capacity",
-            "Slots each worker offers",
-            worker_capacity.clone(),
-        );
-        let workers = Family::<StateLabel, Gauge>::default();
-        registry.register(
+        let worker_capacity: Family<WorkerLabel, Gauge> =
+            registered(&mut registry, "worker_capacity", "Slots each worker offers");
+        let workers: Family<StateLabel, Gauge> = registered(
+            &mut registry,
             "workers",
             "Workers the leader knows, alive or lost",
-            workers.clone(),
         );
-        let commit_seconds = Histogram::new(exponential_buckets(0.000_1, 2.0, 16));
-        registry.register(
+        let commit_seconds = histogram(
+            &mut registry,
             "storage_commit_seconds",
             "Time one group commit to SQLite took (write and fsync)",
-            commit_seconds.clone(),
+            exponential_buckets(0.000_1, 2.0, 16),
         );
-        let commit_records = Histogram::new(exponential_buckets(1.0, 2.0, 14));
-        registry.register(
+        let commit_records = histogram(
+            &mut registry,
             "storage_batch_records",
             "Records (log entries, job rows, metadata) one group commit wrote",
-            commit_records.clone(),
+            exponential_buckets(1.0, 2.0, 14),
         );
         // Every label value known in advance is reported from the start, at 0, so a fresh
         // coordinator's scrape already lists every family and a rate starts from zero.
@@ -460,6 +424,25 @@ fn seconds(millis: u64) -> f64 {
 
 fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A new metric of type `M`, registered under `name` with `help`.
+fn registered<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// A new histogram with `buckets`, registered under `name` with `help`.
+fn histogram(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    buckets: impl Iterator<Item = f64>,
+) -> Histogram {
+    let histogram = Histogram::new(buckets);
+    registry.register(name, help, histogram.clone());
+    histogram
 }
 
 #[cfg(test)]
