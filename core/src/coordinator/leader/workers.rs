@@ -651,6 +651,20 @@ impl LeaderState {
         let pending = Some(Pending::Result {
             worker: worker.clone(),
         });
+        self.propose_settlement(m, (job_id, lease_id), &worker, outcome, pending);
+    }
+
+    /// A result for the current attempt of `worker`, not yet settling: propose what it settles
+    /// (completion, failure, or a release by a draining worker). `pending` is answered when
+    /// that applies.
+    fn propose_settlement(
+        &mut self,
+        m: &mut Member,
+        (job_id, lease_id): (JobId, LeaseId),
+        worker: &WorkerId,
+        outcome: AttemptOutcome,
+        pending: Option<Pending>,
+    ) {
         match outcome {
             AttemptOutcome::Succeeded { output } if output.oversize().is_some() => {
                 // Workers refuse to send these; one that does not fails its job here, since
@@ -697,7 +711,7 @@ impl LeaderState {
                 );
             }
             AttemptOutcome::Released {}
-                if self.registry.get(&worker).is_some_and(|w| w.draining) =>
+                if self.registry.get(worker).is_some_and(|w| w.draining) =>
             {
                 self.settling.insert(lease_id);
                 self.propose(m, Command::Release { job_id, lease_id }, pending);
