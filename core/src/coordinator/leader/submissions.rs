@@ -311,6 +311,21 @@ impl LeaderState {
             }
             return self.reject_submission(m, to, active, admitting, limit);
         }
+        self.propose_submission(m, to, submission, checked, (pieces, slots));
+    }
+
+    /// Proposes an admitted job, `(pieces, slots)` being its partition count and the admission
+    /// slots it takes: its id and its partitions' ids drawn afresh, the entry counted as being
+    /// written (for admission and for its key), and a plain job noted for scheduling.
+    fn propose_submission(
+        &mut self,
+        m: &mut Member,
+        to: SubmitTo,
+        submission: JobSubmission,
+        checked: Checked,
+        (pieces, slots): (usize, u64),
+    ) {
+        let limit = m.config.max_active_jobs;
         // The job's id first, then one per partition, each unlike any drawn before it.
         let mut ids = Vec::with_capacity(1 + pieces);
         for _ in 0..=pieces {
