@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use herder_core::command::LogEntry;
 use herder_core::coordinator::Record;
 use herder_core::ids::{LogIndex, NodeId, Term};
+use herder_core::protocol::codec::WireMessage;
 use herder_core::protocol::{ClusterView, PeerMessage};
 
 use super::{Check, Checker};
@@ -274,7 +275,7 @@ impl Checker {
             ensure!(
                 term >= told,
                 "higher term ignored: coord-{c} sent {} in term {} after it was told of term {}",
-                kind(message),
+                message.type_name(),
                 term.0,
                 told.0
             );
@@ -737,22 +738,6 @@ impl Checker {
         if let Some(heard) = self.ledger.heard.get_mut(to) {
             heard.term = heard.term.max(heard.term_arriving);
         }
-    }
-}
-
-/// A peer message's kind, to name it.
-fn kind(message: &PeerMessage) -> &'static str {
-    match message {
-        PeerMessage::Vote { .. } => "VOTE",
-        PeerMessage::VoteReply { .. } => "VOTE_REPLY",
-        PeerMessage::PreVote { .. } => "PRE_VOTE",
-        PeerMessage::PreVoteReply { .. } => "PRE_VOTE_REPLY",
-        PeerMessage::Append { .. } => "APPEND",
-        PeerMessage::AppendReply { .. } => "APPEND_REPLY",
-        PeerMessage::Snapshot { .. } => "SNAPSHOT",
-        PeerMessage::SnapshotReply { .. } => "SNAPSHOT_REPLY",
-        PeerMessage::TimeoutNow { .. } => "TIMEOUT_NOW",
-        PeerMessage::Hello { .. } => "HELLO",
     }
 }
 
