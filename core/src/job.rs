@@ -22,7 +22,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, LogIndex, WorkerId};
-use crate::protocol::{JobView, Partitions};
+use crate::tasks::Partitions;
 use crate::tasks::{TaskOutput, TaskSpec};
 use crate::time::UnixMillis;
 
@@ -314,32 +314,6 @@ impl Job {
 
     pub fn attempts_remain(&self) -> bool {
         self.attempt.0 < self.max_attempts
-    }
-
-    pub fn view(&self) -> JobView {
-        JobView {
-            id: self.id,
-            state: self.state,
-            attempt: self.attempt.0,
-            max_attempts: self.max_attempts,
-            worker: self.last_worker.clone(),
-            lease_id: self.lease.as_ref().map(|lease| lease.id),
-            task: self.task.clone(),
-            result: self.result.clone(),
-            error: self.error.clone(),
-            idempotency_key: self.idempotency_key.clone(),
-            partition_of: self.partition_of,
-            partitions: None,
-            created_at_unix_ms: Some(self.created_at.0).filter(|&ms| ms != 0),
-            finished_at_unix_ms: self.finished_at.map(|at| at.0).filter(|&ms| ms != 0),
-            timeout_millis: self.timeout_millis,
-            unserved: false,
-            progress: None,
-            first_started_at_unix_ms: self.first_started_at.map(|at| at.0).filter(|&ms| ms != 0),
-            history: self.history.clone(),
-            history_dropped: self.history_dropped,
-            submitted_by: self.submitted_by.clone(),
-        }
     }
 }
 

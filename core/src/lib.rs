@@ -41,6 +41,7 @@ pub mod limits;
 pub mod protocol;
 pub mod replica;
 pub mod storage;
+pub mod table;
 pub mod tasks;
 pub mod text;
 pub mod time;

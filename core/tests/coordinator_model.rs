@@ -30,7 +30,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-use herder_core::command::{Command, JobTable};
+use herder_core::command::Command;
 use herder_core::coordinator::{
     Coordinator, CoordinatorConfig, DiskImage, Link, Output, PersistBatch, Record,
 };
@@ -41,6 +41,7 @@ use herder_core::protocol::{
     AttemptOutcome, CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode,
     JobView, RunningAttempt, WorkerToCoordinator,
 };
+use herder_core::table::JobTable;
 use herder_core::tasks::{TaskOutput, TaskSpec};
 use herder_core::time::Instant;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use herder_core::command::{Applied, Command, JobTable, Outcome, StaleReason, TableError};
+use herder_core::command::Command;
 use herder_core::coordinator::{
     Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch, Record,
 };
@@ -27,6 +27,7 @@ use herder_core::protocol::{
     AttemptOutcome, CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode,
     JobView, Partitions, WorkerToCoordinator,
 };
+use herder_core::table::{Applied, JobTable, Outcome, StaleReason, TableError};
 use herder_core::tasks::{aggregate, execute, TaskError, TaskOutput, TaskSpec};
 use herder_core::time::Instant;
 

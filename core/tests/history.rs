@@ -3,10 +3,11 @@
 //! the entries that started and ended the attempt, so the history is part of the replicated
 //! table, equal on every member. Driven through `JobTable::apply` with explicit stamps.
 
-use herder_core::command::{Command, JobTable};
+use herder_core::command::Command;
 use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, WorkerId};
 use herder_core::job::{AttemptEnd, FailureKind, JobState, Lease};
 use herder_core::limits::{ATTEMPT_HISTORY_ERROR_BYTES_MAX, ATTEMPT_HISTORY_MAX};
+use herder_core::table::JobTable;
 use herder_core::tasks::{TaskOutput, TaskSpec};
 use herder_core::time::UnixMillis;
 

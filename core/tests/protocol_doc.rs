@@ -34,7 +34,8 @@ use herder_core::protocol::{
     ErrorCode, JobView, LeaderHint, MemberView, PeerMessage, RegisterRejection, RunningAttempt,
     WorkerToCoordinator, WorkerView,
 };
-use herder_core::replica::{decode_snapshot, RoleKind};
+use herder_core::replica::RoleKind;
+use herder_core::table::decode_snapshot;
 use herder_core::tasks::{check_task_name, TaskOutput, TaskSpec, EXEC_KIND, TASK_KINDS};
 use hmac::{Hmac, Mac};
 use serde::de::DeserializeOwned;

@@ -11,9 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-use herder_core::command::{Applied, Command, JobTable, StaleReason};
+use herder_core::command::Command;
 use herder_core::ids::{Attempt, Incarnation, JobId, LeaseId, LogIndex, WorkerId};
 use herder_core::job::{Job, JobState, Lease};
+use herder_core::table::{Applied, JobTable, StaleReason};
 use herder_core::tasks::{TaskOutput, TaskSpec};
 
 // ---------------------------------------------------------------------------------------------
@@ -318,7 +319,7 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
         non_terminal,
         "invariant 6: admission counter"
     );
-    let mut keys: BTreeMap<herder_core::command::ScopedKey, Vec<JobId>> = BTreeMap::new();
+    let mut keys: BTreeMap<herder_core::table::ScopedKey, Vec<JobId>> = BTreeMap::new();
     for job in table.jobs() {
         prop_assert!(
             job.attempt.0 <= job.max_attempts,
@@ -329,14 +330,14 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
         );
         prop_assert_eq!(job.state == JobState::Running, job.lease.is_some());
         prop_assert_eq!(job.state == JobState::Completed, job.result.is_some());
-        if let Some(key) = herder_core::command::ScopedKey::of(job) {
+        if let Some(key) = herder_core::table::ScopedKey::of(job) {
             keys.entry(key).or_default().push(job.id);
         }
     }
     for (key, jobs) in keys {
         prop_assert_eq!(jobs.len(), 1, "invariant 5: key {:?} names {:?}", key, jobs);
         let job = table.get(&jobs[0]).expect("listed job exists");
-        let asked = herder_core::command::SubmitOptions {
+        let asked = herder_core::table::SubmitOptions {
             task: &job.task,
             max_attempts: job.max_attempts,
             partitions_asked: job.partitions_asked,

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use herder_core::command::{Command, JobTable, LogEntry};
+use herder_core::command::{Command, LogEntry};
 use herder_core::coordinator::{Coordinator, CoordinatorConfig, Output, Record, WorkerEntry};
 use herder_core::ids::{
     Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, Term, WorkerId,
@@ -12,6 +12,7 @@ use herder_core::job::{JobState, Lease};
 use herder_core::protocol::{
     ClientReply, ClientRequest, ErrorCode, JobSubmission, Partitions, SubmitResult,
 };
+use herder_core::table::JobTable;
 use herder_core::tasks::{TaskOutput, TaskSpec};
 use herder_core::time::Instant;
 use herder_sim::checker::{Checker, ConnOwner};

@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 
 use super::{DurableState, HardState, Record, RecoveryError};
-use crate::command::{JobTable, LogEntry};
+use crate::command::LogEntry;
 use crate::ids::{JobId, LogIndex, Term};
 use crate::job::Job;
+use crate::table::JobTable;
 
 /// The term and vote, job rows, the applied index and the log entries not yet discarded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -13,16 +13,14 @@ use std::collections::VecDeque;
 
 use super::leader::{LeaderState, Takeover};
 use super::{Coordinator, Event, Link, Output};
-use crate::command::JobTable;
 use crate::ids::{ConnectionId, LogIndex, NodeId, Term};
 use crate::limits::PARKED_INPUTS_MAX;
 use crate::protocol::{
     ClientReply, ClientRequest, ClusterView, CoordinatorToWorker, ErrorCode, MemberView,
     PeerMessage, WorkerToCoordinator,
 };
-use crate::replica::{
-    decode_snapshot, encode_snapshot, ReplicaEvent, SnapshotSource, TransferError,
-};
+use crate::replica::{ReplicaEvent, SnapshotSource, TransferError};
+use crate::table::{decode_snapshot, encode_snapshot, JobTable};
 
 /// A client or worker message held by a leader that has not caught up yet.
 #[derive(Debug)]

@@ -9,11 +9,12 @@ use rand_chacha::ChaCha8Rng;
 use super::persistence::Persistence;
 use super::{CoordinatorConfig, Event, Output};
 use crate::auth::Caller;
-use crate::command::{Command, JobTable, ScopedKey};
+use crate::command::Command;
 use crate::ids::{ConnectionId, NodeId, RequestId};
 use crate::protocol::{ClientReply, CoordinatorToWorker, ErrorCode, LeaderHint};
 use crate::replica::{NotLeader, Proposal, Replica};
 use crate::storage::Record;
+use crate::table::{JobTable, ScopedKey};
 use crate::time::{Instant, UnixMillis};
 
 pub(super) struct Member {

@@ -77,7 +77,6 @@ pub use events::{Event, LossReason};
 pub use registry::WorkerEntry;
 
 use crate::auth::{Caller, Role};
-use crate::command::{JobTable, TableError};
 use crate::ids::{ConnectionId, LogIndex, NodeId};
 use crate::job::Job;
 use crate::protocol::codec::{FrameError, WireMessage};
@@ -85,6 +84,7 @@ use crate::protocol::{
     ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, PeerMessage, WorkerToCoordinator,
 };
 use crate::replica::{Replica, ReplicaConfig};
+use crate::table::{JobTable, TableError};
 use crate::time::Instant;
 use group::Parked;
 use leader::LeaderState;

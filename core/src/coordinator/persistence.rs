@@ -19,7 +19,6 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use crate::command::JobTable;
 use crate::ids::{JobId, LogIndex};
 use crate::limits::{
     MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX, MATERIALIZE_QUIET,
@@ -27,6 +26,7 @@ use crate::limits::{
 };
 use crate::replica::Replica;
 use crate::storage::{BatchId, PersistBatch, Record};
+use crate::table::JobTable;
 use crate::time::Instant;
 
 #[derive(Debug)]

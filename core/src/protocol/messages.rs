@@ -8,6 +8,7 @@ use crate::ids::{
     Attempt, Incarnation, JobId, LeaseId, LogIndex, NodeId, RequestId, Term, WorkerId,
 };
 use crate::job::{AttemptRecord, JobState, PartitionOf};
+pub use crate::tasks::Partitions;
 use crate::tasks::{TaskOutput, TaskSpec};
 
 /// Implements `WireMessage` for a `type`-tagged enum by listing its variants once.
@@ -586,54 +587,6 @@ pub struct JobView {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
-}
-
-/// How many partitions a data-parallel job asks for: a number, or `"auto"` (one per live
-/// worker when the coordinator receives the submission).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "serde_json::Value", into = "serde_json::Value")]
-pub enum Partitions {
-    Auto,
-    Count(u32),
-}
-
-impl From<Partitions> for serde_json::Value {
-    fn from(partitions: Partitions) -> serde_json::Value {
-        match partitions {
-            Partitions::Auto => serde_json::Value::from("auto"),
-            Partitions::Count(n) => serde_json::Value::from(n),
-        }
-    }
-}
-
-impl TryFrom<serde_json::Value> for Partitions {
-    type Error = String;
-
-    fn try_from(value: serde_json::Value) -> Result<Partitions, String> {
-        if value.as_str() == Some("auto") {
-            return Ok(Partitions::Auto);
-        }
-        value
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .map(Partitions::Count)
-            .ok_or_else(|| {
-                format!("partitions must be \"auto\" or a positive integer, found {value}")
-            })
-    }
-}
-
-impl std::str::FromStr for Partitions {
-    type Err = String;
-
-    fn from_str(raw: &str) -> Result<Partitions, String> {
-        if raw == "auto" {
-            return Ok(Partitions::Auto);
-        }
-        raw.parse()
-            .map(Partitions::Count)
-            .map_err(|_| format!("partitions must be \"auto\" or a positive integer, not {raw:?}"))
-    }
 }
 
 /// A data-parallel parent's partitions, as clients see them.

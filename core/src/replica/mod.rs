@@ -49,7 +49,6 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::command::{Command, LogEntry};
 use crate::ids::{LogIndex, NodeId, Term};
-use crate::job::Job;
 use crate::protocol::PeerMessage;
 use crate::storage::{HardState, Record};
 use crate::time::{Instant, UnixMillis};
@@ -857,17 +856,4 @@ impl Replica {
         let micros = min + self.rng.next_u64() % (max - min);
         self.election_deadline = self.now.saturating_add(Duration::from_micros(micros));
     }
-}
-
-/// The job table as a snapshot: its rows, encoded for the wire.
-pub fn encode_snapshot(jobs: &[&Job]) -> Vec<u8> {
-    // Rows are plain data; encoding them cannot fail short of running out of memory.
-    let mut data = Vec::new();
-    let _ = crate::protocol::codec::write_binary(jobs, &mut data);
-    data
-}
-
-/// The rows of a snapshot, or why they do not decode.
-pub fn decode_snapshot(data: &[u8]) -> Result<Vec<Job>, String> {
-    crate::protocol::codec::decode_binary_message(data).map_err(|e| e.to_string())
 }

@@ -24,4 +24,4 @@ pub use spec::{
     check_served_name, check_task_name, json_bytes, prime_sum_span_max, range_span, TaskError,
     TaskSpec, UserTask, EXEC_KIND, TASK_KINDS,
 };
-pub use split::aggregate;
+pub use split::{aggregate, Partitions};

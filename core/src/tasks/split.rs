@@ -2,8 +2,58 @@
 //! how [`TaskSpec::split`] cuts them, and how [`aggregate`] combines the partitions' outputs
 //! back into the answer the whole spec would have given.
 
+use serde::{Deserialize, Serialize};
+
 use super::{range_span, TaskOutput, TaskSpec};
 use crate::dataparallel::{split_list, split_range};
+
+/// How many partitions a data-parallel job asks for: a number, or `"auto"` (one per live
+/// worker when the coordinator receives the submission).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "serde_json::Value", into = "serde_json::Value")]
+pub enum Partitions {
+    Auto,
+    Count(u32),
+}
+
+impl From<Partitions> for serde_json::Value {
+    fn from(partitions: Partitions) -> serde_json::Value {
+        match partitions {
+            Partitions::Auto => serde_json::Value::from("auto"),
+            Partitions::Count(n) => serde_json::Value::from(n),
+        }
+    }
+}
+
+impl TryFrom<serde_json::Value> for Partitions {
+    type Error = String;
+
+    fn try_from(value: serde_json::Value) -> Result<Partitions, String> {
+        if value.as_str() == Some("auto") {
+            return Ok(Partitions::Auto);
+        }
+        value
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Partitions::Count)
+            .ok_or_else(|| {
+                format!("partitions must be \"auto\" or a positive integer, found {value}")
+            })
+    }
+}
+
+impl std::str::FromStr for Partitions {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Partitions, String> {
+        if raw == "auto" {
+            return Ok(Partitions::Auto);
+        }
+        raw.parse()
+            .map(Partitions::Count)
+            .map_err(|_| format!("partitions must be \"auto\" or a positive integer, not {raw:?}"))
+    }
+}
 
 impl TaskSpec {
     /// True for the data-parallel kinds (`max`, `prime-count-list`, `prime-sum`): a submission

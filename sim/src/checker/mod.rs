@@ -1292,7 +1292,7 @@ impl Checker {
     pub fn check_state<'a>(
         &mut self,
         c: usize,
-        table: &herder_core::command::JobTable,
+        table: &herder_core::table::JobTable,
         workers: impl Iterator<Item = &'a WorkerEntry>,
     ) -> Check {
         let applied = table.applied_index();

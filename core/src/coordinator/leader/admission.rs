@@ -12,10 +12,10 @@
 use std::collections::BTreeMap;
 
 use super::submissions::SubmitTo;
-use crate::command::ScopedKey;
 use crate::ids::{ConnectionId, LogIndex, Term};
 use crate::limits::KEYED_RESENDS_PARKED_MAX;
 use crate::protocol::JobSubmission;
+use crate::table::ScopedKey;
 
 /// A proposal's place in the log.
 type At = (Term, LogIndex);

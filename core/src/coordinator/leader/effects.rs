@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use super::submissions::{idempotency_conflict, SubmitTo};
 use super::{LeaderState, Pending};
-use crate::command::{Applied, Command, LogEntry, Outcome};
+use crate::command::{Command, LogEntry};
 use crate::coordinator::member::Member;
 use crate::coordinator::timers::Timer;
 use crate::coordinator::Event;
 use crate::ids::{ConnectionId, JobId, LeaseId};
 use crate::job::{AttemptEnd, FailureKind, Job, JobState, Lease};
 use crate::protocol::{CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, SubmitResult};
+use crate::table::{Applied, Outcome};
 use crate::time::as_millis_u64;
 
 impl LeaderState {

@@ -13,11 +13,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::LeaderState;
 use crate::command::Command;
-use crate::command::JobTable;
 use crate::coordinator::member::Member;
 use crate::coordinator::WorkerEntry;
 use crate::ids::{Incarnation, JobId, LeaseId, LogIndex, WorkerId};
 use crate::job::Lease;
+use crate::table::JobTable;
 
 /// A plain job whose `Submit` this leader proposed at `at` and which has not applied yet.
 #[derive(Clone, Debug)]

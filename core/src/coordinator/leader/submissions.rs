@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::admission::ParkedResend;
 use super::scheduling::FreshJob;
 use super::{LeaderState, Pending, Read};
-use crate::command::{Command, SubmitOptions};
+use crate::command::Command;
 use crate::coordinator::member::Member;
 use crate::coordinator::Event;
 use crate::ids::{ConnectionId, JobId, RequestId};
@@ -21,6 +21,7 @@ use crate::protocol::codec::binary_encoded_len;
 use crate::protocol::{
     ClientReply, ClientRequest, ErrorCode, JobSubmission, Partitions, SubmitResult,
 };
+use crate::table::SubmitOptions;
 use crate::tasks::TaskSpec;
 use crate::text::prefix_within;
 

@@ -13,11 +13,12 @@ use serde_json::json;
 use std::time::Duration;
 
 use super::*;
-use crate::command::{Applied, Command, LogEntry};
+use crate::command::{Command, LogEntry};
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, RequestId, Term, WorkerId};
 use crate::job::{JobState, Lease};
 use crate::limits::ATTEMPTS_MAX;
 use crate::protocol::{AttemptOutcome, CancelReason, RegisterRejection, RunningAttempt};
+use crate::table::Applied;
 use crate::tasks::{TaskOutput, TaskSpec};
 
 const WORKER_CONN_BASE: u64 = 100;
@@ -1102,7 +1103,7 @@ fn the_lease_check_lives_in_apply() {
         Applied::Stale {
             job_id,
             lease_id: lease(10).id,
-            reason: crate::command::StaleReason::LeaseNotCurrent,
+            reason: crate::table::StaleReason::LeaseNotCurrent,
         }
     );
     assert_eq!(table.get(&job_id).map(|j| j.state), Some(JobState::Running));

@@ -1,0 +1,84 @@
+//! Rebuilding a table from stored rows (a restart, or a snapshot from the leader).
+
+use super::invariants::check_row;
+use super::{JobTable, ScopedKey, TableError};
+use crate::ids::LogIndex;
+use crate::job::{Job, JobState};
+
+impl JobTable {
+    /// Rebuilds a table from persisted rows (the state after applying `applied`).
+    /// Every derived index (queue, idempotency keys, the admission counter) is recomputed from the
+    /// rows, so nothing derived can disagree with what was stored.
+    pub fn from_rows(rows: Vec<Job>, applied: LogIndex) -> Result<JobTable, TableError> {
+        let mut table = JobTable {
+            applied,
+            ..JobTable::default()
+        };
+        for job in rows {
+            let id = job.id;
+            check_row(&job).map_err(|detail| TableError::InconsistentJob { job_id: id, detail })?;
+            if let Some(key) = ScopedKey::of(&job) {
+                if let Some(&first) = table.idempotency.get(&key) {
+                    return Err(TableError::DuplicateIdempotencyKey {
+                        key: key.to_string(),
+                        first,
+                        second: id,
+                    });
+                }
+                table.idempotency.insert(key, id);
+            }
+            if job.state == JobState::Queued
+                && !table.queue.insert(job.queue_seq, id, job.task.kind())
+            {
+                return Err(TableError::InconsistentJob {
+                    job_id: id,
+                    detail: format!("queue position {} is held by two jobs", job.queue_seq),
+                });
+            }
+            if !job.state.is_terminal() {
+                table.active += 1;
+            }
+            if job.partition_of.is_none() {
+                table.by_submission.insert(job.submitted_at, id);
+                if job.state.is_terminal() {
+                    table
+                        .finished
+                        .insert((job.finished_at.unwrap_or_default(), id));
+                }
+            }
+            if table.jobs.insert(id, job).is_some() {
+                return Err(TableError::DuplicateJob(id));
+            }
+        }
+        // A parent and its partitions name each other.
+        for job in table.jobs.values() {
+            for (index, child) in job.partitions.iter().enumerate() {
+                let named_back = table.jobs.get(child).and_then(|c| c.partition_of);
+                if named_back.is_none_or(|of| of.parent != job.id || of.index as usize != index) {
+                    return Err(TableError::InconsistentJob {
+                        job_id: job.id,
+                        detail: format!(
+                            "partition {index} ({child}) is missing or does not name this job as its parent"
+                        ),
+                    });
+                }
+            }
+            if let Some(of) = job.partition_of {
+                let listed = table
+                    .jobs
+                    .get(&of.parent)
+                    .and_then(|p| p.partitions.get(of.index as usize));
+                if listed != Some(&job.id) {
+                    return Err(TableError::InconsistentJob {
+                        job_id: job.id,
+                        detail: format!(
+                            "a partition of {} (at {}) that its parent does not list",
+                            of.parent, of.index
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(table)
+    }
+}

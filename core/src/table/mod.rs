@@ -1,0 +1,261 @@
+//! The job table: the deterministic state every member derives from the log.
+//!
+//! `JobTable::apply` is a pure function of the table and a [`Command`]: it draws no randomness
+//! and reads no clock (a retry delay or a fresh id is chosen by the leader when it proposes, and
+//! travels inside the command). So every replica that applies the same log reaches the same
+//! table, and every safety check that matters lives here, where no replica can skip it:
+//!
+//! - admission control (`Submit` carries the limit in force when it was proposed),
+//! - idempotency keys (checked before admission),
+//! - the lease check (a `Complete`, `AttemptFailed` or `Abandon` counts only with the current lease),
+//! - the attempt budget and the final-attempt rule,
+//! - data-parallel jobs: a parent and its partitions are created by one `Submit`; the parent
+//!   completes with the aggregate when its last partition completes, fails (cancelling the
+//!   rest) when one fails for good, and a cancel of either cancels the whole job.
+//!
+//! One command can change several jobs (a parent and its partitions), so applying returns an
+//! [`Outcome`]: what happened to the job the command names, then what followed from it.
+//! Expected refusals (a stale result, a cancel that lost a race with completion) are ordinary
+//! `Applied` outcomes and change nothing. A broken invariant is a bug and panics.
+//!
+//! One role per file:
+//!
+//! | file            | role                                                              |
+//! |-----------------|-------------------------------------------------------------------|
+//! | `mod.rs`        | the table's fields, its queries, the queue and id helpers          |
+//! | `outcome.rs`    | what applying a command did (`Applied`, `Outcome`), load errors    |
+//! | `apply.rs`      | `apply`: the router from a command to the change it makes          |
+//! | `submit.rs`     | `Submit`: idempotency, admission, creating a job and its partitions |
+//! | `attempts.rs`   | one attempt's life: assign, complete, fail, release, requeue, abandon |
+//! | `cancel.rs`     | `Cancel`, and cancelling one job for any reason                    |
+//! | `purge.rs`      | `Purge`: retention removing finished jobs                          |
+//! | `cascade.rs`    | data-parallel jobs: what a partition's fate means for its parent   |
+//! | `load.rs`       | rebuilding a table from stored rows, every derived index recomputed |
+//! | `view.rs`       | what clients see of a job                                          |
+//! | `snapshot.rs`   | the table's rows as the bytes a snapshot carries                   |
+//! | `invariants.rs` | the table's promises, checked after every step by tests and the simulator |
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ids::{JobId, LogIndex};
+use crate::job::{Job, JobState};
+use crate::job_queue::JobQueue;
+use crate::limits::QUEUE_POSITIONS_PER_ENTRY;
+use crate::tasks::{Partitions, TaskSpec};
+use crate::time::UnixMillis;
+
+mod apply;
+mod attempts;
+mod cancel;
+mod cascade;
+mod invariants;
+mod load;
+mod outcome;
+mod purge;
+mod snapshot;
+mod submit;
+mod view;
+
+pub use outcome::{Applied, Outcome, StaleReason, TableError};
+pub use snapshot::{decode_snapshot, encode_snapshot};
+
+/// The job table: the state every coordinator derives from the log.
+#[derive(Clone, Debug, Default)]
+pub struct JobTable {
+    jobs: BTreeMap<JobId, Job>,
+    /// `QUEUED` jobs in FIFO order, keyed by `Job::queue_seq`, and split by task kind.
+    queue: JobQueue,
+    /// Jobs enqueued so far by the entry being applied. A queue position is the entry's index
+    /// times `QUEUE_POSITIONS_PER_ENTRY` plus this: a function of the log alone, so a table
+    /// rebuilt from rows (whatever was purged) hands out exactly the positions a table that
+    /// applied every entry does.
+    enqueued_in_entry: u64,
+    /// The wall-time stamp of the entry being applied, for the attempt history.
+    entry_at: UnixMillis,
+    /// Idempotency key, within its submitter -> job, for the job's whole life.
+    idempotency: BTreeMap<ScopedKey, JobId>,
+    /// Jobs in submission order (for listing).
+    by_submission: BTreeMap<LogIndex, JobId>,
+    /// Non-terminal jobs: the admission counter.
+    active: u64,
+    /// Terminal jobs that are not partitions, by when they finished: what retention purges,
+    /// oldest first.
+    finished: BTreeSet<(UnixMillis, JobId)>,
+    /// The last log index applied.
+    applied: LogIndex,
+}
+
+impl JobTable {
+    pub fn new() -> JobTable {
+        JobTable::default()
+    }
+
+    pub fn get(&self, job_id: &JobId) -> Option<&Job> {
+        self.jobs.get(job_id)
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Non-terminal jobs (the admission counter).
+    pub fn active_jobs(&self) -> u64 {
+        self.active
+    }
+
+    /// Terminal jobs that retention may purge (partitions go with their job), oldest first:
+    /// when each finished, and its id.
+    pub fn finished_oldest_first(&self) -> impl Iterator<Item = (UnixMillis, JobId)> + '_ {
+        self.finished.iter().copied()
+    }
+
+    /// How many terminal jobs retention counts (partitions are not counted on their own).
+    pub fn finished_jobs(&self) -> u64 {
+        self.finished.len() as u64
+    }
+
+    pub fn applied_index(&self) -> LogIndex {
+        self.applied
+    }
+
+    /// `QUEUED` jobs, oldest first.
+    pub fn queued(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.queue.iter()
+    }
+
+    /// `QUEUED` jobs of one task kind, oldest first, with their queue positions.
+    pub fn queued_of_kind<'a>(&'a self, kind: &str) -> impl Iterator<Item = (u64, JobId)> + 'a {
+        self.queue.of_kind(kind)
+    }
+
+    /// The task kinds with a queued job.
+    pub fn queued_kinds(&self) -> impl Iterator<Item = &str> + '_ {
+        self.queue.kinds()
+    }
+
+    /// Jobs in submission order, newest first.
+    pub fn newest_first(&self) -> impl Iterator<Item = &Job> {
+        self.newest_first_before(None)
+    }
+
+    /// Jobs submitted before log index `before` (all of them for `None`), newest first.
+    pub fn newest_first_before(&self, before: Option<LogIndex>) -> impl Iterator<Item = &Job> {
+        let end = before.unwrap_or(LogIndex(u64::MAX));
+        self.by_submission
+            .range(..end)
+            .rev()
+            .filter_map(|(_, id)| self.jobs.get(id))
+    }
+
+    /// The job an idempotency key names, and whether the submission matches it: the same
+    /// task, attempts, timeout and (for a data-parallel task) partition request. A row written
+    /// before the partition request was recorded matches any.
+    /// `Some(Ok(id))`: replay; `Some(Err(id))`: conflict; `None`: the key is new.
+    pub fn check_idempotency(
+        &self,
+        key: &ScopedKey,
+        asked: &SubmitOptions<'_>,
+    ) -> Option<Result<JobId, JobId>> {
+        let &job_id = self.idempotency.get(key)?;
+        let job = self.jobs.get(&job_id)?;
+        let same_split =
+            job.partitions_asked.is_none() || job.partitions_asked == asked.partitions_asked;
+        if job.task == *asked.task
+            && job.max_attempts == asked.max_attempts
+            && job.timeout_millis == asked.timeout_millis
+            && same_split
+        {
+            Some(Ok(job_id))
+        } else {
+            Some(Err(job_id))
+        }
+    }
+
+    pub(super) fn enqueue(&mut self, job_id: JobId) {
+        let queue_seq = self.take_queue_seq();
+        let job = self
+            .jobs
+            .get_mut(&job_id)
+            .unwrap_or_else(|| panic!("job {job_id} vanished during apply"));
+        transition(job, JobState::Queued);
+        job.queue_seq = queue_seq;
+        Self::queue_into(&mut self.queue, queue_seq, job_id, job.task.kind());
+    }
+
+    pub(super) fn queue_insert(&mut self, seq: u64, job_id: JobId, kind: &str) {
+        Self::queue_into(&mut self.queue, seq, job_id, kind);
+    }
+
+    fn queue_into(queue: &mut JobQueue, seq: u64, job_id: JobId, kind: &str) {
+        assert!(
+            queue.insert(seq, job_id, kind),
+            "queue position {seq} handed out twice"
+        );
+    }
+
+    pub(super) fn take_queue_seq(&mut self) -> u64 {
+        assert!(
+            self.enqueued_in_entry < QUEUE_POSITIONS_PER_ENTRY,
+            "one entry enqueued more jobs than it has queue positions"
+        );
+        let seq = self.applied.0.saturating_mul(QUEUE_POSITIONS_PER_ENTRY) + self.enqueued_in_entry;
+        self.enqueued_in_entry += 1;
+        seq
+    }
+
+    pub(super) fn job_mut(&mut self, job_id: JobId) -> &mut Job {
+        self.jobs
+            .get_mut(&job_id)
+            .unwrap_or_else(|| panic!("job {job_id} vanished during apply"))
+    }
+}
+
+pub(super) fn transition(job: &mut Job, to: JobState) {
+    if let Err(illegal) = job.transition(to) {
+        panic!("job {}: {illegal} (apply checked the state first)", job.id);
+    }
+}
+
+/// What a submission asks for, which a keyed resend must repeat exactly.
+#[derive(Clone, Copy, Debug)]
+pub struct SubmitOptions<'a> {
+    pub task: &'a TaskSpec,
+    pub max_attempts: u32,
+    pub partitions_asked: Option<Partitions>,
+    pub timeout_millis: Option<u64>,
+}
+
+/// An idempotency key as the table binds it: within the name of the token that submitted it
+/// (`None`: a caller with no token), so one caller's keys never name another's jobs.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ScopedKey {
+    pub owner: Option<String>,
+    pub key: String,
+}
+
+impl ScopedKey {
+    /// The key `job` is bound under, if it has one.
+    pub fn of(job: &Job) -> Option<ScopedKey> {
+        job.idempotency_key.as_ref().map(|key| ScopedKey {
+            owner: job.submitted_by.clone(),
+            key: key.clone(),
+        })
+    }
+}
+
+impl std::fmt::Display for ScopedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.owner {
+            Some(owner) => write!(f, "{:?} of {owner:?}", self.key),
+            None => write!(f, "{:?}", self.key),
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! `Submit`: idempotency first, then the partition check, admission, and creating the job (with
+//! its partitions, for a data-parallel task).
+
+use std::collections::BTreeSet;
+
+use super::{transition, Applied, JobTable, ScopedKey, SubmitOptions};
+use crate::ids::{Attempt, JobId, LogIndex};
+use crate::job::{Job, JobState, PartitionOf};
+use crate::tasks::TaskSpec;
+use crate::time::UnixMillis;
+
+/// The fields of a `Submit`, borrowed.
+pub(super) struct Submission<'a> {
+    pub(super) submitted_by: &'a Option<String>,
+    pub(super) job_id: JobId,
+    pub(super) options: SubmitOptions<'a>,
+    pub(super) idempotency_key: &'a Option<String>,
+    pub(super) max_active_jobs: u64,
+    pub(super) partitions: &'a [JobId],
+}
+
+impl JobTable {
+    pub(super) fn apply_submit(
+        &mut self,
+        (index, at): (LogIndex, UnixMillis),
+        submission: Submission<'_>,
+        follow_on: &mut Vec<Applied>,
+    ) -> Applied {
+        let scoped = submission.idempotency_key.as_ref().map(|key| ScopedKey {
+            owner: submission.submitted_by.clone(),
+            key: key.clone(),
+        });
+        // Idempotency first: a known key never consumes an admission slot.
+        if let Some(key) = &scoped {
+            match self.check_idempotency(key, &submission.options) {
+                Some(Ok(existing)) => return Applied::IdempotentReplay { job_id: existing },
+                Some(Err(existing)) => return Applied::IdempotencyConflict { existing },
+                None => {}
+            }
+        }
+        let pieces = match self.admit(&submission) {
+            Ok(pieces) => pieces,
+            Err(refused) => return refused,
+        };
+        let job_id = submission.job_id;
+        if let Some(key) = scoped {
+            self.idempotency.insert(key, job_id);
+        }
+        self.by_submission.insert(index, job_id);
+        self.create(&submission, (index, at), pieces, follow_on);
+        Applied::Submitted { job_id }
+    }
+
+    /// The pieces a data-parallel submission splits into (none for any other), once its
+    /// partition ids fit its task, admission has room for the job and every partition, and no
+    /// id is taken; otherwise the outcome refusing it, which changes nothing.
+    fn admit(&self, submission: &Submission<'_>) -> Result<Vec<TaskSpec>, Applied> {
+        let Submission {
+            job_id,
+            options,
+            max_active_jobs,
+            partitions,
+            ..
+        } = *submission;
+        let task = options.task;
+        let pieces = if task.is_data_parallel() {
+            task.split(u32::try_from(partitions.len()).unwrap_or(u32::MAX))
+        } else {
+            Vec::new()
+        };
+        if pieces.len() != partitions.len() {
+            return Err(Applied::SubmitInvalid {
+                job_id,
+                reason: format!(
+                    "{} partition ids for a {} task that splits into {} pieces",
+                    partitions.len(),
+                    task.kind(),
+                    pieces.len()
+                ),
+            });
+        }
+        let mut distinct = BTreeSet::new();
+        if !partitions
+            .iter()
+            .all(|id| *id != job_id && distinct.insert(*id))
+        {
+            return Err(Applied::SubmitInvalid {
+                job_id,
+                reason: "a partition id repeats another partition's or the job's own id".into(),
+            });
+        }
+        // A data-parallel job takes a slot for the parent and one per partition; each frees its
+        // own slot when it becomes terminal.
+        let slots = 1 + partitions.len() as u64;
+        if self.active.saturating_add(slots) > max_active_jobs {
+            return Err(Applied::AdmissionRejected {
+                active_jobs: self.active,
+                max_active_jobs,
+            });
+        }
+        if let Some(taken) = std::iter::once(&job_id)
+            .chain(partitions)
+            .find(|id| self.jobs.contains_key(id))
+        {
+            return Err(Applied::SubmitInvalid {
+                job_id,
+                reason: format!("job id {taken} is already taken"),
+            });
+        }
+        Ok(pieces)
+    }
+
+    /// Creates the admitted job: queued, or for a data-parallel task a running parent with one
+    /// queued partition per piece (each a follow-on).
+    fn create(
+        &mut self,
+        submission: &Submission<'_>,
+        (index, at): (LogIndex, UnixMillis),
+        pieces: Vec<TaskSpec>,
+        follow_on: &mut Vec<Applied>,
+    ) {
+        let (job_id, options, partitions) =
+            (submission.job_id, submission.options, submission.partitions);
+        let new_job = |id: JobId, task: TaskSpec, queue_seq: u64| Job {
+            id,
+            task,
+            max_attempts: options.max_attempts,
+            idempotency_key: None,
+            state: JobState::Queued,
+            attempt: Attempt(0),
+            lease: None,
+            last_worker: None,
+            result: None,
+            error: None,
+            retry_delay_millis: 0,
+            submitted_at: index,
+            queue_seq,
+            partition_of: None,
+            partitions: Vec::new(),
+            partitions_asked: None,
+            created_at: at,
+            finished_at: None,
+            timeout_millis: options.timeout_millis,
+            first_started_at: None,
+            history: Vec::new(),
+            history_dropped: 0,
+            submitted_by: submission.submitted_by.clone(),
+        };
+        let queue_seq = self.take_queue_seq();
+        let mut job = new_job(job_id, options.task.clone(), queue_seq);
+        job.idempotency_key = submission.idempotency_key.clone();
+        self.active += 1;
+        if !options.task.is_data_parallel() {
+            self.queue_insert(queue_seq, job_id, job.task.kind());
+            self.jobs.insert(job_id, job);
+            return;
+        }
+        // The parent never queues: it runs while its partitions do.
+        transition(&mut job, JobState::Running);
+        job.partitions = partitions.to_vec();
+        job.partitions_asked = options.partitions_asked;
+        self.jobs.insert(job_id, job);
+        for (index, (&child, piece)) in partitions.iter().zip(pieces).enumerate() {
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            let seq = self.take_queue_seq();
+            let mut partition = new_job(child, piece, seq);
+            partition.partition_of = Some(PartitionOf {
+                parent: job_id,
+                index,
+            });
+            self.queue_insert(seq, child, partition.task.kind());
+            self.jobs.insert(child, partition);
+            self.active += 1;
+            follow_on.push(Applied::PartitionCreated {
+                job_id: child,
+                parent: job_id,
+                index,
+            });
+        }
+        if partitions.is_empty() {
+            // Nothing to split (an empty list): the answer is the empty aggregate.
+            self.finish_parent(job_id, follow_on);
+        }
+    }
+}

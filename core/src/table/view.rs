@@ -1,0 +1,71 @@
+//! What clients see of a job: the table's rows as the wire's job views.
+
+use super::JobTable;
+use crate::ids::JobId;
+use crate::job::{Job, JobState};
+use crate::protocol::{JobView, PartitionView, PartitionsView};
+
+impl JobTable {
+    /// What clients see of a job; a data-parallel parent's view lists its partitions.
+    pub fn view(&self, job_id: &JobId) -> Option<JobView> {
+        let job = self.jobs.get(job_id)?;
+        let mut view = job.view();
+        if job.is_parent() {
+            let pieces: Vec<PartitionView> = job
+                .partitions
+                .iter()
+                .enumerate()
+                .filter_map(|(index, id)| {
+                    let part = self.jobs.get(id)?;
+                    Some(PartitionView {
+                        index: u32::try_from(index).unwrap_or(u32::MAX),
+                        job_id: *id,
+                        state: part.state,
+                        attempt: part.attempt.0,
+                        worker: part.last_worker.clone(),
+                        result: part.result.clone(),
+                    })
+                })
+                .collect();
+            let done = pieces
+                .iter()
+                .filter(|p| p.state == JobState::Completed)
+                .count();
+            view.partitions = Some(PartitionsView {
+                done: u32::try_from(done).unwrap_or(u32::MAX),
+                total: u32::try_from(pieces.len()).unwrap_or(u32::MAX),
+                pieces,
+            });
+        }
+        Some(view)
+    }
+}
+
+impl Job {
+    /// What clients see of this row on its own (a parent's partitions are added by the table).
+    pub fn view(&self) -> JobView {
+        JobView {
+            id: self.id,
+            state: self.state,
+            attempt: self.attempt.0,
+            max_attempts: self.max_attempts,
+            worker: self.last_worker.clone(),
+            lease_id: self.lease.as_ref().map(|lease| lease.id),
+            task: self.task.clone(),
+            result: self.result.clone(),
+            error: self.error.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            partition_of: self.partition_of,
+            partitions: None,
+            created_at_unix_ms: Some(self.created_at.0).filter(|&ms| ms != 0),
+            finished_at_unix_ms: self.finished_at.map(|at| at.0).filter(|&ms| ms != 0),
+            timeout_millis: self.timeout_millis,
+            unserved: false,
+            progress: None,
+            first_started_at_unix_ms: self.first_started_at.map(|at| at.0).filter(|&ms| ms != 0),
+            history: self.history.clone(),
+            history_dropped: self.history_dropped,
+            submitted_by: self.submitted_by.clone(),
+        }
+    }
+}
