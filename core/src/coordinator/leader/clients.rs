@@ -1,19 +1,75 @@
-//! The client link at the leader: status, waits, cancels and listings (submissions are in
-//! `submissions`).
+//! The client link at the leader: status, cancels and listings (waits are in `waits`,
+//! submissions in `submissions`).
 
-use std::time::Duration;
-
-use super::{LeaderState, Pending, Read, Waiter};
+use super::reads::Read;
+use super::{LeaderState, Pending};
 use crate::auth::Role;
 use crate::command::Command;
 use crate::coordinator::member::Member;
-use crate::coordinator::timers::Timer;
+use crate::coordinator::Event;
 use crate::ids::{ConnectionId, JobId, RequestId};
-use crate::job::JobState;
-use crate::limits::{LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, WAITERS_MAX, WAIT_MILLIS_MAX};
+use crate::job::{JobState, Lease};
+use crate::limits::{LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
 use crate::protocol::{ClientReply, ClientRequest, ErrorCode, JobView};
 
 impl LeaderState {
+    pub(super) fn on_unknown_job(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+    ) {
+        match pending {
+            Some(Pending::Cancel { conn, request_id }) => {
+                self.job_not_found(m, conn, request_id, job_id)
+            }
+            pending => {
+                let message = format!("no job {job_id}");
+                self.refuse_pending_submission(m, pending, ErrorCode::JobNotFound, message);
+            }
+        }
+    }
+
+    pub(super) fn on_cancelled(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        previous: JobState,
+        revoked: Option<Lease>,
+    ) {
+        m.event(Event::JobCancelled { job_id, previous });
+        if let Some(lease) = revoked {
+            self.revoked_by_cancel(m, job_id, &lease);
+        }
+        self.answer_cancel(m, pending, job_id, true);
+        self.wake_waiters(m, job_id);
+    }
+
+    pub(super) fn answer_cancel(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        cancelled: bool,
+    ) {
+        if let Some(Pending::Cancel { conn, request_id }) = pending {
+            // Every request gets its one answer, whatever became of the job.
+            match self.job_view(m, &job_id) {
+                Some(job) => m.send_client(
+                    conn,
+                    ClientReply::CancelResult {
+                        term: self.term,
+                        request_id,
+                        job: Box::new(job),
+                        cancelled,
+                    },
+                ),
+                None => self.job_not_found(m, conn, request_id, job_id),
+            }
+        }
+    }
+
     /// What clients see of a job, from the applied table, marked `unserved` while it (or a
     /// partition of it) is queued and no worker that takes work serves its kind.
     pub(super) fn job_view(&self, m: &Member, job_id: &JobId) -> Option<JobView> {
@@ -26,7 +82,7 @@ impl LeaderState {
         view.unserved = queued && !self.registry.serves(view.task.kind());
         view.progress = view
             .lease_id
-            .and_then(|lease| self.progress.get(&lease))
+            .and_then(|lease| self.attempts.progress_of(lease))
             .cloned();
         Some(view)
     }
@@ -44,188 +100,6 @@ impl LeaderState {
             ErrorCode::JobNotFound,
             format!("no job {job_id}"),
         );
-    }
-
-    pub(super) fn wait(
-        &mut self,
-        m: &mut Member,
-        conn: ConnectionId,
-        request_id: RequestId,
-        job_id: JobId,
-        timeout_millis: Option<u64>,
-    ) {
-        let timeout_millis = timeout_millis.unwrap_or(WAIT_MILLIS_MAX);
-        if timeout_millis > WAIT_MILLIS_MAX {
-            return m.client_error(
-                conn,
-                request_id,
-                ErrorCode::InvalidRequest,
-                format!("wait timeout must be at most {WAIT_MILLIS_MAX} ms (got {timeout_millis})"),
-            );
-        }
-        let Some(job) = m.table.get(&job_id) else {
-            return self.job_not_found(m, conn, request_id, job_id);
-        };
-        if job.state.is_terminal() {
-            let Some(job) = self.job_view(m, &job_id) else {
-                return self.job_not_found(m, conn, request_id, job_id);
-            };
-            return m.send_client(
-                conn,
-                ClientReply::WaitResult {
-                    request_id,
-                    job: Box::new(job),
-                    timed_out: false,
-                },
-            );
-        }
-        if self.waiter_count >= WAITERS_MAX {
-            return m.client_error(
-                conn,
-                request_id,
-                ErrorCode::TooManyWaiters,
-                format!("{WAITERS_MAX} waits are already parked; poll with STATUS or retry later"),
-            );
-        }
-        let on_this_connection = self.waiters_per_conn.get(&conn).copied().unwrap_or(0);
-        let per_connection = m.config.max_waiters_per_connection;
-        if on_this_connection >= per_connection {
-            return m.client_error(
-                conn,
-                request_id,
-                ErrorCode::TooManyWaiters,
-                format!("this connection already has {per_connection} waits parked; wait on fewer jobs at once, or poll with STATUS"),
-            );
-        }
-        let at = m.now.saturating_add(Duration::from_millis(timeout_millis));
-        let timer = self
-            .timers
-            .arm(at, Timer::WaitTimeout(conn, request_id, job_id));
-        self.waiters.entry(job_id).or_default().push(Waiter {
-            conn,
-            request_id,
-            timer,
-        });
-        self.waiter_count += 1;
-        *self.waiters_per_conn.entry(conn).or_default() += 1;
-    }
-
-    /// `n` parked waits of `conn` are gone (answered, timed out or dropped).
-    fn unpark(&mut self, conn: ConnectionId, n: usize) {
-        self.waiter_count -= n;
-        if let Some(count) = self.waiters_per_conn.get_mut(&conn) {
-            assert!(*count >= n, "{conn} had {count} waits parked, {n} went");
-            *count -= n;
-            if *count == 0 {
-                self.waiters_per_conn.remove(&conn);
-            }
-        } else {
-            assert_eq!(n, 0, "{conn} had no waits parked, {n} went");
-        }
-    }
-
-    pub(super) fn time_out_waiter(
-        &mut self,
-        m: &mut Member,
-        conn: ConnectionId,
-        request_id: RequestId,
-        job_id: JobId,
-    ) {
-        let Some(list) = self.waiters.get_mut(&job_id) else {
-            return;
-        };
-        let before = list.len();
-        list.retain(|w| !(w.conn == conn && w.request_id == request_id));
-        let removed = before - list.len();
-        if list.is_empty() {
-            self.waiters.remove(&job_id);
-        }
-        if removed == 0 {
-            return;
-        }
-        self.unpark(conn, removed);
-        if m.reads_need_confirmation() {
-            let read = Read::WaitTimedOut {
-                conn,
-                request_id,
-                job_id,
-            };
-            return self.confirm_then(m, read);
-        }
-        self.answer_wait_timeout(m, conn, request_id, job_id);
-    }
-
-    /// A wait's time ran out: it is answered with the job as it is now.
-    pub(super) fn answer_wait_timeout(
-        &mut self,
-        m: &mut Member,
-        conn: ConnectionId,
-        request_id: RequestId,
-        job_id: JobId,
-    ) {
-        // The job may have finished and been purged while the read was being confirmed.
-        let Some(job) = self.job_view(m, &job_id) else {
-            return self.job_not_found(m, conn, request_id, job_id);
-        };
-        let timed_out = !job.state.is_terminal();
-        m.send_client(
-            conn,
-            ClientReply::WaitResult {
-                request_id,
-                job: Box::new(job),
-                timed_out,
-            },
-        );
-    }
-
-    pub(super) fn wake_waiters(&mut self, m: &mut Member, job_id: JobId) {
-        let Some(list) = self.waiters.remove(&job_id) else {
-            return;
-        };
-        let Some(job) = self.job_view(m, &job_id) else {
-            // Every waiter is answered and its slot freed, whatever became of the job.
-            for waiter in list {
-                self.unpark(waiter.conn, 1);
-                self.timers.disarm(waiter.timer);
-                self.job_not_found(m, waiter.conn, waiter.request_id, job_id);
-            }
-            return;
-        };
-        for waiter in list {
-            self.unpark(waiter.conn, 1);
-            self.timers.disarm(waiter.timer);
-            m.send_client(
-                waiter.conn,
-                ClientReply::WaitResult {
-                    request_id: waiter.request_id,
-                    job: Box::new(job.clone()),
-                    timed_out: false,
-                },
-            );
-        }
-    }
-
-    pub(super) fn drop_waiters_of(&mut self, conn: ConnectionId) {
-        if self.waiter_count == 0 {
-            return;
-        }
-        let mut dropped = 0;
-        let mut timers = Vec::new();
-        self.waiters.retain(|_, list| {
-            list.retain(|w| {
-                let keep = w.conn != conn;
-                if !keep {
-                    timers.push(w.timer);
-                    dropped += 1;
-                }
-                keep
-            });
-            !list.is_empty()
-        });
-        for timer in timers {
-            self.timers.disarm(timer);
-        }
-        self.unpark(conn, dropped);
     }
 
     pub(super) fn list(

@@ -15,30 +15,34 @@
 //! leader rebuilds it conservatively from the job table (`take_over`).
 
 mod admission;
+mod attempts;
 mod clients;
 mod effects;
+mod reads;
 mod retention;
+mod rotation;
 mod scheduling;
 mod submissions;
+mod waits;
 mod workers;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::member::Member;
 use super::registry::Registry;
-use super::timers::{Timer, TimerKey, TimerQueue};
+use super::timers::{Timer, TimerQueue};
 use super::{Event, Link, LossReason, WorkerEntry};
 use crate::command::Command;
-use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, Term, WorkerId};
+use crate::ids::{ConnectionId, Incarnation, JobId, LogIndex, RequestId, Term, WorkerId};
 use crate::job::JobState;
-use crate::limits::READS_IN_FLIGHT_MAX;
 use crate::protocol::{
-    CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, JobSubmission,
-    RunningAttempt, WorkerToCoordinator,
+    CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, JobSubmission, RunningAttempt,
+    WorkerToCoordinator,
 };
 use crate::replica::Proposal;
 use crate::time::Instant;
+use reads::Read;
 use submissions::SubmitTo;
 
 /// Whom to tell when a proposed entry applies.
@@ -81,13 +85,6 @@ struct Registration {
     draining: bool,
 }
 
-#[derive(Clone, Debug)]
-struct Waiter {
-    conn: ConnectionId,
-    request_id: RequestId,
-    timer: TimerKey,
-}
-
 /// Why a member takes over as leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::coordinator) enum Takeover {
@@ -95,36 +92,6 @@ pub(in crate::coordinator) enum Takeover {
     Restart,
     /// This member won an election and its first entry of the term is applied.
     Elected,
-}
-
-/// A client request or a timed-out wait, answered once a majority confirms this member still
-/// leads (ReadIndex, dissertation 6.4).
-#[derive(Clone, Debug)]
-enum Read {
-    Request {
-        conn: ConnectionId,
-        request: ClientRequest,
-    },
-    WaitTimedOut {
-        conn: ConnectionId,
-        request_id: RequestId,
-        job_id: JobId,
-    },
-}
-
-impl Read {
-    fn conn(&self) -> ConnectionId {
-        match self {
-            Read::Request { conn, .. } | Read::WaitTimedOut { conn, .. } => *conn,
-        }
-    }
-
-    fn request_id(&self) -> RequestId {
-        match self {
-            Read::Request { request, .. } => request.request_id(),
-            Read::WaitTimedOut { request_id, .. } => *request_id,
-        }
-    }
 }
 
 pub(super) struct LeaderState {
@@ -139,32 +106,16 @@ pub(super) struct LeaderState {
     assigning: BTreeSet<JobId>,
     /// Plain jobs whose `Submit` is in flight, not yet assigned.
     fresh: scheduling::FreshJobs,
-    /// Leases with a settling command (`Complete`, `AttemptFailed`, `Abandon`) in flight.
-    settling: BTreeSet<LeaseId>,
-    /// Results that arrived while their attempt was settling, answered once it is durable.
-    deferred_acks: BTreeMap<LeaseId, (JobId, WorkerId)>,
-    /// Deadlines of running attempts, to disarm when they settle.
-    lease_deadlines: BTreeMap<LeaseId, TimerKey>,
-    /// The latest progress note of each running attempt (dropped when its deadline is, so it
-    /// holds at most one note per running attempt).
-    progress: BTreeMap<LeaseId, String>,
-    /// Running attempts found at takeover, waiting for their worker to report them.
-    awaiting_readoption: BTreeMap<LeaseId, JobId>,
-    waiters: BTreeMap<JobId, Vec<Waiter>>,
-    waiter_count: usize,
-    /// Parked waits per connection (never zero: a connection without waits has no entry).
-    waiters_per_conn: BTreeMap<ConnectionId, usize>,
+    /// Running attempts: settling, deadlines, progress, re-adoption.
+    attempts: attempts::Attempts,
+    /// Parked waits for jobs to finish.
+    waits: waits::Waits,
     /// Numbers registrations, so a heartbeat check belongs to exactly one of them.
     next_registration: u64,
-    /// Reads asked of consensus and not yet confirmed, by read id.
-    reads: BTreeMap<u64, Read>,
-    next_read: u64,
-    /// Reads confirmed at an index this member has not applied yet.
-    confirmed: VecDeque<(LogIndex, Read)>,
-    /// New jobs accepted in this term (for leader rotation).
-    submitted_this_term: u64,
-    /// Enough jobs were accepted this term: hand leadership over once applying is done.
-    rotation_due: bool,
+    /// Reads waiting for leadership to be confirmed.
+    reads: reads::Reads,
+    /// New jobs accepted this term, for leader rotation.
+    rotation: rotation::Rotation,
     /// Submissions proposed and not yet applied, for admission and idempotency.
     admitting: admission::Admitting,
     /// Purges proposed and not yet applied.
@@ -183,20 +134,11 @@ impl LeaderState {
             pending: BTreeMap::new(),
             assigning: BTreeSet::new(),
             fresh: scheduling::FreshJobs::default(),
-            settling: BTreeSet::new(),
-            deferred_acks: BTreeMap::new(),
-            lease_deadlines: BTreeMap::new(),
-            progress: BTreeMap::new(),
-            awaiting_readoption: BTreeMap::new(),
-            waiters: BTreeMap::new(),
-            waiter_count: 0,
-            waiters_per_conn: BTreeMap::new(),
+            attempts: attempts::Attempts::default(),
+            waits: waits::Waits::default(),
             next_registration: 0,
-            reads: BTreeMap::new(),
-            next_read: 0,
-            confirmed: VecDeque::new(),
-            submitted_this_term: 0,
-            rotation_due: false,
+            reads: reads::Reads::default(),
+            rotation: rotation::Rotation::default(),
             admitting: admission::Admitting::default(),
             purging: retention::Purging::default(),
             batches: submissions::Batches::default(),
@@ -226,7 +168,7 @@ impl LeaderState {
         for job in m.table.jobs() {
             match (&job.state, &job.lease) {
                 (JobState::Running, Some(lease)) => {
-                    leader.awaiting_readoption.insert(lease.id, job.id);
+                    leader.attempts.await_readoption(lease.id, job.id);
                 }
                 (JobState::RetryWait, _) => {
                     let at = now.saturating_add(Duration::from_millis(job.retry_delay_millis));
@@ -238,14 +180,14 @@ impl LeaderState {
         for (at, job_id) in retry_due {
             leader.timers.arm(at, Timer::RetryDue(job_id));
         }
-        if !leader.awaiting_readoption.is_empty() {
+        if leader.attempts.awaiting_readoption() > 0 {
             leader.timers.arm(window_end, Timer::ReadoptionEnd);
         }
         leader.start_retention(m);
         let (jobs, active, awaiting_readoption) = (
             m.table.len(),
             m.table.active_jobs(),
-            leader.awaiting_readoption.len(),
+            leader.attempts.awaiting_readoption(),
         );
         m.event(match why {
             Takeover::Restart => Event::Recovered {
@@ -308,14 +250,10 @@ impl LeaderState {
                 open.request_id, open.conn
             );
         }
-        for waiter in self.waiters.into_values().flatten() {
+        for waiter in self.waits.into_all() {
             m.send_client(waiter.conn, not_leader(waiter.request_id, false));
         }
-        let reads = self
-            .reads
-            .into_values()
-            .chain(self.confirmed.into_iter().map(|(_, r)| r));
-        for read in reads {
+        for read in self.reads.into_all() {
             m.send_client(read.conn(), not_leader(read.request_id(), false));
         }
         let worker_hint = m.leader_hint(Link::Worker);
@@ -334,55 +272,6 @@ impl LeaderState {
         }
     }
 
-    /// Answers `read` once a majority has confirmed this member still leads (at once in a
-    /// group of one).
-    fn confirm_then(&mut self, m: &mut Member, read: Read) {
-        if self.reads.len() + self.confirmed.len() >= READS_IN_FLIGHT_MAX {
-            let conn = read.conn();
-            return m.client_error(
-                conn,
-                read.request_id(),
-                ErrorCode::TooManyWaiters,
-                format!("{READS_IN_FLIGHT_MAX} reads are waiting for the leader to confirm it still leads; retry shortly"),
-            );
-        }
-        self.next_read += 1;
-        let id = self.next_read;
-        self.reads.insert(id, read);
-        if let Err(not_leader) = m.replica.request_read(id) {
-            // Leader state exists only while consensus says this member leads.
-            panic!("a leader's read was refused: {not_leader:?}");
-        }
-    }
-
-    /// Consensus confirmed leadership for read `id` as of `index`.
-    pub(super) fn read_confirmed(&mut self, m: &mut Member, id: u64, index: LogIndex) {
-        if let Some(read) = self.reads.remove(&id) {
-            self.confirmed.push_back((index, read));
-        }
-        self.answer_confirmed_reads(m);
-    }
-
-    /// Answers, in order, the confirmed reads whose index is applied.
-    fn answer_confirmed_reads(&mut self, m: &mut Member) {
-        while let Some((index, _)) = self.confirmed.front() {
-            if *index > m.table.applied_index() {
-                break;
-            }
-            let Some((_, read)) = self.confirmed.pop_front() else {
-                break;
-            };
-            match read {
-                Read::Request { conn, request } => self.answer_request(m, conn, request, true),
-                Read::WaitTimedOut {
-                    conn,
-                    request_id,
-                    job_id,
-                } => self.answer_wait_timeout(m, conn, request_id, job_id),
-            }
-        }
-    }
-
     pub(super) fn workers(&self) -> impl Iterator<Item = &WorkerEntry> {
         self.registry.iter()
     }
@@ -392,7 +281,7 @@ impl LeaderState {
     }
 
     pub(super) fn awaiting_readoption(&self) -> usize {
-        self.awaiting_readoption.len()
+        self.attempts.awaiting_readoption()
     }
 
     pub(super) fn next_timer(&self) -> Option<Instant> {
@@ -421,8 +310,7 @@ impl LeaderState {
         self.drop_waiters_of(conn);
         self.admitting.drop_conn(conn);
         self.batches.drop_conn(conn);
-        self.reads.retain(|_, read| read.conn() != conn);
-        self.confirmed.retain(|(_, read)| read.conn() != conn);
+        self.reads.drop_conn(conn);
         self.schedule(m);
     }
 

@@ -12,12 +12,12 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::LeaderState;
-use crate::command::Command;
+use crate::command::{Command, LogEntry};
 use crate::coordinator::member::Member;
 use crate::coordinator::WorkerEntry;
 use crate::ids::{Incarnation, JobId, LeaseId, LogIndex, WorkerId};
 use crate::job::Lease;
-use crate::table::JobTable;
+use crate::table::{Applied, JobTable};
 
 /// A plain job whose `Submit` this leader proposed at `at` and which has not applied yet.
 #[derive(Clone, Debug)]
@@ -70,6 +70,25 @@ impl FreshJobs {
 }
 
 impl LeaderState {
+    /// An entry applied: a job whose `Submit` applied is no longer fresh, and an `Assign` is no
+    /// longer in flight (if it found no job, the slot it was given is free again).
+    pub(super) fn scheduling_applied(&mut self, entry: &LogEntry, applied: &Applied) {
+        let submitted = match &entry.command {
+            Command::Submit { job_id, .. } => Some(*job_id),
+            _ => None,
+        };
+        self.fresh.applied(entry.index, submitted);
+        if let Command::Assign { job_id, lease } = &entry.command {
+            self.assigning.remove(job_id);
+            if let Applied::UnknownJob { .. } = applied {
+                // A fresh job's `Submit` created no job: the slot it was given is free again.
+                if let Some(worker) = self.registry.get_mut(&lease.worker) {
+                    worker.free(lease.id);
+                }
+            }
+        }
+    }
+
     /// FIFO onto the least-loaded live worker serving each job's kind, while both queued jobs
     /// and free slots for them remain.
     pub(in crate::coordinator) fn schedule(&mut self, m: &mut Member) {

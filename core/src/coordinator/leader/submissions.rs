@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 
 use super::admission::ParkedResend;
+use super::reads::Read;
 use super::scheduling::FreshJob;
-use super::{LeaderState, Pending, Read};
+use super::{LeaderState, Pending};
 use crate::command::Command;
 use crate::coordinator::member::Member;
 use crate::coordinator::Event;
@@ -135,6 +136,48 @@ impl Checked {
 }
 
 impl LeaderState {
+    pub(super) fn on_submitted(&mut self, m: &mut Member, pending: Option<Pending>, job_id: JobId) {
+        if let Some(job) = m.table.get(&job_id) {
+            let (kind, max_attempts) = (job.task.kind().to_owned(), job.max_attempts);
+            let partitions = job.is_parent().then_some(job.partitions.len());
+            m.event(Event::JobSubmitted {
+                job_id,
+                kind,
+                max_attempts,
+            });
+            if let Some(partitions) = partitions {
+                m.event(Event::JobSplit { job_id, partitions });
+            }
+        }
+        self.answer_submit(m, pending, job_id, false);
+        self.count_submission_for_rotation(m);
+    }
+
+    /// A submission owed an answer is refused with `code`.
+    pub(super) fn refuse_pending_submission(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        code: ErrorCode,
+        message: String,
+    ) {
+        if let Some(Pending::Submit { to }) = pending {
+            self.answer_submission(m, to, SubmitResult::Error { code, message });
+        }
+    }
+
+    pub(super) fn answer_submit(
+        &mut self,
+        m: &mut Member,
+        pending: Option<Pending>,
+        job_id: JobId,
+        existing: bool,
+    ) {
+        if let Some(Pending::Submit { to }) = pending {
+            self.answer_submission(m, to, SubmitResult::Accepted { job_id, existing });
+        }
+    }
+
     /// A `SUBMIT`, or a job of a batch resent once the entry it waited for applied.
     /// `confirmed` says leadership was confirmed since it arrived.
     pub(super) fn submit(

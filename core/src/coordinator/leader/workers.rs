@@ -2,26 +2,21 @@
 //! takeover), heartbeats and loss, results and the lease check, deadlines and retries.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-use rand_chacha::rand_core::RngCore;
-
-use super::{LeaderState, Pending, Registration};
-use crate::command::Command;
+use super::{LeaderState, Registration};
 use crate::coordinator::member::Member;
 use crate::coordinator::timers::Timer;
 use crate::coordinator::{Event, LossReason, WorkerEntry};
-use crate::ids::{ConnectionId, Incarnation, JobId, LeaseId, WorkerId};
+use crate::ids::{ConnectionId, JobId, LeaseId, WorkerId};
 use crate::job::FailureKind;
 use crate::limits::{
-    ATTEMPT_ERROR_BYTES_MAX, PREFETCH_PER_SLOT_MAX, PROGRESS_NOTE_BYTES_MAX, REPORTED_FINISHED_MAX,
-    TASKS_PER_WORKER_MAX, WORKERS_MAX, WORKER_CAPACITY_MAX,
+    PREFETCH_PER_SLOT_MAX, REPORTED_FINISHED_MAX, TASKS_PER_WORKER_MAX, WORKERS_MAX,
+    WORKER_CAPACITY_MAX,
 };
 use crate::protocol::{
-    AttemptOutcome, CancelReason, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
+    CancelReason, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
 };
 use crate::tasks::check_served_name;
-use crate::text::prefix_within;
 use crate::time::as_millis_u64;
 
 impl LeaderState {
@@ -317,7 +312,7 @@ impl LeaderState {
             return;
         };
         if entry.leases.contains_key(&attempt.lease_id) {
-            if !still_current && !self.settling.contains(&attempt.lease_id) {
+            if !still_current && !self.attempts.is_settling(attempt.lease_id) {
                 // Revoked while the old connection carried the cancel; it may have been lost.
                 m.send_worker(
                     conn,
@@ -353,98 +348,6 @@ impl LeaderState {
                 reason: CancelReason::LeaseNotCurrent,
             },
         );
-    }
-
-    /// Re-adopts a recovered running attempt if `worker_id`'s live incarnation is the one the
-    /// lease was granted to.
-    pub(super) fn try_readopt(
-        &mut self,
-        m: &mut Member,
-        worker_id: &WorkerId,
-        job_id: JobId,
-        lease_id: LeaseId,
-    ) -> bool {
-        if self.awaiting_readoption.get(&lease_id) != Some(&job_id) {
-            return false;
-        }
-        let Some(lease) = m.table.get(&job_id).and_then(|job| job.lease.clone()) else {
-            return false;
-        };
-        let Some(entry) = self.registry.get_mut(worker_id) else {
-            return false;
-        };
-        if lease.id != lease_id
-            || lease.worker != *worker_id
-            || lease.incarnation != entry.incarnation
-            || !entry.alive
-        {
-            return false;
-        }
-        self.awaiting_readoption.remove(&lease_id);
-        entry.leases.insert(lease_id, job_id);
-        self.arm_lease_deadline(m, worker_id, job_id, lease_id);
-        m.event(Event::AttemptReadopted {
-            job_id,
-            lease_id,
-            worker: worker_id.clone(),
-        });
-        true
-    }
-
-    /// A worker id came back as a new process: attempts the old process held cannot be re-adopted.
-    pub(super) fn abandon_other_incarnations(
-        &mut self,
-        m: &mut Member,
-        worker_id: &WorkerId,
-        incarnation: Incarnation,
-    ) {
-        let orphans: Vec<(LeaseId, JobId)> = self
-            .awaiting_readoption
-            .iter()
-            .filter(|(_, job_id)| {
-                m.table
-                    .get(job_id)
-                    .and_then(|job| job.lease.as_ref())
-                    .is_some_and(|lease| {
-                        lease.worker == *worker_id && lease.incarnation != incarnation
-                    })
-            })
-            .map(|(&lease_id, &job_id)| (lease_id, job_id))
-            .collect();
-        for (lease_id, job_id) in orphans {
-            self.abandon(m, job_id, lease_id);
-        }
-    }
-
-    pub(super) fn abandon(&mut self, m: &mut Member, job_id: JobId, lease_id: LeaseId) {
-        self.awaiting_readoption.remove(&lease_id);
-        if self.settling.contains(&lease_id) || !m.table.is_current_lease(job_id, lease_id) {
-            return;
-        }
-        let worker = m
-            .table
-            .get(&job_id)
-            .and_then(|job| job.lease.as_ref())
-            .map(|lease| lease.worker.clone())
-            .unwrap_or_else(|| WorkerId(String::new()));
-        m.event(Event::AttemptAbandoned {
-            job_id,
-            lease_id,
-            worker,
-        });
-        self.settling.insert(lease_id);
-        self.propose(m, Command::Abandon { job_id, lease_id }, None);
-    }
-
-    pub(super) fn end_readoption(&mut self, m: &mut Member) {
-        let leftovers: Vec<(LeaseId, JobId)> = self
-            .awaiting_readoption
-            .iter()
-            .map(|(&lease_id, &job_id)| (lease_id, job_id))
-            .collect();
-        for (lease_id, job_id) in leftovers {
-            self.abandon(m, job_id, lease_id);
-        }
     }
 
     pub(super) fn check_heartbeat(&mut self, m: &mut Member, worker: &WorkerId, registration: u64) {
@@ -495,302 +398,6 @@ impl LeaderState {
             );
         }
     }
-
-    /// Proposes `AttemptFailed` (retryable) for a current, not-yet-settling lease.
-    pub(super) fn fail_attempt(
-        &mut self,
-        m: &mut Member,
-        job_id: JobId,
-        lease_id: LeaseId,
-        failure: (FailureKind, String),
-        pending: Option<Pending>,
-    ) -> bool {
-        self.propose_failure(m, (job_id, lease_id), failure, false, pending)
-    }
-
-    /// Proposes `AttemptFailed` for a current, not-yet-settling lease; a `permanent` failure
-    /// ends the job whatever attempts remain.
-    pub(super) fn propose_failure(
-        &mut self,
-        m: &mut Member,
-        (job_id, lease_id): (JobId, LeaseId),
-        (kind, cause): (FailureKind, String),
-        permanent: bool,
-        pending: Option<Pending>,
-    ) -> bool {
-        if self.settling.contains(&lease_id) || !m.table.is_current_lease(job_id, lease_id) {
-            return false;
-        }
-        let attempt = m.table.get(&job_id).map_or(1, |job| job.attempt.0);
-        let retry_delay_millis = self.retry_delay_millis(m, attempt);
-        self.settling.insert(lease_id);
-        self.propose(
-            m,
-            Command::AttemptFailed {
-                job_id,
-                lease_id,
-                cause,
-                retry_delay_millis,
-                permanent,
-                kind,
-            },
-            pending,
-        );
-        true
-    }
-
-    /// Full jitter: uniform in `[0, min(retry_max, retry_base * 2^(attempt-1))]`.
-    pub(super) fn retry_delay_millis(&mut self, m: &mut Member, attempt: u32) -> u64 {
-        let base = as_millis_u64(m.config.retry_base);
-        let cap = as_millis_u64(m.config.retry_max);
-        let exponent = attempt.saturating_sub(1).min(63);
-        let ceiling = base.saturating_mul(1u64 << exponent).min(cap);
-        m.rng.next_u64() % (ceiling + 1)
-    }
-
-    pub(super) fn expire_lease(&mut self, m: &mut Member, job_id: JobId, lease_id: LeaseId) {
-        self.lease_deadlines.remove(&lease_id);
-        let Some(worker) = m
-            .table
-            .get(&job_id)
-            .and_then(|job| job.lease.as_ref())
-            .filter(|lease| lease.id == lease_id)
-            .map(|lease| lease.worker.clone())
-        else {
-            return;
-        };
-        if let Some(entry) = self.registry.get_mut(&worker) {
-            if entry.leases.contains_key(&lease_id) {
-                // It keeps its slot until the worker says it stopped, and when that will be
-                // is no longer known.
-                entry.overdue.insert(lease_id);
-            }
-        }
-        let cause = format!(
-            "attempt deadline of {} ms expired on worker {worker}",
-            as_millis_u64(task_timeout(m, job_id))
-        );
-        let revoke = Pending::Revoke {
-            reason: CancelReason::DeadlineExpired,
-        };
-        if self.fail_attempt(
-            m,
-            job_id,
-            lease_id,
-            (FailureKind::DeadlineExpired, cause),
-            Some(revoke),
-        ) {
-            m.event(Event::LeaseExpired {
-                job_id,
-                lease_id,
-                worker,
-            });
-        }
-    }
-
-    pub(super) fn receive_result(
-        &mut self,
-        m: &mut Member,
-        conn: ConnectionId,
-        job_id: JobId,
-        lease_id: LeaseId,
-        outcome: AttemptOutcome,
-    ) {
-        let Some(worker) = self.registry.worker_on(conn).cloned() else {
-            return self.reject_unregistered(m, conn);
-        };
-        // A result is as good as a report that the attempt is still ours: re-adopt, then settle.
-        self.try_readopt(m, &worker, job_id, lease_id);
-        // The slot is freed only by a report naming both the lease and the job it was granted for;
-        // a report that gets the pair wrong changes nothing.
-        let held = match self.registry.get_mut(&worker) {
-            Some(entry) if entry.leases.get(&lease_id) == Some(&job_id) => {
-                entry.free(lease_id);
-                true
-            }
-            _ => false,
-        };
-        let current = m
-            .table
-            .get(&job_id)
-            .and_then(|job| job.lease.as_ref())
-            .is_some_and(|lease| lease.id == lease_id && lease.worker == worker);
-        if current && self.settling.contains(&lease_id) {
-            // The attempt's settlement is proposed but not yet durable. Answering now would reveal
-            // an outcome a crash could still undo (and the worker would drop its result); the
-            // answer goes out when the settlement applies.
-            self.deferred_acks.insert(lease_id, (job_id, worker));
-            return;
-        }
-        if !held || !current {
-            let answer = CoordinatorToWorker::ResultAck {
-                term: self.term,
-                job_id,
-                lease_id,
-                accepted: false,
-            };
-            if held && matches!(outcome, AttemptOutcome::Cancelled {}) {
-                // The expected end of a revoked attempt: its slot is free again, nothing to report.
-                return m.send_worker(conn, answer);
-            }
-            // The lease is not current in the durable table, or not this worker's: leases never
-            // become current again, so this verdict is final; apply would reach the same one.
-            let reason = match m.table.get(&job_id) {
-                None => "unknown job".to_owned(),
-                Some(job) if job.state.is_terminal() => format!("job is already {}", job.state),
-                Some(_) => "lease is not the job's current lease".to_owned(),
-            };
-            m.event(Event::StaleResultRejected {
-                job_id,
-                lease_id,
-                worker,
-                reason,
-            });
-            return m.send_worker(conn, answer);
-        }
-        let pending = Some(Pending::Result {
-            worker: worker.clone(),
-        });
-        self.propose_settlement(m, (job_id, lease_id), &worker, outcome, pending);
-    }
-
-    /// A result for the current attempt of `worker`, not yet settling: propose what it settles
-    /// (completion, failure, or a release by a draining worker). `pending` is answered when
-    /// that applies.
-    fn propose_settlement(
-        &mut self,
-        m: &mut Member,
-        (job_id, lease_id): (JobId, LeaseId),
-        worker: &WorkerId,
-        outcome: AttemptOutcome,
-        pending: Option<Pending>,
-    ) {
-        match outcome {
-            AttemptOutcome::Succeeded { output } if output.oversize().is_some() => {
-                // Workers refuse to send these; one that does not fails its job here, since
-                // no retry would make the result smaller.
-                let (bytes, max) = output.oversize().unwrap_or_default();
-                let cause = format!(
-                    "task on worker {worker} returned a result of {bytes} bytes as JSON; at most {max} bytes are kept (store large results elsewhere and return a reference)"
-                );
-                self.propose_failure(
-                    m,
-                    (job_id, lease_id),
-                    (FailureKind::TaskFailed, cause),
-                    true,
-                    pending,
-                );
-            }
-            AttemptOutcome::Succeeded { output } => {
-                self.settling.insert(lease_id);
-                self.propose(
-                    m,
-                    Command::Complete {
-                        job_id,
-                        lease_id,
-                        output,
-                    },
-                    pending,
-                );
-            }
-            AttemptOutcome::Failed { error, permanent } => {
-                // Workers cut their messages; one that does not is cut here, so every job view
-                // stays within its bound.
-                let error = prefix_within(&error, ATTEMPT_ERROR_BYTES_MAX);
-                let cause = if permanent {
-                    format!("task failed permanently on worker {worker}: {error}")
-                } else {
-                    format!("task failed on worker {worker}: {error}")
-                };
-                self.propose_failure(
-                    m,
-                    (job_id, lease_id),
-                    (FailureKind::TaskFailed, cause),
-                    permanent,
-                    pending,
-                );
-            }
-            AttemptOutcome::Released {}
-                if self.registry.get(worker).is_some_and(|w| w.draining) =>
-            {
-                self.settling.insert(lease_id);
-                self.propose(m, Command::Release { job_id, lease_id }, pending);
-            }
-            AttemptOutcome::Released {} => {
-                // Only a drain hands an attempt back for free; otherwise a worker could keep
-                // a job forever without it ever costing an attempt.
-                let cause = format!("worker {worker} handed the attempt back without draining");
-                self.fail_attempt(
-                    m,
-                    job_id,
-                    lease_id,
-                    (FailureKind::TaskFailed, cause),
-                    pending,
-                );
-            }
-            AttemptOutcome::Cancelled {} => {
-                let cause = format!("worker {worker} stopped the attempt unasked");
-                self.fail_attempt(
-                    m,
-                    job_id,
-                    lease_id,
-                    (FailureKind::TaskFailed, cause),
-                    pending,
-                );
-            }
-        }
-    }
-
-    /// Arms the deadline of a lease that is going out to (or was re-adopted from) `worker`: its
-    /// attempt's timeout, counted from when the attempt can start at the latest, so time spent
-    /// waiting for a slot at a prefetching worker never counts against it.
-    pub(super) fn arm_lease_deadline(
-        &mut self,
-        m: &mut Member,
-        worker: &WorkerId,
-        job_id: JobId,
-        lease_id: LeaseId,
-    ) {
-        let timeout = task_timeout(m, job_id);
-        let at = match self.registry.get_mut(worker) {
-            Some(entry) => {
-                let at = entry.latest_start(lease_id, m.now).saturating_add(timeout);
-                if entry.leases.contains_key(&lease_id) {
-                    entry.ends.insert(lease_id, at);
-                }
-                at
-            }
-            None => m.now.saturating_add(timeout),
-        };
-        let key = self.timers.arm(at, Timer::LeaseDeadline(job_id, lease_id));
-        self.lease_deadlines.insert(lease_id, key);
-    }
-
-    pub(super) fn disarm_lease_deadline(&mut self, lease_id: LeaseId) {
-        self.progress.remove(&lease_id);
-        if let Some(key) = self.lease_deadlines.remove(&lease_id) {
-            self.timers.disarm(key);
-        }
-    }
-
-    /// Keeps a running attempt's latest progress note, if the attempt is this worker's and its
-    /// deadline is armed (it runs); anything else is a stale or mistaken report and ignored.
-    pub(super) fn note_progress(
-        &mut self,
-        worker: &WorkerId,
-        job_id: JobId,
-        lease_id: LeaseId,
-        note: &str,
-    ) {
-        let holds = self
-            .registry
-            .get(worker)
-            .is_some_and(|w| w.leases.get(&lease_id) == Some(&job_id));
-        if holds && self.lease_deadlines.contains_key(&lease_id) {
-            let note = prefix_within(note, PROGRESS_NOTE_BYTES_MAX).to_owned();
-            self.progress.insert(lease_id, note);
-        }
-    }
 }
 
 /// The task kinds a worker registers: at most [`TASKS_PER_WORKER_MAX`], each a built-in kind
@@ -806,12 +413,4 @@ fn check_served_tasks(tasks: &[String]) -> Result<(), String> {
         check_served_name(name).map_err(|error| format!("cannot serve a task: {error}"))?;
     }
     Ok(())
-}
-
-/// Each attempt's deadline for `job_id`: the one its submission chose, else the default.
-pub(super) fn task_timeout(m: &Member, job_id: JobId) -> Duration {
-    m.table
-        .get(&job_id)
-        .and_then(|job| job.timeout_millis)
-        .map_or(m.config.task_timeout, Duration::from_millis)
 }
