@@ -43,6 +43,7 @@ pub mod replica;
 pub mod storage;
 pub mod table;
 pub mod tasks;
+pub mod testing;
 pub mod text;
 pub mod time;
 pub mod worker;

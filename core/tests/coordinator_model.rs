@@ -31,9 +31,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use herder_core::command::Command;
-use herder_core::coordinator::{
-    Coordinator, CoordinatorConfig, DiskImage, Link, Output, PersistBatch, Record,
-};
+use herder_core::coordinator::{Coordinator, CoordinatorConfig, DiskImage, Link, Output, Record};
 use herder_core::ids::{ConnectionId, Incarnation, JobId, LeaseId, RequestId, Term, WorkerId};
 use herder_core::job::{Job, JobState};
 use herder_core::protocol::codec::FrameError;
@@ -43,6 +41,7 @@ use herder_core::protocol::{
 };
 use herder_core::table::JobTable;
 use herder_core::tasks::{TaskOutput, TaskSpec};
+use herder_core::testing::Driver;
 use herder_core::time::Instant;
 
 type Check = Result<(), String>;
@@ -156,7 +155,6 @@ enum Action {
     /// never reported durable; every other held batch is lost. Then it recovers from its disk.
     Crash {
         written: usize,
-        gap: u64,
     },
     /// A worker's connection delivers a frame that does not decode.
     Garble {
@@ -194,7 +192,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::Hold),
         2 => (1..4usize, proptest::bool::weighted(0.3))
             .prop_map(|(batches, all)| Action::Release { batches, all }),
-        1 => (0..3usize, 0..500u64).prop_map(|(written, gap)| Action::Crash { written, gap }),
+        1 => (0..3usize).prop_map(|written| Action::Crash { written }),
         1 => (0..3usize).prop_map(|worker| Action::Garble { worker }),
         1 => Just(Action::ClientReconnect),
     ]
@@ -301,17 +299,13 @@ enum Pending {
 }
 
 struct Model {
-    c: Coordinator,
+    /// The coordinator process, its disk and its clock, driven by the shared test driver (a new
+    /// process's clock starts from zero: nothing measured on the old one carries over).
+    d: Driver,
     restarts: u64,
-    /// Time as the driver sees it (workers, clients); the coordinator process started at `epoch`.
-    now: Instant,
-    epoch: u64,
     /// Client connections that were closed; no `WAIT_RESULT` may go to them afterwards.
     closed_clients: BTreeSet<ConnectionId>,
-    disk: DiskImage,
     facts: Facts,
-    hold: bool,
-    held: Vec<PersistBatch>,
 
     next_conn: u64,
     open: BTreeMap<ConnectionId, Owner>,
@@ -343,16 +337,13 @@ struct Model {
 impl Model {
     fn new() -> Model {
         let c = Coordinator::new(config(), BASE_SEED).expect("the test config is valid");
+        let mut d = Driver::around(c, Instant::ZERO);
+        d.keep_landed = true;
         let mut model = Model {
-            c,
+            d,
             restarts: 0,
-            now: Instant::ZERO,
-            epoch: 0,
             closed_clients: BTreeSet::new(),
-            disk: DiskImage::default(),
             facts: Facts::default(),
-            hold: false,
-            held: Vec::new(),
             next_conn: 1,
             open: BTreeMap::new(),
             closed_pending: Vec::new(),
@@ -376,11 +367,6 @@ impl Model {
         model
     }
 
-    /// `now` on the coordinator process's own clock.
-    fn local(&self) -> Instant {
-        Instant::from_micros(self.now.as_micros() - self.epoch)
-    }
-
     fn fresh_conn(&mut self, owner: Owner) -> ConnectionId {
         let conn = ConnectionId(self.next_conn);
         self.next_conn += 1;
@@ -396,15 +382,18 @@ impl Model {
     /// connections the coordinator closed; ends with the idle-state checks.
     fn pump(&mut self) -> Check {
         loop {
-            while let Some(output) = self.c.poll_output() {
+            while let Some(output) = self.d.next_output() {
+                self.record_landed();
                 self.observe(output)?;
                 self.check_state()?;
             }
+            self.record_landed();
+            self.check_state()?;
             if self.closed_pending.is_empty() {
                 break;
             }
             for conn in std::mem::take(&mut self.closed_pending) {
-                self.c.handle_closed(self.local(), conn);
+                self.d.c.handle_closed(self.d.now, conn);
             }
         }
         self.check_not_current()?;
@@ -415,7 +404,7 @@ impl Model {
     /// table, or with a settling command already on disk or in a batch on its way there.
     fn check_not_current(&mut self) -> Check {
         for (job_id, lease_id) in std::mem::take(&mut self.not_current) {
-            if !self.c.table().is_current_lease(job_id, lease_id) {
+            if !self.d.c.table().is_current_lease(job_id, lease_id) {
                 continue;
             }
             let settles = |command: &Command| match command {
@@ -435,7 +424,7 @@ impl Model {
                 } => *j == job_id && *l == lease_id,
                 _ => false,
             };
-            let in_flight = self.held.iter().any(|batch| {
+            let in_flight = self.d.held.iter().any(|batch| {
                 batch
                     .records
                     .iter()
@@ -450,9 +439,11 @@ impl Model {
         Ok(())
     }
 
-    fn write(&mut self, batch: &PersistBatch) {
-        self.facts.record(&batch.records);
-        self.disk.write(&batch.records);
+    /// Learns the facts of every batch that reached the disk since last asked.
+    fn record_landed(&mut self) {
+        for batch in std::mem::take(&mut self.d.landed) {
+            self.facts.record(&batch.records);
+        }
     }
 
     fn observe(&mut self, output: Output) -> Check {
@@ -460,15 +451,7 @@ impl Model {
             self.outputs.push(output.clone());
         }
         match output {
-            Output::Persist(batch) => {
-                // Batches become durable in order: once one is held, later ones wait behind it.
-                if self.hold || !self.held.is_empty() {
-                    self.held.push(batch);
-                } else {
-                    self.write(&batch);
-                    self.c.handle_persisted(self.local(), batch.id);
-                }
-            }
+            Output::Persist(_) => return Err("the driver handed a batch to the model".into()),
             Output::ToWorker { conn, message } => {
                 self.check_worker_message(conn, &message)?;
                 if let Some(Owner::Worker(worker, incarnation)) = self.open.get(&conn).copied() {
@@ -544,14 +527,14 @@ impl Model {
     }
 
     fn send_worker(&mut self, conn: ConnectionId, message: WorkerToCoordinator) -> Check {
-        self.c.handle_worker_message(self.local(), conn, message);
+        self.d.c.handle_worker_message(self.d.now, conn, message);
         self.pump()
     }
 
     fn send_client(&mut self, message: ClientRequest, pending: Pending) -> Check {
         self.pending.insert(message.request_id(), pending);
-        self.c.handle_client_message(
-            self.local(),
+        self.d.c.handle_client_message(
+            self.d.now,
             self.client,
             &herder_core::auth::Caller::anonymous(),
             message,
@@ -566,18 +549,11 @@ impl Model {
 
     /// Moves time forward to `now + millis`, firing every timer on the way, in order.
     fn advance(&mut self, millis: u64) -> Check {
-        let target = self.now.saturating_add(Duration::from_millis(millis));
-        while let Some(at) = self.c.poll_timeout() {
-            // The coordinator's instants are on its own process's clock.
-            let at = Instant::from_micros(at.as_micros().saturating_add(self.epoch));
-            if at > target {
-                break;
-            }
-            self.now = self.now.max(at);
-            self.c.handle_timeout(self.local());
+        let target = self.d.now.saturating_add(Duration::from_millis(millis));
+        while self.d.fire_next_timer(target) {
             self.pump()?;
         }
-        self.now = target;
+        self.d.now = target;
         Ok(())
     }
 
@@ -603,16 +579,9 @@ impl Model {
 
     /// Makes the oldest `count` held batches durable and reports the last one.
     fn release(&mut self, count: usize) -> Check {
-        let count = count.min(self.held.len());
-        if count == 0 {
+        if !self.d.land_held(count) {
             return Ok(());
         }
-        let batches: Vec<PersistBatch> = self.held.drain(..count).collect();
-        for batch in &batches {
-            self.write(batch);
-        }
-        let last = batches.last().map(|batch| batch.id).expect("count > 0");
-        self.c.handle_persisted(self.local(), last);
         self.pump()
     }
 
@@ -724,14 +693,9 @@ impl Model {
         )
     }
 
-    fn crash(&mut self, written: usize, gap: &u64) -> Check {
-        let written = written.min(self.held.len());
-        let landed: Vec<PersistBatch> = self.held.drain(..written).collect();
-        for batch in &landed {
-            self.write(batch);
-        }
-        self.held.clear();
-        self.hold = false;
+    fn crash(&mut self, written: usize) -> Check {
+        self.d.crash(written);
+        self.record_landed();
         // Every connection dies with the process; parked requests go unanswered.
         self.closed_clients.insert(self.client);
         self.open.clear();
@@ -741,12 +705,10 @@ impl Model {
             proc.conn = None;
         }
         self.restarts += 1;
-        self.now = self.now.saturating_add(Duration::from_millis(*gap));
-        // The new process's clock starts from zero: nothing measured on the old one carries over.
-        self.epoch = self.now.as_micros();
         // A new process draws a new seed (ids drawn by the old one must not come back).
         let seed = BASE_SEED.wrapping_add(self.restarts.wrapping_mul(0x9e37_79b9));
-        self.c = Coordinator::recover(config(), seed, self.local(), self.disk.durable_state())
+        self.d
+            .recover_at(config(), seed, Instant::ZERO)
             .map_err(|error| format!("recovery failed: {error}"))?;
         self.client = self.fresh_conn(Owner::Client);
         self.pump()
@@ -754,7 +716,7 @@ impl Model {
 
     fn known_job(&self, pick: &Index) -> JobId {
         let mut jobs: BTreeSet<JobId> = self.acked.clone();
-        jobs.extend(self.c.table().jobs().map(|job| job.id));
+        jobs.extend(self.d.c.table().jobs().map(|job| job.id));
         if jobs.is_empty() {
             return JobId(uuid::Uuid::from_u128(7));
         }
@@ -778,7 +740,7 @@ impl Model {
                     return Ok(());
                 };
                 self.open.remove(&conn);
-                self.c.handle_closed(self.local(), conn);
+                self.d.c.handle_closed(self.d.now, conn);
                 self.pump()
             }
             Action::Result {
@@ -849,19 +811,19 @@ impl Model {
             Action::Advance { millis } => self.advance(*millis),
             Action::AdvanceBeating { millis } => self.advance_beating(*millis),
             Action::Hold => {
-                self.hold = true;
+                self.d.hold_writes = true;
                 Ok(())
             }
             Action::Release { batches, all } => {
                 if *all {
-                    self.hold = false;
-                    let count = self.held.len();
+                    self.d.hold_writes = false;
+                    let count = self.d.held.len();
                     self.release(count)
                 } else {
                     self.release(*batches)
                 }
             }
-            Action::Crash { written, gap } => self.crash(*written, gap),
+            Action::Crash { written } => self.crash(*written),
             Action::Garble { worker } => {
                 let Some(conn) = self.workers[*worker].conn else {
                     return Ok(());
@@ -869,8 +831,9 @@ impl Model {
                 let error = FrameError::InvalidJson {
                     detail: "expected value at line 1 column 1".into(),
                 };
-                self.c
-                    .handle_malformed(self.local(), conn, Link::Worker, &error);
+                self.d
+                    .c
+                    .handle_malformed(self.d.now, conn, Link::Worker, &error);
                 self.pump()?;
                 ensure!(
                     self.workers[*worker].conn.is_none() && !self.open.contains_key(&conn),
@@ -883,7 +846,7 @@ impl Model {
                 self.open.remove(&old);
                 self.closed_clients.insert(old);
                 self.pending.clear();
-                self.c.handle_closed(self.local(), old);
+                self.d.c.handle_closed(self.d.now, old);
                 self.client = self.fresh_conn(Owner::Client);
                 self.pump()
             }
@@ -895,19 +858,19 @@ impl Model {
     // -----------------------------------------------------------------------------------------
 
     fn all_done(&self) -> bool {
-        self.held.is_empty()
-            && self.c.table().active_jobs() == 0
+        self.d.held.is_empty()
+            && self.d.c.table().active_jobs() == 0
             && self
                 .acked
                 .iter()
-                .all(|id| self.c.job(id).is_some_and(|job| job.state.is_terminal()))
+                .all(|id| self.d.c.job(id).is_some_and(|job| job.state.is_terminal()))
     }
 
     /// Faults stop: writes go through, every worker reconnects and stays healthy, answers every
     /// assignment with success (or "cancelled" when told to stop), and time passes.
     fn settle(&mut self) -> Check {
-        self.hold = false;
-        let count = self.held.len();
+        self.d.hold_writes = false;
+        let count = self.d.held.len();
         self.release(count)?;
         let mut bump = [0u64; 3];
         for _round in 0..400 {
@@ -941,7 +904,7 @@ impl Model {
             self.heartbeat_all()?;
             if self.all_done() && self.pending.is_empty() {
                 ensure!(
-                    self.c.awaiting_readoption() == 0,
+                    self.d.c.awaiting_readoption() == 0,
                     "attempts still awaiting re-adoption after everything ended"
                 );
                 return Ok(());
@@ -949,6 +912,7 @@ impl Model {
             self.advance(50)?;
         }
         let stuck: Vec<String> = self
+            .d
             .c
             .table()
             .jobs()
@@ -961,6 +925,7 @@ impl Model {
             })
             .collect();
         let workers: Vec<String> = self
+            .d
             .c
             .workers()
             .map(|w| {
@@ -973,7 +938,7 @@ impl Model {
         Err(format!(
             "liveness: not everything ended after 20 s of healthy operation; stuck: {stuck:?}; \
              workers: {workers:?}; awaiting re-adoption: {}; unanswered requests: {:?}",
-            self.c.awaiting_readoption(),
+            self.d.c.awaiting_readoption(),
             self.pending
         ))
     }
@@ -1063,7 +1028,7 @@ impl Model {
 
     /// A job view a client is shown must agree with what a recovery would find.
     fn check_view_is_durable(&self, what: &str, view: &JobView) -> Check {
-        let durable = durable_table(&self.disk)?;
+        let durable = durable_table(&self.d.disk)?;
         let Some(job) = durable.get(&view.id) else {
             return Err(format!(
                 "(vii) {what} shows job {} which is not on disk",
@@ -1106,7 +1071,7 @@ impl Model {
                     "(vii) SUBMIT_ACCEPTED for {job_id} before its Submit was durable"
                 );
                 ensure!(
-                    durable_table(&self.disk)?.get(job_id).is_some(),
+                    durable_table(&self.d.disk)?.get(job_id).is_some(),
                     "(vii) SUBMIT_ACCEPTED for {job_id}, which a recovery would not find"
                 );
                 if !existing {
@@ -1137,6 +1102,7 @@ impl Model {
                 // Every slot being admitted is a submission still being written: one held back
                 // from the disk (a written one has applied; none of these tasks is split).
                 let writing = self
+                    .d
                     .held
                     .iter()
                     .flat_map(|batch| &batch.records)
@@ -1201,13 +1167,13 @@ impl Model {
 
     /// Checks that must hold after every output.
     fn check_state(&mut self) -> Check {
-        let table = self.c.table();
+        let table = self.d.c.table();
         // (i)
         table
             .check_invariants()
             .map_err(|violation| format!("(i) {violation}"))?;
         // (ii)
-        for worker in self.c.workers() {
+        for worker in self.d.c.workers() {
             ensure!(
                 worker.leases.len() <= worker.lease_bound(),
                 "(ii) worker {} holds {} leases with capacity {} and prefetch {}",
@@ -1271,19 +1237,19 @@ impl Model {
     /// (ix): with nothing left to do, the disk rebuilds exactly the applied table. This holds
     /// while batches are held too: nothing in a held batch may have been applied yet.
     fn check_idle(&self) -> Check {
-        let durable = durable_table(&self.disk)?;
+        let durable = durable_table(&self.d.disk)?;
         ensure!(
-            rows(&durable) == rows(self.c.table()),
+            rows(&durable) == rows(self.d.c.table()),
             "(ix) recovery from disk would not rebuild the applied table ({} held batches)\n disk: {:?}\n applied: {:?}",
-            self.held.len(),
+            self.d.held.len(),
             rows(&durable),
-            rows(self.c.table())
+            rows(self.d.c.table())
         );
         ensure!(
-            durable.applied_index() == self.c.table().applied_index(),
+            durable.applied_index() == self.d.c.table().applied_index(),
             "(ix) the disk reflects index {} but the table applied {}",
             durable.applied_index(),
-            self.c.table().applied_index()
+            self.d.c.table().applied_index()
         );
         Ok(())
     }
@@ -1342,7 +1308,7 @@ proptest! {
         let first = run(&actions).map_err(TestCaseError::fail)?;
         let second = run(&actions).map_err(TestCaseError::fail)?;
         prop_assert!(first.outputs == second.outputs, "outputs differ between identical runs");
-        prop_assert_eq!(rows(first.c.table()), rows(second.c.table()));
+        prop_assert_eq!(rows(first.d.c.table()), rows(second.d.c.table()));
     }
 }
 

@@ -13,9 +13,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use herder_core::command::Command;
-use herder_core::coordinator::{
-    Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch, Record,
-};
+use herder_core::coordinator::{Coordinator, CoordinatorConfig, Output};
 use herder_core::ids::{
     Attempt, ConnectionId, Incarnation, JobId, LeaseId, LogIndex, RequestId, Term, WorkerId,
 };
@@ -29,7 +27,7 @@ use herder_core::protocol::{
 };
 use herder_core::table::{Applied, JobTable, Outcome, StaleReason, TableError};
 use herder_core::tasks::{aggregate, execute, TaskError, TaskOutput, TaskSpec};
-use herder_core::time::Instant;
+use herder_core::testing::Driver;
 
 // =============================================================================================
 // JobTable level
@@ -1120,15 +1118,22 @@ fn config() -> CoordinatorConfig {
 }
 
 struct Harness {
-    c: Coordinator,
-    now: Instant,
-    disk: DiskImage,
-    /// Every log entry ever written, discarded or not.
-    entries_written: usize,
-    hold: bool,
-    held: Vec<PersistBatch>,
-    sent: Vec<Output>,
+    d: Driver,
     next_request: u64,
+}
+
+impl std::ops::Deref for Harness {
+    type Target = Driver;
+
+    fn deref(&self) -> &Driver {
+        &self.d
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Driver {
+        &mut self.d
+    }
 }
 
 impl Harness {
@@ -1137,51 +1142,10 @@ impl Harness {
     }
 
     fn with(config: CoordinatorConfig) -> Harness {
-        let mut h = Harness {
-            c: Coordinator::new(config, 42).expect("valid config"),
-            now: Instant::ZERO,
-            disk: DiskImage::default(),
-            entries_written: 0,
-            hold: false,
-            held: Vec::new(),
-            sent: Vec::new(),
+        Harness {
+            d: Driver::new(config, 42).expect("valid config"),
             next_request: 0,
-        };
-        h.pump();
-        h
-    }
-
-    /// Drains outputs, making batches durable at once unless held.
-    fn pump(&mut self) {
-        while let Some(output) = self.c.poll_output() {
-            match output {
-                Output::Persist(batch) if self.hold => self.held.push(batch),
-                Output::Persist(batch) => self.make_durable(batch),
-                Output::Event(_) => {}
-                other => self.sent.push(other),
-            }
-            if let Err(violation) = self.c.table().check_invariants() {
-                panic!("job table invariant broken: {violation}");
-            }
         }
-    }
-
-    fn release_writes(&mut self) {
-        self.hold = false;
-        for batch in std::mem::take(&mut self.held) {
-            self.make_durable(batch);
-        }
-        self.pump();
-    }
-
-    fn make_durable(&mut self, batch: PersistBatch) {
-        self.entries_written += batch
-            .records
-            .iter()
-            .filter(|r| matches!(r, Record::Log(_)))
-            .count();
-        self.disk.write(&batch.records);
-        self.c.handle_persisted(self.now, batch.id);
     }
 
     fn conn_of(name: &str) -> ConnectionId {
@@ -1193,8 +1157,9 @@ impl Harness {
     }
 
     fn worker_says(&mut self, name: &str, message: WorkerToCoordinator) {
-        self.c
-            .handle_worker_message(self.now, Self::conn_of(name), message);
+        self.d
+            .c
+            .handle_worker_message(self.d.now, Self::conn_of(name), message);
         self.pump();
     }
 
@@ -1229,8 +1194,8 @@ impl Harness {
     }
 
     fn client_says(&mut self, message: ClientRequest) {
-        self.c.handle_client_message(
-            self.now,
+        self.d.c.handle_client_message(
+            self.d.now,
             CLIENT,
             &herder_core::auth::Caller::anonymous(),
             message,
@@ -1373,14 +1338,14 @@ fn three_workers_one_split_job() -> (
 #[test]
 fn auto_partitions_are_one_per_live_worker_and_spread_over_distinct_workers() {
     let (h, parent, assigned) = three_workers_one_split_job();
-    let p = h.c.job(&parent).expect("the parent exists").clone();
+    let p = h.d.c.job(&parent).expect("the parent exists").clone();
     assert!(p.is_parent());
     assert_eq!(p.state, JobState::Running);
     assert_eq!(p.attempt, Attempt(0));
     assert_eq!(p.lease, None);
     assert_eq!(p.partitions.len(), 3, "auto: one partition per live worker");
     assert_eq!(p.task, prime_sum(1, 100_000));
-    assert_eq!(h.c.table().active_jobs(), 4);
+    assert_eq!(h.d.c.table().active_jobs(), 4);
 
     // Each partition is assigned exactly once, each to a different worker, and never the parent.
     assert_eq!(assigned.len(), 3, "{assigned:?}");
@@ -1391,7 +1356,7 @@ fn auto_partitions_are_one_per_live_worker_and_spread_over_distinct_workers() {
     assert!(!jobs.contains(&parent));
     let pieces = p.task.split(3);
     for (name, job, lease_id, attempt, task) in &assigned {
-        let part = h.c.job(job).expect("the partition exists");
+        let part = h.d.c.job(job).expect("the partition exists");
         let of = part.partition_of.expect("a partition");
         assert_eq!(of.parent, parent);
         assert_eq!(p.partitions[of.index as usize], *job);
@@ -1406,7 +1371,8 @@ fn auto_partitions_are_one_per_live_worker_and_spread_over_distinct_workers() {
         assert_eq!(lease.worker.as_str(), *name);
     }
     let spread: BTreeMap<&str, usize> =
-        h.c.workers()
+        h.d.c
+            .workers()
             .map(|w| (w.id.as_str(), w.leases.len()))
             .collect();
     assert_eq!(spread, BTreeMap::from([("w1", 1), ("w2", 1), ("w3", 1)]));
@@ -1430,9 +1396,9 @@ fn auto_partitions_fit_the_room_admission_has_left_now() {
         None,
         Some(Partitions::Auto),
     );
-    let job = h.c.job(&parent).expect("accepted");
+    let job = h.d.c.job(&parent).expect("accepted");
     assert_eq!(job.partitions.len(), 1, "one partition fits the room left");
-    assert_eq!(h.c.table().active_jobs(), 3);
+    assert_eq!(h.d.c.table().active_jobs(), 3);
 }
 
 #[test]
@@ -1455,7 +1421,7 @@ fn partitions_prefer_a_busier_worker_to_doubling_up_on_one() {
     let on_w2: Vec<JobId> = h.assignments("w2").into_iter().map(|a| a.0).collect();
     assert_eq!(on_w1.len(), 1, "w1: {on_w1:?}, w2: {on_w2:?}");
     assert_eq!(on_w2.len(), 1, "w1: {on_w1:?}, w2: {on_w2:?}");
-    let parts = h.c.job(&parent).expect("parent").partitions.clone();
+    let parts = h.d.c.job(&parent).expect("parent").partitions.clone();
     let mut placed = vec![on_w1[0], on_w2[0]];
     placed.sort();
     let mut want = parts;
@@ -1489,7 +1455,7 @@ fn a_split_job_runs_to_its_aggregate_through_the_coordinator() {
         );
         if i + 1 < assigned.len() {
             assert!(h.try_reply_to(wait).is_none());
-            assert_eq!(h.c.job(&parent).expect("parent").state, JobState::Running);
+            assert_eq!(h.d.c.job(&parent).expect("parent").state, JobState::Running);
         }
     }
     let whole = TaskOutput::PrimeSum {
@@ -1507,8 +1473,8 @@ fn a_split_job_runs_to_its_aggregate_through_the_coordinator() {
         }
         other => panic!("expected WAIT_RESULT, got {other:?}"),
     }
-    assert_eq!(h.c.table().active_jobs(), 0);
-    assert!(h.c.workers().all(|w| w.leases.is_empty()), "slots freed");
+    assert_eq!(h.d.c.table().active_jobs(), 0);
+    assert!(h.d.c.workers().all(|w| w.leases.is_empty()), "slots freed");
 
     // LIST shows the parent, not its partitions.
     let list = h.request_id();
@@ -1526,8 +1492,8 @@ fn a_split_job_runs_to_its_aggregate_through_the_coordinator() {
     }
 
     // What is on disk recovers to the same table.
-    let before = views(h.c.table());
-    let recovered = Coordinator::recover(config(), 43, h.now, h.disk.durable_state())
+    let before = views(h.d.c.table());
+    let recovered = Coordinator::recover(config(), 43, h.d.now, h.disk.durable_state())
         .expect("the disk recovers");
     assert_eq!(views(recovered.table()), before);
     assert_eq!(recovered.job(&parent).expect("parent").result, Some(whole));
@@ -1563,7 +1529,7 @@ fn invalid_partition_requests_are_refused_without_a_log_entry() {
         ),
     ];
     for (task, partitions) in cases {
-        h.hold = true;
+        h.hold_writes = true;
         let request_id = h.submit_request(task.clone(), None, partitions);
         match h.reply_to(request_id) {
             ClientReply::Error {
@@ -1584,7 +1550,7 @@ fn invalid_partition_requests_are_refused_without_a_log_entry() {
         assert!(h.held.is_empty(), "nothing to persist: {:?}", h.held);
         h.release_writes();
         assert_eq!(h.entries_written, written, "no log entry");
-        assert!(h.c.table().is_empty());
+        assert!(h.d.c.table().is_empty());
     }
     // None of them reached a worker.
     for name in WORKERS {
@@ -1628,8 +1594,8 @@ fn the_coordinator_admits_a_split_job_only_with_a_slot_for_each_partition() {
     assert_eq!(h.entries_written, written, "no log entry");
     // 1 + 2 fit exactly.
     let parent = h.submit(task, None, Some(Partitions::Count(2)));
-    assert_eq!(h.c.job(&parent).expect("parent").partitions.len(), 2);
-    assert_eq!(h.c.table().active_jobs(), 4);
+    assert_eq!(h.d.c.job(&parent).expect("parent").partitions.len(), 2);
+    assert_eq!(h.d.c.table().active_jobs(), 4);
 }
 
 #[test]
@@ -1641,18 +1607,18 @@ fn an_explicit_partition_count_is_capped_by_the_items() {
         None,
         Some(Partitions::Count(5)),
     );
-    assert_eq!(h.c.job(&parent).expect("parent").partitions.len(), 2);
+    assert_eq!(h.d.c.job(&parent).expect("parent").partitions.len(), 2);
     let parent = h.submit(
         json!({"kind": "prime-count-list", "numbers": [2, 3, 4, 5, 6, 7, 8]}),
         None,
         Some(Partitions::Count(3)),
     );
-    let p = h.c.job(&parent).expect("parent").clone();
+    let p = h.d.c.job(&parent).expect("parent").clone();
     assert_eq!(p.partitions.len(), 3);
     let tasks: Vec<TaskSpec> = p
         .partitions
         .iter()
-        .map(|id| h.c.job(id).expect("partition").task.clone())
+        .map(|id| h.d.c.job(id).expect("partition").task.clone())
         .collect();
     assert_eq!(
         tasks,
@@ -1706,16 +1672,16 @@ fn cancel_of_a_partition_is_refused_and_cancel_of_the_parent_revokes_every_lease
     }
     assert_eq!(h.entries_written, written, "no log entry");
     assert_eq!(
-        h.c.job(&partition).expect("partition").state,
+        h.d.c.job(&partition).expect("partition").state,
         JobState::Running
     );
-    assert_eq!(h.c.job(&parent).expect("parent").state, JobState::Running);
+    assert_eq!(h.d.c.job(&parent).expect("parent").state, JobState::Running);
     for name in WORKERS {
         assert!(h.sent_to_worker(name).is_empty());
     }
 
     // CANCEL of the parent: nothing leaves before the cancel is durable.
-    h.hold = true;
+    h.hold_writes = true;
     let request_id = h.request_id();
     h.client_says(ClientRequest::Cancel {
         request_id,
@@ -1727,7 +1693,7 @@ fn cancel_of_a_partition_is_refused_and_cancel_of_the_parent_revokes_every_lease
         let early = h.sent_to_worker(name);
         assert!(early.is_empty(), "{name} told before durability: {early:?}");
     }
-    assert_eq!(h.c.job(&parent).expect("parent").state, JobState::Running);
+    assert_eq!(h.d.c.job(&parent).expect("parent").state, JobState::Running);
 
     h.release_writes();
     match h.reply_to(request_id) {
@@ -1753,9 +1719,12 @@ fn cancel_of_a_partition_is_refused_and_cancel_of_the_parent_revokes_every_lease
             }],
             "{name} is told to stop its partition exactly once"
         );
-        assert_eq!(h.c.job(job).expect("partition").state, JobState::Cancelled);
+        assert_eq!(
+            h.d.c.job(job).expect("partition").state,
+            JobState::Cancelled
+        );
     }
-    assert_eq!(h.c.table().active_jobs(), 0);
+    assert_eq!(h.d.c.table().active_jobs(), 0);
 
     // The cancelled attempts reporting back get accepted: false and free their slots.
     for (name, job, lease_id, ..) in &assigned {
@@ -1769,7 +1738,7 @@ fn cancel_of_a_partition_is_refused_and_cancel_of_the_parent_revokes_every_lease
                 accepted: false
             }));
     }
-    assert!(h.c.workers().all(|w| w.leases.is_empty()));
+    assert!(h.d.c.workers().all(|w| w.leases.is_empty()));
 
     // A second cancel of the parent is answered from the table: cancelled: false.
     let request_id = h.request_id();
@@ -1814,10 +1783,11 @@ fn a_partition_failing_for_good_fails_the_parent_and_stops_the_other_workers() {
             error: "disk full".into(),
         },
     );
-    let p = h.c.job(&parent).expect("parent").clone();
+    let p = h.d.c.job(&parent).expect("parent").clone();
     assert_eq!(p.state, JobState::Failed);
     let index =
-        h.c.job(&failing)
+        h.d.c
+            .job(&failing)
             .and_then(|j| j.partition_of)
             .expect("a partition")
             .index;
@@ -1825,7 +1795,10 @@ fn a_partition_failing_for_good_fails_the_parent_and_stops_the_other_workers() {
     assert!(error.contains(&format!("partition {index}")), "{error}");
     assert!(error.contains("disk full"), "{error}");
     for &(name, job, lease_id) in &assigned[1..] {
-        assert_eq!(h.c.job(&job).expect("partition").state, JobState::Cancelled);
+        assert_eq!(
+            h.d.c.job(&job).expect("partition").state,
+            JobState::Cancelled
+        );
         assert!(
             h.sent_to_worker(name)
                 .contains(&CoordinatorToWorker::TaskCancel {
@@ -1837,7 +1810,7 @@ fn a_partition_failing_for_good_fails_the_parent_and_stops_the_other_workers() {
             "{name} is told to stop"
         );
     }
-    assert_eq!(h.c.table().active_jobs(), 0);
+    assert_eq!(h.d.c.table().active_jobs(), 0);
 }
 
 #[test]
@@ -1868,7 +1841,7 @@ fn status_of_a_parent_shows_its_partitions() {
     assert_eq!(view.result, None);
     let parts = view.partitions.expect("a parent lists its partitions");
     assert_eq!((parts.done, parts.total), (1, 3));
-    let parent_job = h.c.job(&parent).expect("parent").clone();
+    let parent_job = h.d.c.job(&parent).expect("parent").clone();
     for (i, piece) in parts.pieces.iter().enumerate() {
         assert_eq!(piece.index, i as u32);
         assert_eq!(piece.job_id, parent_job.partitions[i]);

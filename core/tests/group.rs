@@ -5,11 +5,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use herder_core::coordinator::{Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch};
+use herder_core::coordinator::{Coordinator, CoordinatorConfig, Output};
 use herder_core::ids::{ConnectionId, Incarnation, NodeId, RequestId, WorkerId};
 use herder_core::protocol::{
     ClientReply, ClientRequest, CoordinatorToWorker, PeerMessage, WorkerToCoordinator,
 };
+use herder_core::testing::Driver;
 use herder_core::time::Instant;
 use serde_json::json;
 
@@ -35,16 +36,14 @@ fn config(i: usize) -> CoordinatorConfig {
 }
 
 struct Group {
-    c: Vec<Coordinator>,
-    disks: Vec<DiskImage>,
+    /// Each member through the shared test driver (its disk, batches held back while its disk
+    /// is slow, the invariants checked after every output); every member's clock reads `now`.
+    m: Vec<Driver>,
     now: Instant,
     /// Peer messages in flight: (from, to, message).
     wire: VecDeque<(usize, usize, PeerMessage)>,
     /// Members whose links are cut (everything to and from them is lost).
     isolated: Vec<usize>,
-    /// Members whose disks hold every batch back.
-    held_disk: Vec<usize>,
-    held: Vec<Vec<PersistBatch>>,
     replies: Vec<(usize, ClientReply)>,
     to_worker: Vec<(usize, CoordinatorToWorker)>,
     next_request: u64,
@@ -57,15 +56,15 @@ impl Group {
 
     fn with(config: impl Fn(usize) -> CoordinatorConfig) -> Group {
         let mut g = Group {
-            c: (0..N)
-                .map(|i| Coordinator::new(config(i), 7 + i as u64).expect("valid config"))
+            m: (0..N)
+                .map(|i| {
+                    let c = Coordinator::new(config(i), 7 + i as u64).expect("valid config");
+                    Driver::around(c, Instant::ZERO)
+                })
                 .collect(),
-            disks: vec![DiskImage::default(); N],
             now: Instant::ZERO,
             wire: VecDeque::new(),
             isolated: Vec::new(),
-            held_disk: Vec::new(),
-            held: vec![Vec::new(); N],
             replies: Vec::new(),
             to_worker: Vec::new(),
             next_request: 0,
@@ -78,21 +77,18 @@ impl Group {
                         client_address: format!("c{j}:7071"),
                         worker_address: format!("c{j}:7070"),
                     };
-                    g.c[i].handle_peer_message(Instant::ZERO, &id(j), hello);
+                    g.m[i].c.handle_peer_message(Instant::ZERO, &id(j), hello);
                 }
             }
         }
         g
     }
 
+    /// Drains member `i` in the calling order, routing what it sends.
     fn drain(&mut self, i: usize) {
-        while let Some(output) = self.c[i].poll_output() {
+        self.m[i].now = self.now;
+        while let Some(output) = self.m[i].next_output() {
             match output {
-                Output::Persist(batch) if self.held_disk.contains(&i) => self.held[i].push(batch),
-                Output::Persist(batch) => {
-                    self.disks[i].write(&batch.records);
-                    self.c[i].handle_persisted(self.now, batch.id);
-                }
                 Output::ToPeer { to, message } => {
                     let j: usize = to.0[1..].parse().expect("member id");
                     self.wire.push_back((i, j, message));
@@ -104,12 +100,16 @@ impl Group {
         }
     }
 
+    /// Member `i`'s disk holds every batch back from now on.
+    fn hold_disk(&mut self, i: usize) {
+        self.m[i].hold_writes = true;
+    }
+
     fn release_disk(&mut self, i: usize) {
-        self.held_disk.retain(|&j| j != i);
-        for batch in std::mem::take(&mut self.held[i]) {
-            self.disks[i].write(&batch.records);
-            self.c[i].handle_persisted(self.now, batch.id);
-        }
+        self.m[i].now = self.now;
+        self.m[i].hold_writes = false;
+        let held = self.m[i].held.len();
+        self.m[i].land_held(held);
         self.drain(i);
     }
 
@@ -120,8 +120,9 @@ impl Group {
         while self.now < end {
             self.now = self.now.saturating_add(Duration::from_millis(1)).min(end);
             for i in 0..N {
-                if self.c[i].poll_timeout().is_some_and(|at| at <= self.now) {
-                    self.c[i].handle_timeout(self.now);
+                self.m[i].now = self.now;
+                while self.m[i].fire_next_timer(self.now) {
+                    self.drain(i);
                 }
                 self.drain(i);
             }
@@ -129,14 +130,16 @@ impl Group {
                 if self.isolated.contains(&from) || self.isolated.contains(&to) {
                     continue;
                 }
-                self.c[to].handle_peer_message(self.now, &id(from), message);
+                self.m[to]
+                    .c
+                    .handle_peer_message(self.now, &id(from), message);
                 self.drain(to);
             }
         }
     }
 
     fn acting_leader(&self) -> Option<usize> {
-        (0..N).find(|&i| self.c[i].is_acting_leader() && !self.isolated.contains(&i))
+        (0..N).find(|&i| self.m[i].c.is_acting_leader() && !self.isolated.contains(&i))
     }
 
     fn elect(&mut self) -> usize {
@@ -152,7 +155,7 @@ impl Group {
     fn ask(&mut self, i: usize, request: impl FnOnce(RequestId) -> ClientRequest) -> RequestId {
         self.next_request += 1;
         let request_id = RequestId(self.next_request);
-        self.c[i].handle_client_message(
+        self.m[i].c.handle_client_message(
             self.now,
             CLIENT,
             &herder_core::auth::Caller::anonymous(),
@@ -174,7 +177,9 @@ impl Group {
             running: Vec::new(),
             finished: Vec::new(),
         };
-        self.c[i].handle_worker_message(self.now, WORKER, register);
+        self.m[i]
+            .c
+            .handle_worker_message(self.now, WORKER, register);
         self.drain(i);
     }
 
@@ -182,7 +187,7 @@ impl Group {
     fn run_with_worker(&mut self, millis: u64, i: usize) {
         for _ in 0..millis / 20 {
             let beat = WorkerToCoordinator::Heartbeat {};
-            self.c[i].handle_worker_message(self.now, WORKER, beat);
+            self.m[i].c.handle_worker_message(self.now, WORKER, beat);
             self.drain(i);
             self.run(20);
         }
@@ -252,7 +257,9 @@ fn a_submission_through_the_leader_is_acknowledged_once_a_majority_holds_it() {
     let leader = g.elect();
     g.run(50);
     let others: Vec<usize> = (0..N).filter(|&i| i != leader).collect();
-    g.held_disk.extend(others.iter().copied());
+    for &i in &others {
+        g.hold_disk(i);
+    }
     let asked = g.ask(leader, submit(None));
     g.run(30);
     assert!(g.reply(asked).is_none(), "only the leader's disk holds it");
@@ -331,13 +338,15 @@ fn a_transfer_asked_of_a_leader_still_catching_up_is_handled_not_replayed() {
     // applied (its disk holds the entry back). It used to be held and replayed into the
     // leader state, which has no answer for it.
     let mut g = Group::new();
-    g.held_disk = (0..N).collect();
+    for i in 0..N {
+        g.hold_disk(i);
+    }
     let mut leader = None;
     for _ in 0..400 {
         g.run(5);
         for i in 0..N {
             // Votes need durable disks: let every disk through except the winner's last batch.
-            if g.c[i].replica().is_leader() && !g.c[i].is_acting_leader() {
+            if g.m[i].c.replica().is_leader() && !g.m[i].c.is_acting_leader() {
                 leader = Some(i);
             }
         }
@@ -346,7 +355,7 @@ fn a_transfer_asked_of_a_leader_still_catching_up_is_handled_not_replayed() {
         }
         for i in 0..N {
             g.release_disk(i);
-            g.held_disk.push(i);
+            g.hold_disk(i);
         }
     }
     let leader = leader.expect("a member won an election");
@@ -362,7 +371,6 @@ fn a_transfer_asked_of_a_leader_still_catching_up_is_handled_not_replayed() {
         "{:?}",
         g.reply(asked)
     );
-    g.held_disk.clear();
     for i in 0..N {
         g.release_disk(i);
     }
@@ -427,14 +435,14 @@ fn a_leader_that_wakes_past_its_quorum_check_with_a_worker_timer_due_steps_down_
     g.isolated.push(leader);
     g.run_with_worker(100, leader);
     assert!(
-        g.c[leader].is_acting_leader(),
+        g.m[leader].c.is_acting_leader(),
         "still leading just before the pause"
     );
     let woke = g.now.saturating_add(Duration::from_secs(1));
-    g.c[leader].handle_timeout(woke);
+    g.m[leader].c.handle_timeout(woke);
     g.drain(leader);
     assert!(
-        !g.c[leader].is_acting_leader(),
+        !g.m[leader].c.is_acting_leader(),
         "it noticed it lost its majority"
     );
 }
@@ -451,10 +459,10 @@ fn a_rotation_that_completes_while_entries_apply_leaves_no_leader_state_acting()
     });
     let leader = g.elect();
     g.register_worker(leader);
-    g.held_disk.push(leader);
+    g.hold_disk(leader);
     let request = g.ask(leader, submit(None));
     g.run_with_worker(20, leader);
-    let replica = g.c[leader].replica();
+    let replica = g.m[leader].c.replica();
     assert!(
         replica.committed_index() >= replica.last_index(),
         "committed on the followers' disks"

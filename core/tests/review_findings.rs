@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use herder_core::coordinator::{Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch};
+use herder_core::coordinator::{CoordinatorConfig, Output};
 use herder_core::ids::{ConnectionId, Incarnation, JobId, LeaseId, RequestId, WorkerId};
 use herder_core::job::JobState;
 use herder_core::protocol::{
@@ -19,7 +19,7 @@ use herder_core::protocol::{
     WorkerToCoordinator,
 };
 use herder_core::tasks::{TaskOutput, TaskSpec};
-use herder_core::time::Instant;
+use herder_core::testing::Driver;
 
 const CLIENT: ConnectionId = ConnectionId(1);
 
@@ -34,58 +34,45 @@ fn config() -> CoordinatorConfig {
     }
 }
 
+/// The shared test driver (batches written at once unless held, timers fired in order, the
+/// invariants checked after every output), with helpers that play workers and a client.
 struct Harness {
-    c: Coordinator,
-    now: Instant,
-    disk: DiskImage,
-    hold: bool,
-    held: Vec<PersistBatch>,
-    sent: Vec<Output>,
+    d: Driver,
     next_request: u64,
+}
+
+impl std::ops::Deref for Harness {
+    type Target = Driver;
+
+    fn deref(&self) -> &Driver {
+        &self.d
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Driver {
+        &mut self.d
+    }
 }
 
 impl Harness {
     fn new() -> Harness {
-        let mut h = Harness {
-            c: Coordinator::new(config(), 7).expect("valid config"),
-            now: Instant::ZERO,
-            disk: DiskImage::default(),
-            hold: false,
-            held: Vec::new(),
-            sent: Vec::new(),
+        Harness {
+            d: Driver::new(config(), 7).expect("valid config"),
             next_request: 0,
-        };
-        h.pump();
-        h
-    }
-
-    fn pump(&mut self) {
-        while let Some(output) = self.c.poll_output() {
-            match output {
-                Output::Persist(batch) if self.hold => self.held.push(batch),
-                Output::Persist(batch) => {
-                    self.disk.write(&batch.records);
-                    self.c.handle_persisted(self.now, batch.id);
-                }
-                Output::Event(_) => {}
-                other => self.sent.push(other),
-            }
         }
     }
 
     /// The coordinator process dies; held (not yet durable) batches are lost. A new process
     /// recovers from the disk.
     fn crash_and_recover(&mut self) {
-        self.held.clear();
-        self.hold = false;
-        self.c = Coordinator::recover(config(), 8, self.now, self.disk.durable_state())
+        self.d
+            .crash_and_recover(config(), 8)
             .expect("the disk recovers");
-        self.sent.clear();
-        self.pump();
     }
 
     fn worker(&mut self, conn: ConnectionId, message: WorkerToCoordinator) {
-        self.c.handle_worker_message(self.now, conn, message);
+        self.d.c.handle_worker_message(self.d.now, conn, message);
         self.pump();
     }
 
@@ -108,8 +95,8 @@ impl Harness {
     fn submit(&mut self, max_attempts: u32) -> JobId {
         self.next_request += 1;
         let request_id = RequestId(self.next_request);
-        self.c.handle_client_message(
-            self.now,
+        self.d.c.handle_client_message(
+            self.d.now,
             CLIENT,
             &herder_core::auth::Caller::anonymous(),
             ClientRequest::Submit {
@@ -141,8 +128,8 @@ impl Harness {
 
     fn cancel(&mut self, job_id: JobId) {
         self.next_request += 1;
-        self.c.handle_client_message(
-            self.now,
+        self.d.c.handle_client_message(
+            self.d.now,
             CLIENT,
             &herder_core::auth::Caller::anonymous(),
             ClientRequest::Cancel {
@@ -155,16 +142,13 @@ impl Harness {
 
     /// Time passes in 50 ms steps; the worker on each of `beating` heartbeats at every step.
     fn advance_beating(&mut self, millis: u64, beating: &[ConnectionId]) {
-        let end = self.now.as_millis() + millis;
-        while self.now.as_millis() < end {
-            let step = 50.min(end - self.now.as_millis());
-            self.now = Instant::from_millis(self.now.as_millis() + step);
+        let mut left = millis;
+        while left > 0 {
+            let step = left.min(50);
+            self.d.advance(Duration::from_millis(step));
+            left -= step;
             for &conn in beating {
                 self.worker(conn, WorkerToCoordinator::Heartbeat {});
-            }
-            while self.c.poll_timeout().is_some_and(|at| at <= self.now) {
-                self.c.handle_timeout(self.now);
-                self.pump();
             }
         }
     }
@@ -216,11 +200,12 @@ impl Harness {
     }
 
     fn state(&self, job_id: JobId) -> JobState {
-        self.c.job(&job_id).expect("the job exists").state
+        self.d.c.job(&job_id).expect("the job exists").state
     }
 
     fn w1_leases(&self) -> usize {
-        self.c
+        self.d
+            .c
             .workers()
             .find(|w| w.id.as_str() == "w1")
             .map_or(0, |w| w.leases.len())
@@ -258,7 +243,7 @@ fn a_resent_result_gets_no_ack_before_the_complete_is_durable() {
     let mut h = Harness::new();
     let (job, lease) = one_running_job(&mut h, ConnectionId(10), 1);
 
-    h.hold = true;
+    h.hold_writes = true;
     h.worker(
         ConnectionId(10),
         WorkerToCoordinator::TaskResult {
@@ -298,7 +283,7 @@ fn a_successful_result_refused_early_is_lost_by_a_crash() {
     let mut h = Harness::new();
     let (job, lease) = one_running_job(&mut h, ConnectionId(10), 1);
 
-    h.hold = true;
+    h.hold_writes = true;
     let result = WorkerToCoordinator::TaskResult {
         job_id: job,
         lease_id: lease,
@@ -332,7 +317,7 @@ fn control_a_result_kept_across_the_crash_is_readopted_and_completes() {
     let mut h = Harness::new();
     let (job, lease) = one_running_job(&mut h, ConnectionId(10), 1);
 
-    h.hold = true;
+    h.hold_writes = true;
     let result = WorkerToCoordinator::TaskResult {
         job_id: job,
         lease_id: lease,
@@ -364,7 +349,7 @@ fn an_assignment_lost_with_a_replaced_connection_does_not_starve_the_job() {
 
     // The worker never saw the TASK_ASSIGN on 10; it reconnects on 11 reporting nothing running.
     h.register(ConnectionId(11), 1, Vec::new());
-    h.c.handle_closed(h.now, ConnectionId(10));
+    h.d.c.handle_closed(h.d.now, ConnectionId(10));
     h.pump();
 
     h.advance_beating(30_000, &[ConnectionId(11)]);
@@ -407,7 +392,7 @@ fn a_cancel_lost_with_a_replaced_connection_is_repeated_on_the_new_one() {
             lease_id: lease,
         }],
     );
-    h.c.handle_closed(h.now, ConnectionId(10));
+    h.d.c.handle_closed(h.d.now, ConnectionId(10));
     h.pump();
     h.advance_beating(5_000, &[ConnectionId(11)]);
 

@@ -1,7 +1,8 @@
 //! A coordinator driven by an arbitrary sequence of client and worker messages (decoded from
 //! the input as the wire would), connection closes, time passing and disk writes landing. After
-//! every step its job table must hold its invariants and no worker may hold more attempts than
-//! its capacity. Bad input must never panic it.
+//! every output it produces, the shared test driver checks its invariants (the job table's, and
+//! that no worker holds more attempts than its capacity and prefetch allow). Bad input must never
+//! panic it.
 //!
 //! The input is a sequence of steps, each one byte of kind followed by its arguments:
 //!
@@ -18,50 +19,15 @@
 
 use std::time::Duration;
 
-use herder_core::coordinator::{Coordinator, CoordinatorConfig, Link, Output, PersistBatch};
+use herder_core::coordinator::{CoordinatorConfig, Link};
 use herder_core::ids::ConnectionId;
 use herder_core::protocol::codec::{decode_message, FrameError};
 use herder_core::protocol::{ClientRequest, WorkerToCoordinator};
-use herder_core::time::Instant;
+use herder_core::testing::Driver;
 use libfuzzer_sys::fuzz_target;
 
 const CLIENT_CONNS: u64 = 4;
 const WORKER_CONNS: u64 = 4;
-
-struct Harness {
-    c: Coordinator,
-    now: Instant,
-    held: Vec<PersistBatch>,
-}
-
-impl Harness {
-    fn pump(&mut self) {
-        while let Some(output) = self.c.poll_output() {
-            if let Output::Persist(batch) = output {
-                self.held.push(batch);
-            }
-        }
-        if let Err(broken) = self.c.table().check_invariants() {
-            panic!("job table invariant broken: {broken}");
-        }
-        for worker in self.c.workers() {
-            assert!(
-                worker.leases.len() <= worker.capacity as usize,
-                "worker {} holds {} attempts with capacity {}",
-                worker.id,
-                worker.leases.len(),
-                worker.capacity
-            );
-        }
-    }
-
-    fn land_writes(&mut self) {
-        for batch in std::mem::take(&mut self.held) {
-            self.c.handle_persisted(self.now, batch.id);
-            self.pump();
-        }
-    }
-}
 
 fn conn(link: Link, byte: u8) -> ConnectionId {
     match link {
@@ -80,16 +46,13 @@ fuzz_target!(|data: &[u8]| {
         retry_max: Duration::from_millis(100),
         ..CoordinatorConfig::default()
     };
-    let Ok(c) = Coordinator::new(config, 7) else {
+    // The shared test driver checks the invariants after every output; writes are held until
+    // a step lands them.
+    let Ok(mut h) = Driver::new(config, 7) else {
         return;
     };
-    let mut h = Harness {
-        c,
-        now: Instant::ZERO,
-        held: Vec::new(),
-    };
-    h.pump();
-    h.land_writes();
+    h.release_writes();
+    h.hold_writes = true;
     let mut rest = data;
     while let Some((&kind, after)) = rest.split_first() {
         rest = after;
@@ -114,12 +77,12 @@ fuzz_target!(|data: &[u8]| {
                     break;
                 };
                 rest = tail;
-                h.now = h
-                    .now
-                    .saturating_add(Duration::from_millis(25 * u64::from(ticks)));
-                h.c.handle_timeout(h.now);
+                h.advance(Duration::from_millis(25 * u64::from(ticks)));
             }
-            3 => h.land_writes(),
+            3 => {
+                h.release_writes();
+                h.hold_writes = true;
+            }
             4 => {
                 let Some((&c, tail)) = rest.split_first() else {
                     break;
@@ -146,6 +109,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         h.pump();
+        h.sent.clear();
     }
-    h.land_writes();
+    h.release_writes();
 });

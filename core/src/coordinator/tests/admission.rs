@@ -32,10 +32,10 @@ fn admission_accepts_to_the_limit_then_rejects_and_terminal_transitions_free_one
     let b = h.submit(json!({"kind": "fail", "fail_until_attempt": 9}), 2);
     let c = h.submit(sha("c"), 3);
     expect_rejected(h.submit_request(sha("d"), None, None), 3, 3);
-    assert_eq!(h.c.table().len(), 3, "a rejection creates nothing");
+    assert_eq!(h.d.c.table().len(), 3, "a rejection creates nothing");
     // Cancellation frees one slot.
     cancel(&mut h, c);
-    assert_eq!(h.c.table().active_jobs(), 2);
+    assert_eq!(h.d.c.table().active_jobs(), 2);
     let d = h.submit(sha("d"), 3);
     expect_rejected(h.submit_request(sha("e"), None, None), 3, 3);
     // A retry does not re-enter admission: b fails once, waits, and still counts once.
@@ -58,10 +58,10 @@ fn admission_accepts_to_the_limit_then_rejects_and_terminal_transitions_free_one
         },
     );
     assert_eq!(h.state(b), JobState::RetryWait);
-    assert_eq!(h.c.table().active_jobs(), 3);
+    assert_eq!(h.d.c.table().active_jobs(), 3);
     // Completion frees one slot.
     h.succeed("w1", a, lease_of(a));
-    assert_eq!(h.c.table().active_jobs(), 2);
+    assert_eq!(h.d.c.table().active_jobs(), 2);
     // Permanent failure frees one slot.
     h.advance_with_heartbeats(400, &["w1"]);
     let [(_, lease, _)] = h.assignments("w1")[..] else {
@@ -77,7 +77,7 @@ fn admission_accepts_to_the_limit_then_rejects_and_terminal_transitions_free_one
         },
     );
     assert_eq!(h.state(b), JobState::Failed);
-    assert_eq!(h.c.table().active_jobs(), 1);
+    assert_eq!(h.d.c.table().active_jobs(), 1);
     assert_eq!(h.state(d), JobState::Running);
 }
 
@@ -88,8 +88,8 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
     let requests: Vec<RequestId> = (0..8)
         .map(|i| {
             let request_id = h.request_id();
-            h.c.handle_client_message(
-                h.now,
+            h.d.c.handle_client_message(
+                h.d.now,
                 ConnectionId(10 + i),
                 &crate::auth::Caller::anonymous(),
                 ClientRequest::Submit {
@@ -128,14 +128,14 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
     assert!(replies
         .iter()
         .all(|r| matches!(r, ClientReply::SubmitAccepted { .. })));
-    assert_eq!(h.c.table().active_jobs(), 5);
+    assert_eq!(h.d.c.table().active_jobs(), 5);
 }
 
 #[test]
 fn unwritten_bytes_count_the_entries_waiting_for_the_disk() {
     let mut h = Harness::new();
     h.hold_writes = true;
-    assert_eq!(h.c.unwritten_bytes(), 0);
+    assert_eq!(h.d.c.unwritten_bytes(), 0);
     let big = "x".repeat(10_000);
     for _ in 0..3 {
         let request_id = h.request_id();
@@ -150,13 +150,13 @@ fn unwritten_bytes_count_the_entries_waiting_for_the_disk() {
     }
     let held: u64 = h.held.iter().map(|b| b.entry_bytes).sum();
     assert!(held >= 30_000, "three 10 kB payloads are waiting: {held}");
-    assert_eq!(h.c.unwritten_bytes(), held);
+    assert_eq!(h.d.c.unwritten_bytes(), held);
     h.release_one();
     let after_one: u64 = h.held.iter().map(|b| b.entry_bytes).sum();
-    assert_eq!(h.c.unwritten_bytes(), after_one);
+    assert_eq!(h.d.c.unwritten_bytes(), after_one);
     assert!(after_one < held);
     h.release_writes();
-    assert_eq!(h.c.unwritten_bytes(), 0, "everything written");
+    assert_eq!(h.d.c.unwritten_bytes(), 0, "everything written");
 }
 
 #[test]
@@ -171,8 +171,8 @@ fn one_connection_cannot_take_every_wait_slot() {
         let (greedy, polite) = (ConnectionId(40), ConnectionId(41));
         let wait = |h: &mut Harness, conn: ConnectionId| {
             let request_id = h.request_id();
-            h.c.handle_client_message(
-                h.now,
+            h.d.c.handle_client_message(
+                h.d.now,
                 conn,
                 &crate::auth::Caller::anonymous(),
                 ClientRequest::Wait {
@@ -199,7 +199,7 @@ fn one_connection_cannot_take_every_wait_slot() {
             "another connection still parks a wait"
         );
         // The greedy connection goes: its slots are free again.
-        h.c.handle_closed(h.now, greedy);
+        h.d.c.handle_closed(h.d.now, greedy);
         h.pump();
         let again = wait(&mut h, ConnectionId(42));
         assert!(h.try_reply_to(again).is_none());
@@ -279,7 +279,7 @@ fn a_keyed_resend_of_a_submission_still_being_written_waits_for_it_and_writes_no
         ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::IdempotencyConflict),
         other => panic!("unexpected {other:?}"),
     }
-    assert_eq!(h.c.table().len(), 1);
+    assert_eq!(h.d.c.table().len(), 1);
 }
 
 #[test]
@@ -297,13 +297,13 @@ fn a_parked_resend_whose_connection_closes_is_dropped() {
     let first = h.request_id();
     h.client_says(keyed(first));
     let resend = h.request_id();
-    h.c.handle_client_message(
-        h.now,
+    h.d.c.handle_client_message(
+        h.d.now,
         ConnectionId(77),
         &crate::auth::Caller::anonymous(),
         keyed(resend),
     );
-    h.c.handle_closed(h.now, ConnectionId(77));
+    h.d.c.handle_closed(h.d.now, ConnectionId(77));
     h.pump();
     h.release_writes();
     assert!(matches!(
@@ -322,7 +322,7 @@ fn after_recovery_a_count_above_a_lowered_limit_runs_down_and_only_new_work_is_r
     let jobs: Vec<JobId> = (0..5).map(|i| h.submit(sha(&format!("{i}")), 3)).collect();
     h.restart(limited(2));
     assert_eq!(
-        h.c.table().active_jobs(),
+        h.d.c.table().active_jobs(),
         5,
         "recovered count above the new limit"
     );
@@ -333,10 +333,10 @@ fn after_recovery_a_count_above_a_lowered_limit_runs_down_and_only_new_work_is_r
     for (job, lease, _) in &assigned {
         h.succeed("w1", *job, *lease);
         if *job == jobs[3] {
-            assert_eq!(h.c.table().active_jobs(), 1);
+            assert_eq!(h.d.c.table().active_jobs(), 1);
         }
     }
-    assert_eq!(h.c.table().active_jobs(), 0);
+    assert_eq!(h.d.c.table().active_jobs(), 0);
     h.submit(sha("new"), 3);
 }
 
@@ -379,7 +379,7 @@ fn idempotency_keys_replay_conflict_and_bypass_admission() {
     }
     // A new key at the limit is admission-controlled as usual.
     expect_rejected(h.submit_request(sha("abc"), None, Some("order-43")), 1, 1);
-    assert_eq!(h.c.table().len(), 1);
+    assert_eq!(h.d.c.table().len(), 1);
     // The key stays bound after the job is terminal, and after a restart.
     cancel(&mut h, first);
     h.restart(limited(1));
@@ -437,5 +437,5 @@ fn duplicate_keys_in_one_batch_create_one_job() {
         panic!("one creation and one replay")
     };
     assert_eq!(first, second);
-    assert_eq!(h.c.table().len(), 1);
+    assert_eq!(h.d.c.table().len(), 1);
 }

@@ -67,7 +67,7 @@ fn a_batch_is_one_durable_write_and_is_answered_only_once_it_is_durable() {
             "in the order sent"
         );
     }
-    assert_eq!(h.c.table().len(), 5);
+    assert_eq!(h.d.c.table().len(), 5);
 }
 
 #[test]
@@ -86,7 +86,7 @@ fn a_bad_job_fails_the_whole_batch_and_creates_nothing() {
         }
         other => panic!("expected an error, got {other:?}"),
     }
-    assert_eq!(h.c.table().len(), 0);
+    assert_eq!(h.d.c.table().len(), 0);
     for jobs in [
         Vec::new(),
         vec![job(sha("x"), None); SUBMIT_BATCH_JOBS_MAX + 1],
@@ -97,7 +97,7 @@ fn a_bad_job_fails_the_whole_batch_and_creates_nothing() {
             other => panic!("expected an error, got {other:?}"),
         }
     }
-    assert_eq!(h.c.table().len(), 0);
+    assert_eq!(h.d.c.table().len(), 0);
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn admission_answers_each_job_and_refuses_only_what_does_not_fit() {
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
-    assert_eq!(h.c.table().len(), 3);
+    assert_eq!(h.d.c.table().len(), 3);
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn keys_are_answered_per_job_within_a_batch_and_across_batches() {
             existing: true
         }
     );
-    assert_eq!(h.c.table().len(), 2);
+    assert_eq!(h.d.c.table().len(), 2);
 }
 
 #[test]
@@ -167,15 +167,15 @@ fn a_batch_whose_connection_closes_is_dropped_and_its_jobs_still_exist() {
     h.hold_writes = true;
     let request_id = h.request_id();
     let jobs = vec![job(sha("a"), None), job(sha("b"), None)];
-    h.c.handle_client_message(
-        h.now,
+    h.d.c.handle_client_message(
+        h.d.now,
         ConnectionId(77),
         &crate::auth::Caller::anonymous(),
         ClientRequest::SubmitBatch { request_id, jobs },
     );
-    h.c.handle_closed(h.now, ConnectionId(77));
+    h.d.c.handle_closed(h.d.now, ConnectionId(77));
     h.pump();
     h.release_writes();
     assert!(h.try_reply_to(request_id).is_none());
-    assert_eq!(h.c.table().len(), 2, "what was proposed is written");
+    assert_eq!(h.d.c.table().len(), 2, "what was proposed is written");
 }

@@ -18,8 +18,9 @@ fn named(name: &str, role: Role) -> Caller {
 
 impl Harness {
     fn as_caller(&mut self, conn: ConnectionId, caller: &Caller, message: ClientRequest) {
-        self.c
-            .handle_client_message(self.now, conn, caller, message);
+        self.d
+            .c
+            .handle_client_message(self.d.now, conn, caller, message);
         self.pump();
     }
 
@@ -56,7 +57,7 @@ impl Harness {
 fn a_reader_is_refused_every_write_and_nothing_is_proposed() {
     let mut h = Harness::new();
     let reader = named("dash", Role::Reader);
-    let before = h.c.replica().last_index();
+    let before = h.d.c.replica().last_index();
     let request_id = h.request_id();
     h.as_caller(
         ALICE,
@@ -85,8 +86,8 @@ fn a_reader_is_refused_every_write_and_nothing_is_proposed() {
         }
     )));
     h.release_writes();
-    assert_eq!(h.c.replica().last_index(), before, "nothing was proposed");
-    assert_eq!(h.c.table().jobs().count(), 0);
+    assert_eq!(h.d.c.replica().last_index(), before, "nothing was proposed");
+    assert_eq!(h.d.c.table().jobs().count(), 0);
     // The connection stays usable for what the role allows.
     let request_id = h.request_id();
     h.as_caller(ALICE, &reader, ClientRequest::Workers { request_id });

@@ -20,6 +20,7 @@ use crate::limits::ATTEMPTS_MAX;
 use crate::protocol::{AttemptOutcome, CancelReason, RegisterRejection, RunningAttempt};
 use crate::table::Applied;
 use crate::tasks::{TaskOutput, TaskSpec};
+use crate::testing::Driver;
 
 const WORKER_CONN_BASE: u64 = 100;
 const CLIENT_CONN: ConnectionId = ConnectionId(1);
@@ -36,16 +37,26 @@ fn config() -> CoordinatorConfig {
     }
 }
 
-/// Drives one coordinator: persists batches (immediately, unless told to hold them), collects
-/// every other output, and advances time.
+/// Drives one coordinator through the shared test driver (which persists batches at once unless
+/// told to hold them, collects every other output, fires timers as time passes and checks the
+/// invariants after every output), with helpers that speak for workers and clients.
 struct Harness {
-    c: Coordinator,
-    now: Instant,
-    disk: DiskImage,
-    hold_writes: bool,
-    held: Vec<PersistBatch>,
-    sent: Vec<Output>,
+    d: Driver,
     next_request: u64,
+}
+
+impl std::ops::Deref for Harness {
+    type Target = Driver;
+
+    fn deref(&self) -> &Driver {
+        &self.d
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Driver {
+        &mut self.d
+    }
 }
 
 impl Harness {
@@ -54,82 +65,15 @@ impl Harness {
     }
 
     fn with(config: CoordinatorConfig) -> Harness {
-        let c = Coordinator::new(config, 42).expect("valid config");
-        let mut h = Harness {
-            c,
-            now: Instant::ZERO,
-            disk: DiskImage::default(),
-            hold_writes: false,
-            held: Vec::new(),
-            sent: Vec::new(),
+        Harness {
+            d: Driver::new(config, 42).expect("valid config"),
             next_request: 0,
-        };
-        h.pump();
-        h
-    }
-
-    /// Drains outputs, making batches durable as they appear, until nothing is left.
-    fn pump(&mut self) {
-        while let Some(output) = self.c.poll_output() {
-            match output {
-                Output::Persist(batch) if self.hold_writes => self.held.push(batch),
-                Output::Persist(batch) => {
-                    self.disk.write(&batch.records);
-                    self.c.handle_persisted(self.now, batch.id);
-                }
-                other => self.sent.push(other),
-            }
-            self.check();
-        }
-    }
-
-    /// Lets only the oldest held batch reach the disk; later ones stay held.
-    fn release_one(&mut self) {
-        assert!(!self.held.is_empty(), "no batch is held");
-        let batch = self.held.remove(0);
-        self.disk.write(&batch.records);
-        self.c.handle_persisted(self.now, batch.id);
-        self.pump();
-    }
-
-    /// Lets held batches reach the disk.
-    fn release_writes(&mut self) {
-        self.hold_writes = false;
-        for batch in std::mem::take(&mut self.held) {
-            self.disk.write(&batch.records);
-            self.c.handle_persisted(self.now, batch.id);
-        }
-        self.pump();
-    }
-
-    fn check(&self) {
-        if let Err(violation) = self.c.table().check_invariants() {
-            panic!("job table invariant broken: {violation}");
-        }
-        for worker in self.c.workers() {
-            assert!(
-                worker.leases.len() <= worker.lease_bound(),
-                "worker {} holds {} attempts with capacity {} and prefetch {}",
-                worker.id,
-                worker.leases.len(),
-                worker.capacity,
-                worker.prefetch
-            );
         }
     }
 
     /// Advances time to `now + millis`, firing every timer on the way in order.
     fn advance(&mut self, millis: u64) {
-        let target = self.now.saturating_add(Duration::from_millis(millis));
-        while let Some(at) = self.c.poll_timeout() {
-            if at > target {
-                break;
-            }
-            self.now = self.now.max(at);
-            self.c.handle_timeout(self.now);
-            self.pump();
-        }
-        self.now = target;
+        self.d.advance(Duration::from_millis(millis));
     }
 
     /// Advances time while every live worker in `beating` heartbeats on schedule.
@@ -147,7 +91,7 @@ impl Harness {
     }
 
     fn take(&mut self) -> Vec<Output> {
-        std::mem::take(&mut self.sent)
+        self.d.take_sent()
     }
 
     fn events(&mut self) -> Vec<Event> {
@@ -185,8 +129,8 @@ impl Harness {
         conn: ConnectionId,
         running: Vec<RunningAttempt>,
     ) {
-        self.c.handle_worker_message(
-            self.now,
+        self.d.c.handle_worker_message(
+            self.d.now,
             conn,
             WorkerToCoordinator::Register {
                 draining: false,
@@ -203,14 +147,15 @@ impl Harness {
     }
 
     fn worker_says(&mut self, name: &str, message: WorkerToCoordinator) {
-        self.c
-            .handle_worker_message(self.now, Self::conn_of(name), message);
+        self.d
+            .c
+            .handle_worker_message(self.d.now, Self::conn_of(name), message);
         self.pump();
     }
 
     fn client_says(&mut self, message: ClientRequest) {
-        self.c.handle_client_message(
-            self.now,
+        self.d.c.handle_client_message(
+            self.d.now,
             CLIENT_CONN,
             &crate::auth::Caller::anonymous(),
             message,
@@ -323,11 +268,11 @@ impl Harness {
     }
 
     fn state(&self, job_id: JobId) -> JobState {
-        self.c.job(&job_id).expect("job exists").state
+        self.d.c.job(&job_id).expect("job exists").state
     }
 
     fn job(&self, job_id: JobId) -> &Job {
-        self.c.job(&job_id).expect("job exists")
+        self.d.c.job(&job_id).expect("job exists")
     }
 
     fn closed(&mut self, conn: ConnectionId) -> bool {
@@ -339,9 +284,9 @@ impl Harness {
         self.held.clear();
         self.hold_writes = false;
         self.sent.clear();
-        self.now = self.now.saturating_add(Duration::from_millis(1_000));
-        self.c =
-            Coordinator::recover(config, 7, self.now, self.disk.durable_state()).expect("recovery");
+        self.d.now = self.d.now.saturating_add(Duration::from_millis(1_000));
+        self.c = Coordinator::recover(config, 7, self.d.now, self.disk.durable_state())
+            .expect("recovery");
         self.pump();
     }
 }
@@ -403,7 +348,7 @@ fn a_job_runs_and_completes_and_wait_is_answered_only_then() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    assert_eq!(h.c.table().active_jobs(), 0);
+    assert_eq!(h.d.c.table().active_jobs(), 0);
 }
 
 #[test]
@@ -465,7 +410,7 @@ fn invalid_submissions_get_typed_errors_and_change_nothing() {
         ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
         other => panic!("unexpected {other:?}"),
     }
-    assert!(h.c.table().is_empty());
+    assert!(h.d.c.table().is_empty());
     assert!(h.disk.log.is_empty(), "nothing was written");
 }
 
@@ -492,7 +437,7 @@ fn a_task_too_large_for_the_binary_log_entry_is_refused_though_its_json_fits() {
         }
         other => panic!("expected INVALID_TASK, got {other:?}"),
     }
-    assert!(h.c.table().is_empty());
+    assert!(h.d.c.table().is_empty());
     assert!(h.disk.log.is_empty(), "nothing was written");
 }
 
@@ -533,13 +478,13 @@ fn nothing_is_revealed_before_its_records_are_durable() {
         None,
         "no acknowledgement before the submit is durable"
     );
-    assert!(h.c.table().is_empty(), "not applied before it is durable");
+    assert!(h.d.c.table().is_empty(), "not applied before it is durable");
     h.release_one();
     assert!(matches!(
         h.reply_to(request_id),
         ClientReply::SubmitAccepted { .. }
     ));
-    let job = h.c.table().jobs().next().expect("job").id;
+    let job = h.d.c.table().jobs().next().expect("job").id;
     // A worker arrives for the queued job: the assignment is proposed but held back until its
     // own write is durable.
     h.register("w1", 1);
@@ -659,7 +604,7 @@ fn a_crash_before_the_write_loses_only_unacknowledged_work() {
     assert_eq!(h.try_reply_to(request_id), None);
     h.restart(config());
     assert_eq!(
-        h.c.table().len(),
+        h.d.c.table().len(),
         1,
         "the unacknowledged submission is gone, the acknowledged one is not"
     );
@@ -721,7 +666,7 @@ fn an_abrupt_disconnect_is_detected_at_once() {
     let job = h.submit(sha("x"), 3);
     assert_eq!(h.assignments("w1").len(), 1);
     h.take();
-    h.c.handle_closed(h.now, Harness::conn_of("w1"));
+    h.d.c.handle_closed(h.d.now, Harness::conn_of("w1"));
     h.pump();
     assert!(h.events().contains(&Event::WorkerLost {
         worker: WorkerId("w1".into()),
@@ -732,7 +677,7 @@ fn an_abrupt_disconnect_is_detected_at_once() {
         JobState::RetryWait,
         "no heartbeat timeout needed"
     );
-    assert_eq!(h.now, Instant::ZERO);
+    assert_eq!(h.d.now, Instant::ZERO);
 }
 
 #[test]
@@ -742,7 +687,7 @@ fn heartbeats_keep_a_busy_worker_alive_past_many_timeouts() {
     let job = h.submit(json!({"kind": "sleep", "milliseconds": 5_000}), 3);
     h.advance_with_heartbeats(3_000, &["w1"]);
     assert_eq!(h.state(job), JobState::Running);
-    assert!(h.c.workers().all(|w| w.alive));
+    assert!(h.d.c.workers().all(|w| w.alive));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -797,7 +742,7 @@ fn failures_are_retried_with_bounded_jittered_backoff_until_attempts_run_out() {
         .error
         .as_deref()
         .is_some_and(|e| e.contains("boom 3")));
-    assert_eq!(h.c.table().active_jobs(), 0);
+    assert_eq!(h.d.c.table().active_jobs(), 0);
 }
 
 #[test]
@@ -845,8 +790,8 @@ fn a_result_from_a_worker_declared_dead_is_rejected() {
     // w1 wakes up, reconnects as the same process and reports its old result.
     h.take();
     h.register_as("w1", 1, Incarnation(1), ConnectionId(999), vec![]);
-    h.c.handle_worker_message(
-        h.now,
+    h.d.c.handle_worker_message(
+        h.d.now,
         ConnectionId(999),
         WorkerToCoordinator::TaskResult {
             job_id: job,
@@ -1187,7 +1132,7 @@ fn cancel_works_in_every_non_terminal_state_and_reports_terminal_ones() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    assert_eq!(h.c.table().active_jobs(), 0);
+    assert_eq!(h.d.c.table().active_jobs(), 0);
 }
 
 #[test]

@@ -157,7 +157,7 @@ fn a_lost_prefetching_worker_takes_its_waiting_attempts_down_with_it() {
     register_prefetching(&mut h, "w1", 1, 1);
     let jobs = [h.submit(sleep(), 3), h.submit(sleep(), 3)];
     assert_eq!(h.assignments("w1").len(), 2);
-    h.c.handle_closed(h.now, Harness::conn_of("w1"));
+    h.d.c.handle_closed(h.d.now, Harness::conn_of("w1"));
     h.pump();
     // Which of them had started is not known: both are failed and retried, each charged.
     for job in jobs {

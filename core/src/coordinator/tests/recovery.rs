@@ -15,7 +15,7 @@ fn recovery_requeues_an_interrupted_attempt_and_counts_it() {
         JobState::Running,
         "kept running during the re-adoption window"
     );
-    assert_eq!(h.c.awaiting_readoption(), 1);
+    assert_eq!(h.d.c.awaiting_readoption(), 1);
     h.advance(299);
     assert_eq!(h.state(job), JobState::Running);
     h.advance(1);
@@ -54,7 +54,7 @@ fn recovery_applies_the_final_attempt_rule() {
         .error
         .as_deref()
         .is_some_and(|e| e.contains("restart")));
-    assert_eq!(h.c.table().active_jobs(), 0);
+    assert_eq!(h.d.c.table().active_jobs(), 0);
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn a_worker_that_reconnects_with_its_lease_is_readopted_and_its_result_counts() 
         .events()
         .iter()
         .any(|e| matches!(e, Event::AttemptReadopted { lease_id, .. } if *lease_id == lease)));
-    assert_eq!(h.c.awaiting_readoption(), 0);
+    assert_eq!(h.d.c.awaiting_readoption(), 0);
     h.advance_with_heartbeats(1_000, &["w1"]);
     assert_eq!(
         h.state(job),
@@ -165,7 +165,7 @@ fn a_stale_deadline_is_neither_trusted_nor_ignored_after_restart() {
     );
     h.advance_with_heartbeats(100, &["w1"]);
     assert!(
-        !h.c.table().is_current_lease(job, lease),
+        !h.d.c.table().is_current_lease(job, lease),
         "but it is enforced"
     );
     assert!(h
@@ -287,7 +287,7 @@ fn changed_rows_are_written_once_nothing_was_written_for_a_while() {
     );
     // And what was written recovers to the same table.
     let recovered =
-        Coordinator::recover(config(), 1, h.now, h.disk.durable_state()).expect("recovery");
+        Coordinator::recover(config(), 1, h.d.now, h.disk.durable_state()).expect("recovery");
     assert_eq!(
         recovered.job(&first).map(|j| j.state),
         Some(JobState::Queued)

@@ -30,11 +30,11 @@ fn a_second_live_process_with_the_same_id_is_rejected_but_a_reconnect_is_not() {
         }
     )));
     // Closing the superseded connection does not lose the worker.
-    h.c.handle_closed(h.now, Harness::conn_of("w1"));
+    h.d.c.handle_closed(h.d.now, Harness::conn_of("w1"));
     h.pump();
-    assert!(h.c.workers().all(|w| w.alive));
+    assert!(h.d.c.workers().all(|w| w.alive));
     // Once the first process is lost, a new process may take the id.
-    h.c.handle_closed(h.now, ConnectionId(501));
+    h.d.c.handle_closed(h.d.now, ConnectionId(501));
     h.pump();
     h.register_as("w1", 1, Incarnation(2), ConnectionId(502), vec![]);
     assert!(h
@@ -47,7 +47,7 @@ fn a_second_live_process_with_the_same_id_is_rejected_but_a_reconnect_is_not() {
 fn a_flapping_worker_does_not_pile_up_timers() {
     let mut h = Harness::new();
     h.register("w1", 1);
-    let baseline = h.c.armed_timers();
+    let baseline = h.d.c.armed_timers();
     for _ in 0..50 {
         // Lost by silence, then back as the same process before its old check would fire again.
         h.advance(300);
@@ -55,9 +55,9 @@ fn a_flapping_worker_does_not_pile_up_timers() {
         h.advance_with_heartbeats(100, &["w1"]);
     }
     assert!(
-        h.c.armed_timers() <= baseline + 1,
+        h.d.c.armed_timers() <= baseline + 1,
         "{} timers armed after 50 flaps (baseline {baseline})",
-        h.c.armed_timers()
+        h.d.c.armed_timers()
     );
 }
 
@@ -76,7 +76,11 @@ fn bad_registrations_and_unregistered_traffic_are_refused() {
         }
     )));
     h.take();
-    h.c.handle_worker_message(h.now, ConnectionId(601), WorkerToCoordinator::Heartbeat {});
+    h.d.c.handle_worker_message(
+        h.d.now,
+        ConnectionId(601),
+        WorkerToCoordinator::Heartbeat {},
+    );
     h.pump();
     assert!(h.sent.iter().any(|o| matches!(
         o,
@@ -89,7 +93,7 @@ fn bad_registrations_and_unregistered_traffic_are_refused() {
         }
     )));
     assert!(h.closed(ConnectionId(601)));
-    assert_eq!(h.c.workers().count(), 0);
+    assert_eq!(h.d.c.workers().count(), 0);
 }
 
 #[test]
@@ -98,11 +102,13 @@ fn a_worker_at_the_client_port_or_a_client_at_the_worker_port_is_told_so() {
     let register = FrameError::UnknownType {
         type_name: "REGISTER".into(),
     };
-    h.c.handle_malformed(h.now, ConnectionId(60), Link::Client, &register);
+    h.d.c
+        .handle_malformed(h.d.now, ConnectionId(60), Link::Client, &register);
     let submit = FrameError::UnknownType {
         type_name: "SUBMIT".into(),
     };
-    h.c.handle_malformed(h.now, ConnectionId(61), Link::Worker, &submit);
+    h.d.c
+        .handle_malformed(h.d.now, ConnectionId(61), Link::Worker, &submit);
     h.pump();
     let messages: Vec<(ConnectionId, String)> = h
         .take()
@@ -137,7 +143,8 @@ fn a_malformed_frame_gets_a_typed_error_and_the_worker_is_dropped() {
     let error = FrameError::UnknownType {
         type_name: "BOGUS".into(),
     };
-    h.c.handle_malformed(h.now, Harness::conn_of("w1"), Link::Worker, &error);
+    h.d.c
+        .handle_malformed(h.d.now, Harness::conn_of("w1"), Link::Worker, &error);
     h.pump();
     assert!(h.sent_to_worker("w1").iter().any(|m| matches!(
         m,
@@ -149,8 +156,8 @@ fn a_malformed_frame_gets_a_typed_error_and_the_worker_is_dropped() {
     assert!(h.closed(Harness::conn_of("w1")));
     assert_eq!(h.state(job), JobState::RetryWait);
     // The coordinator keeps serving clients.
-    h.c.handle_malformed(
-        h.now,
+    h.d.c.handle_malformed(
+        h.d.now,
         ConnectionId(77),
         Link::Client,
         &FrameError::EmptyFrame,
@@ -193,8 +200,8 @@ fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per
     let mut jobs = BTreeSet::new();
     for i in 0..60u64 {
         let request_id = h.request_id();
-        h.c.handle_client_message(
-            h.now,
+        h.d.c.handle_client_message(
+            h.d.now,
             ConnectionId(10 + i % 4),
             &crate::auth::Caller::anonymous(),
             ClientRequest::Submit {
@@ -216,7 +223,7 @@ fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per
     }
     let mut assignments: BTreeMap<(JobId, Attempt), Vec<(String, LeaseId)>> = BTreeMap::new();
     let mut rounds = 0;
-    while h.c.table().active_jobs() > 0 {
+    while h.d.c.table().active_jobs() > 0 {
         rounds += 1;
         assert!(rounds < 100, "the run makes progress");
         for w in 1..=5 {
@@ -345,7 +352,7 @@ fn the_coordinator_log_tells_the_failure_recovery_story() {
     h.register("w2", 1);
     let job = h.submit(json!({"kind": "sleep", "milliseconds": 20_000}), 3);
     h.take();
-    h.c.handle_closed(h.now, Harness::conn_of("w1"));
+    h.d.c.handle_closed(h.d.now, Harness::conn_of("w1"));
     h.pump();
     h.advance_with_heartbeats(400, &["w2"]);
     let lease = h

@@ -62,7 +62,7 @@ fn jobs_are_stamped_with_the_leaders_wall_time() {
         "created {created} ms after the epoch"
     );
     assert!(finished >= created, "finished before it was created");
-    let view = h.c.table().view(&job_id).expect("a view");
+    let view = h.d.c.table().view(&job_id).expect("a view");
     assert_eq!(view.created_at_unix_ms, Some(job.created_at.0));
     assert_eq!(view.finished_at_unix_ms, job.finished_at.map(|at| at.0));
 }
@@ -77,20 +77,20 @@ fn the_count_bound_purges_the_longest_finished_and_forgets_their_keys() {
     h.register("w1", 1);
     let ids = complete_keyed(&mut h, 5, "k");
     assert_eq!(
-        h.c.table().finished_jobs(),
+        h.d.c.table().finished_jobs(),
         5,
         "nothing is purged before a sweep"
     );
     h.advance_with_heartbeats(2_000, &["w1"]);
     assert_eq!(
-        h.c.table().finished_jobs(),
+        h.d.c.table().finished_jobs(),
         5,
         "the count bound waits until a job is at least min_age old"
     );
     h.advance_with_heartbeats(4_000, &["w1"]);
-    assert_eq!(h.c.table().finished_jobs(), 3);
+    assert_eq!(h.d.c.table().finished_jobs(), 3);
     for gone in &ids[..2] {
-        assert!(h.c.job(gone).is_none(), "job {gone} should be purged");
+        assert!(h.d.c.job(gone).is_none(), "job {gone} should be purged");
         assert!(!h.disk.jobs.contains_key(gone), "its row should be deleted");
         let request_id = h.request_id();
         h.client_says(ClientRequest::Status {
@@ -148,20 +148,20 @@ fn the_age_bound_purges_once_a_job_is_old_enough_and_survives_a_restart() {
     h.register("w1", 1);
     let ids = complete_keyed(&mut h, 2, "k");
     h.advance_with_heartbeats(30_000, &["w1"]);
-    assert_eq!(h.c.table().finished_jobs(), 2, "younger than the bound");
+    assert_eq!(h.d.c.table().finished_jobs(), 2, "younger than the bound");
     let young = complete_keyed(&mut h, 1, "young");
     h.advance_with_heartbeats(31_000, &["w1"]);
     assert_eq!(
-        h.c.table().finished_jobs(),
+        h.d.c.table().finished_jobs(),
         1,
         "the first two are over a minute old"
     );
-    assert!(ids.iter().all(|id| h.c.job(id).is_none()));
+    assert!(ids.iter().all(|id| h.d.c.job(id).is_none()));
     assert_eq!(h.state(young[0]), JobState::Completed);
     // The purge is durable: a restart on the same disk does not bring the jobs back.
     h.restart(policy);
-    assert!(ids.iter().all(|id| h.c.job(id).is_none()));
-    assert_eq!(h.c.table().finished_jobs(), 1);
+    assert!(ids.iter().all(|id| h.d.c.job(id).is_none()));
+    assert_eq!(h.d.c.table().finished_jobs(), 1);
 }
 
 #[test]
@@ -198,10 +198,10 @@ fn a_purge_request_removes_only_the_state_and_age_asked_for() {
         } => assert_eq!((purged, remaining), (1, 0)),
         other => panic!("expected PURGED, got {other:?}"),
     }
-    assert!(h.c.job(&failed).is_none());
-    assert!(done.iter().all(|id| h.c.job(id).is_some()));
+    assert!(h.d.c.job(&failed).is_none());
+    assert!(done.iter().all(|id| h.d.c.job(id).is_some()));
     // A live state is refused and changes nothing.
-    let before = h.c.table().len();
+    let before = h.d.c.table().len();
     assert!(matches!(
         purge(&mut h, Some(JobState::Queued), 0),
         ClientReply::Error {
@@ -209,14 +209,14 @@ fn a_purge_request_removes_only_the_state_and_age_asked_for() {
             ..
         }
     ));
-    assert_eq!(h.c.table().len(), before);
+    assert_eq!(h.d.c.table().len(), before);
     // Everything terminal; the queued job stays whatever its age.
     match purge(&mut h, None, 0) {
         ClientReply::Purged { purged, .. } => assert_eq!(purged, 2),
         other => panic!("expected PURGED, got {other:?}"),
     }
-    assert!(h.c.job(&queued).is_some());
-    assert_eq!(h.c.table().len(), 1);
+    assert!(h.d.c.job(&queued).is_some());
+    assert_eq!(h.d.c.table().len(), 1);
 }
 
 #[test]
@@ -226,7 +226,7 @@ fn a_purge_names_ids_and_apply_skips_any_that_are_not_purgeable() {
     let done = complete_keyed(&mut h, 1, "done")[0];
     let running = h.submit(sha("runs"), 3);
     assert_eq!(h.state(running), JobState::Running);
-    let mut table = h.c.table().clone();
+    let mut table = h.d.c.table().clone();
     let index = table.applied_index().next();
     let unknown = JobId(uuid::Uuid::from_u128(77));
     let outcome = table.apply(
@@ -264,7 +264,7 @@ fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
         ClientReply::Purged { purged, .. } => assert_eq!(purged, 1),
         other => panic!("expected PURGED, got {other:?}"),
     }
-    let mut live = h.c.table().clone();
+    let mut live = h.d.c.table().clone();
     let rows: Vec<Job> = live.jobs().cloned().collect();
     let mut rebuilt = JobTable::from_rows(rows, live.applied_index()).expect("valid rows");
     let next = live.applied_index().next();
