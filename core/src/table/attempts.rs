@@ -27,6 +27,7 @@ impl JobTable {
             Some(job_id),
             "queued job {job_id} was not at its queue position"
         );
+        assert!(job.lease.is_none(), "queued job {job_id} holds a lease");
         transition(job, JobState::Running);
         job.attempt = Attempt(job.attempt.0 + 1);
         job.lease = Some(lease.clone());
@@ -105,7 +106,7 @@ impl JobTable {
         job.lease = None;
         job.result = Some(output.clone());
         job.error = None;
-        self.active -= 1;
+        self.job_ended();
         Applied::Completed { job_id, lease }
     }
 
@@ -138,7 +139,7 @@ impl JobTable {
             }
         } else {
             transition(job, JobState::Failed);
-            self.active -= 1;
+            self.job_ended();
             Applied::FailedPermanently {
                 job_id,
                 lease,
@@ -194,7 +195,7 @@ impl JobTable {
         } else {
             // The final-attempt rule: the interrupted attempt counts, and it was the last one.
             transition(job, JobState::Failed);
-            self.active -= 1;
+            self.job_ended();
             Applied::FailedPermanently {
                 job_id,
                 lease,

@@ -38,11 +38,16 @@ impl JobTable {
         }
         transition(job, JobState::Cancelled);
         let revoked = job.lease.take();
+        assert!(
+            revoked.is_some() == (previous == JobState::Running && !job.is_parent()),
+            "job {job_id} was {previous} with lease {:?}",
+            revoked.as_ref().map(|lease| lease.id)
+        );
         if let Some(lease) = &revoked {
             close_attempt(job, lease.id, self.entry_at, AttemptEnd::Cancelled, None);
         }
         job.error = Some(why.to_owned());
-        self.active -= 1;
+        self.job_ended();
         Some(Applied::Cancelled {
             job_id,
             previous,

@@ -211,6 +211,16 @@ impl JobTable {
         seq
     }
 
+    /// A job became terminal: it frees its admission slot. The counter counts non-terminal jobs,
+    /// so it cannot be zero here; checked in every build, since a wrapped counter would admit
+    /// without bound.
+    pub(super) fn job_ended(&mut self) {
+        self.active = self
+            .active
+            .checked_sub(1)
+            .unwrap_or_else(|| panic!("a job ended with no job counted as active"));
+    }
+
     pub(super) fn job_mut(&mut self, job_id: JobId) -> &mut Job {
         self.jobs
             .get_mut(&job_id)

@@ -295,9 +295,15 @@ impl LeaderState {
             // Leader state exists only while consensus says this member leads.
             Err(not_leader) => panic!("a leader's proposal was refused: {not_leader:?}"),
         };
+        assert_eq!(
+            proposal.term, self.term,
+            "a leader of term {:?} proposed in term {:?}",
+            self.term, proposal.term
+        );
         if let Some(pending) = pending {
-            self.pending
-                .insert((proposal.term, proposal.index), pending);
+            let at = (proposal.term, proposal.index);
+            let earlier = self.pending.insert(at, pending);
+            assert!(earlier.is_none(), "two proposals owe answers at {at:?}");
         }
         proposal
     }

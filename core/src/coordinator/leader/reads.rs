@@ -71,9 +71,9 @@ impl Reads {
 
     /// Read `id` was confirmed as of `index` (nothing if its connection closed meanwhile).
     fn confirm(&mut self, id: u64, index: LogIndex) {
-        debug_assert!(id <= self.next_id, "read {id} confirmed but never asked");
+        assert!(id <= self.next_id, "read {id} confirmed but never asked");
         if let Some(read) = self.asked.remove(&id) {
-            debug_assert!(
+            assert!(
                 self.confirmed.back().is_none_or(|(last, _)| *last <= index),
                 "read {id} confirmed at {index}, before an earlier confirmation's index"
             );

@@ -209,7 +209,8 @@ impl LeaderState {
             incarnation,
         };
         if let Some(entry) = self.registry.get_mut(&worker_id) {
-            entry.leases.insert(lease.id, job_id);
+            let earlier = entry.leases.insert(lease.id, job_id);
+            assert!(earlier.is_none(), "lease {} handed out twice", lease.id);
             assert!(
                 entry.leases.len() <= entry.lease_bound(),
                 "worker {worker_id} given {} leases; it has {} slots and prefetches {}",

@@ -304,7 +304,7 @@ impl LeaderState {
         let earlier = self.attempts.lease_deadlines.insert(lease_id, key);
         // Armed once per lease (at assignment or re-adoption): a second would leave a timer
         // that nothing disarms.
-        debug_assert!(earlier.is_none(), "lease {lease_id} got a second deadline");
+        assert!(earlier.is_none(), "lease {lease_id} got a second deadline");
     }
 
     pub(super) fn disarm_lease_deadline(&mut self, lease_id: LeaseId) {
