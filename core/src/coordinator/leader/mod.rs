@@ -1,12 +1,27 @@
 //! Leader soft state: everything only the leader keeps, none of it replicated or persisted.
 //!
 //! ```text
-//!   worker link ──> workers.rs   (register, heartbeats, results, loss)   ─┐
-//!   client link ──> clients.rs   (submit, status, wait, cancel, list)    ─┼─> propose ──> log
-//!   timers      ──> this module  (heartbeat checks, deadlines, retries)  ─┘
-//!   scheduling.rs: queued jobs onto free slots
-//!   effects.rs:    committed entries applied ──> replies, assignments, cancels, acks, events
+//!   worker link ─┐                                  ┌─> propose ──> log ──> committed, applied
+//!   client link ─┼─> this module (routers) ──> feature modules                     │
+//!   timers      ─┘                                  └── effects.rs (router) <───────┘
 //! ```
+//!
+//! Each feature owns its state, the requests it takes in and the effects of the commands it
+//! proposed:
+//!
+//! | module          | owns |
+//! |-----------------|------|
+//! | `workers.rs`    | the registry: registration (checked, then reconciled), heartbeats, draining, loss |
+//! | `attempts/`     | running attempts: deadlines, progress, settling, re-adoption, retries; results and their acknowledgement |
+//! | `scheduling.rs` | queued jobs onto free slots; assignments in flight |
+//! | `submissions.rs`| `SUBMIT` and `SUBMIT_BATCH` down to one proposal each, and their answers |
+//! | `admission.rs`  | submissions proposed and not yet applied: slots they take, keys they bind |
+//! | `clients.rs`    | `STATUS`, `LIST`, `CANCEL` |
+//! | `waits.rs`      | parked `WAIT`s and waking them |
+//! | `reads.rs`      | reads waiting for leadership to be confirmed (ReadIndex) |
+//! | `retention.rs`  | purges, by policy and by request |
+//! | `rotation.rs`   | handing leadership over after a number of jobs |
+//! | `effects.rs`    | a router from an applied entry's outcome to the feature that owns it |
 //!
 //! A `LeaderState` is built when a member starts leading and dropped when it stops: the worker
 //! registry and its slots, the timers, the leases with a settlement in flight, parked waits and
@@ -328,11 +343,7 @@ impl LeaderState {
                     self.check_heartbeat(m, &worker, registration)
                 }
                 Timer::LeaseDeadline(job_id, lease_id) => self.expire_lease(m, job_id, lease_id),
-                Timer::RetryDue(job_id) => {
-                    if m.table.get(&job_id).map(|job| job.state) == Some(JobState::RetryWait) {
-                        self.propose(m, Command::Requeue { job_id }, None);
-                    }
-                }
+                Timer::RetryDue(job_id) => self.retry_due(m, job_id),
                 Timer::ReadoptionEnd => self.end_readoption(m),
                 Timer::WaitTimeout(conn, request_id, job_id) => {
                     self.time_out_waiter(m, conn, request_id, job_id)
@@ -390,12 +401,7 @@ impl LeaderState {
                 Some(worker) => self.note_progress(&worker, job_id, lease_id, &note),
                 None => self.reject_unregistered(m, conn),
             },
-            WorkerToCoordinator::Heartbeat {} => match self.registry.worker_on(conn) {
-                Some(_) => {
-                    m.send_worker(conn, CoordinatorToWorker::HeartbeatAck { term: self.term })
-                }
-                None => self.reject_unregistered(m, conn),
-            },
+            WorkerToCoordinator::Heartbeat {} => self.heartbeat(m, conn),
             WorkerToCoordinator::TaskResult {
                 job_id,
                 lease_id,
@@ -499,17 +505,7 @@ impl LeaderState {
                 state,
                 Duration::from_millis(older_than_millis),
             ),
-            ClientRequest::Workers { request_id } => {
-                let now = m.now;
-                let workers = self.registry.iter().map(|w| w.view(now)).collect();
-                m.send_client(
-                    conn,
-                    ClientReply::WorkerList {
-                        request_id,
-                        workers,
-                    },
-                );
-            }
+            ClientRequest::Workers { request_id } => self.list_workers(m, conn, request_id),
             // Answered for any member by `Coordinator::client_message`, which never parks them
             // either, so they cannot reach the leader state.
             ClientRequest::Cluster { .. } | ClientRequest::TransferLeader { .. } => {

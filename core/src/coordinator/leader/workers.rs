@@ -1,5 +1,7 @@
-//! The worker link at the leader: registration (reconnects, duplicates, re-adoption after a
-//! takeover), heartbeats and loss, results and the lease check, deadlines and retries.
+//! The worker registry at the leader: registration (checked, then reconciled with what the
+//! worker reports: reconnects, duplicates, re-adoption after a takeover), heartbeats, draining,
+//! loss, and the `WORKERS` listing. Attempts themselves (results, deadlines, retries) are in
+//! `attempts`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,19 +9,46 @@ use super::{LeaderState, Registration};
 use crate::coordinator::member::Member;
 use crate::coordinator::timers::Timer;
 use crate::coordinator::{Event, LossReason, WorkerEntry};
-use crate::ids::{ConnectionId, JobId, LeaseId, WorkerId};
+use crate::ids::{ConnectionId, JobId, LeaseId, RequestId, WorkerId};
 use crate::job::FailureKind;
 use crate::limits::{
     PREFETCH_PER_SLOT_MAX, REPORTED_FINISHED_MAX, TASKS_PER_WORKER_MAX, WORKERS_MAX,
     WORKER_CAPACITY_MAX,
 };
 use crate::protocol::{
-    CancelReason, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
+    CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
 };
 use crate::tasks::check_served_name;
 use crate::time::as_millis_u64;
 
 impl LeaderState {
+    /// A heartbeat: acknowledged if the connection belongs to a registered worker (any
+    /// message from one has already been noted as a sign of life).
+    pub(super) fn heartbeat(&mut self, m: &mut Member, conn: ConnectionId) {
+        match self.registry.worker_on(conn) {
+            Some(_) => m.send_worker(conn, CoordinatorToWorker::HeartbeatAck { term: self.term }),
+            None => self.reject_unregistered(m, conn),
+        }
+    }
+
+    /// A client's `WORKERS`: the registry as this leader sees it now.
+    pub(super) fn list_workers(
+        &mut self,
+        m: &mut Member,
+        conn: ConnectionId,
+        request_id: RequestId,
+    ) {
+        let now = m.now;
+        let workers = self.registry.iter().map(|w| w.view(now)).collect();
+        m.send_client(
+            conn,
+            ClientReply::WorkerList {
+                request_id,
+                workers,
+            },
+        );
+    }
+
     pub(super) fn reject_unregistered(&mut self, m: &mut Member, conn: ConnectionId) {
         m.send_worker(
             conn,

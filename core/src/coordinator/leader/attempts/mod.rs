@@ -26,7 +26,7 @@ use crate::coordinator::member::Member;
 use crate::coordinator::timers::{Timer, TimerKey};
 use crate::coordinator::Event;
 use crate::ids::{Incarnation, JobId, LeaseId, WorkerId};
-use crate::job::FailureKind;
+use crate::job::{FailureKind, JobState};
 use crate::limits::PROGRESS_NOTE_BYTES_MAX;
 use crate::protocol::CancelReason;
 use crate::text::prefix_within;
@@ -93,6 +93,13 @@ impl Attempts {
 }
 
 impl LeaderState {
+    /// A failed attempt's backoff elapsed: its job is queued again, if it still waits.
+    pub(super) fn retry_due(&mut self, m: &mut Member, job_id: JobId) {
+        if m.table.get(&job_id).map(|job| job.state) == Some(JobState::RetryWait) {
+            self.propose(m, Command::Requeue { job_id }, None);
+        }
+    }
+
     /// Re-adopts a recovered running attempt if `worker_id`'s live incarnation is the one the
     /// lease was granted to.
     pub(super) fn try_readopt(
