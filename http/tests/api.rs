@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use herder_core::coordinator::CoordinatorConfig;
@@ -11,7 +10,8 @@ use herder_core::ids::{NodeId, WorkerId};
 use herder_core::worker::WorkerConfig;
 use herder_http::{HttpOptions, HttpServer};
 use herder_runtime::auth::ServerCredentials;
-use herder_runtime::coordinator::{self, CoordinatorHandle, CoordinatorOptions, Listeners};
+use herder_runtime::coordinator::{self, CoordinatorOptions};
+use herder_runtime::testing::{LocalGroup, TestDir};
 use herder_runtime::tls::{throwaway, ClientTls, ServerTls, Stream, TlsFiles};
 use herder_runtime::worker::{self, WorkerHandle, WorkerOptions};
 use serde_json::{json, Value};
@@ -23,26 +23,6 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn any_port() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path =
-            std::env::temp_dir().join(format!("herder-http-{name}-{}-{nanos}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn config(id: &str, peers: Vec<NodeId>) -> CoordinatorConfig {
@@ -63,11 +43,13 @@ fn config(id: &str, peers: Vec<NodeId>) -> CoordinatorConfig {
 /// A group of `size` coordinators (one is a group of one), each with its HTTP server, and one
 /// worker serving the built-in tasks.
 struct Cluster {
-    members: Vec<(CoordinatorHandle, HttpServer)>,
+    /// The coordinators, started by the shared in-process launcher.
+    _group: LocalGroup,
+    /// Each member's HTTP server.
+    members: Vec<HttpServer>,
     /// How a caller verifies the HTTPS ports, when the group speaks TLS.
     tls: Option<ClientTls>,
     _worker: WorkerHandle,
-    _dirs: Vec<TempDir>,
 }
 
 impl Cluster {
@@ -81,71 +63,27 @@ impl Cluster {
         let server_tls = tls
             .clone()
             .map(|files| ServerTls::load(files).expect("the TLS files load"));
+        let client_tls = tls.as_ref().map(|files| {
+            ClientTls::with_ca_file(files.ca.as_deref().expect("a CA")).expect("the CA loads")
+        });
         let credentials = ServerCredentials {
             tls: server_tls.clone(),
             ..Default::default()
         };
-        let client_tls = tls.as_ref().map(|files| {
-            ClientTls::with_ca_file(files.ca.as_deref().expect("a CA")).expect("the CA loads")
-        });
-        let ids: Vec<NodeId> = (1..=size).map(|n| NodeId(format!("c{n}"))).collect();
-        let mut bound = Vec::new();
-        for id in &ids {
-            let options = CoordinatorOptions {
-                config: config(&id.0, Vec::new()),
-                data_dir: PathBuf::new(),
-                worker_addr: any_port(),
-                client_addr: any_port(),
-                peer_addr: (size > 1).then(any_port),
-                peers: BTreeMap::new(),
-                seed: None,
-                limits: Default::default(),
-                credentials: Default::default(),
-            };
-            bound.push(Listeners::bind(&options).await.expect("bind"));
-        }
-        let peer_addrs: BTreeMap<NodeId, String> = ids
-            .iter()
-            .zip(&bound)
-            .filter_map(|(id, l)| Some((id.clone(), l.peer_addr()?.to_string())))
-            .collect();
-        let client_addrs: Vec<String> = bound
-            .iter()
-            .map(|l| l.client_addr().expect("client port").to_string())
-            .collect();
-        let worker_addrs: Vec<String> = bound
-            .iter()
-            .map(|l| l.worker_addr().expect("worker port").to_string())
-            .collect();
+        let group = LocalGroup::start(size, |id, peers| config(&id.0, peers), credentials)
+            .await
+            .expect("the group starts");
+        let client_addrs = group.client_addrs();
+        let worker_addrs = group.worker_addrs();
         let mut members = Vec::new();
-        let mut dirs = Vec::new();
-        for (n, (id, listeners)) in ids.iter().zip(bound).enumerate() {
-            let dir = TempDir::new(&id.0);
-            let others: BTreeMap<NodeId, String> = peer_addrs
-                .iter()
-                .filter(|(other, _)| *other != id)
-                .map(|(other, addr)| (other.clone(), addr.clone()))
-                .collect();
-            let options = CoordinatorOptions {
-                config: config(&id.0, others.keys().cloned().collect()),
-                data_dir: dir.0.clone(),
-                worker_addr: any_port(),
-                client_addr: any_port(),
-                peer_addr: listeners.peer_addr(),
-                peers: others,
-                seed: None,
-                limits: Default::default(),
-                credentials: credentials.clone(),
-            };
-            let handle = coordinator::start_on(listeners, options)
-                .await
-                .expect("coordinator starts");
+        for (n, member) in group.members.iter().enumerate() {
+            let handle = member.handle.as_ref().expect("a member just started");
             let dial = herder_http::own_first(&client_addrs, n);
             let listener = herder_http::bind(any_port()).await.expect("http bind");
             let server = herder_http::serve(
                 listener,
                 HttpOptions {
-                    node_id: id.clone(),
+                    node_id: member.id.clone(),
                     coordinators: dial,
                     observer: Some(handle.observer()),
                     max_body_bytes: 64 * 1024,
@@ -154,8 +92,7 @@ impl Cluster {
                 },
             )
             .expect("http serves");
-            members.push((handle, server));
-            dirs.push(dir);
+            members.push(server);
         }
         let worker = worker::start(WorkerOptions {
             tls: client_tls.clone(),
@@ -167,17 +104,17 @@ impl Cluster {
         })
         .expect("worker starts");
         let cluster = Cluster {
+            _group: group,
             members,
             tls: client_tls,
             _worker: worker,
-            _dirs: dirs,
         };
         cluster.until_a_worker_is_alive().await;
         cluster
     }
 
     fn http(&self, n: usize) -> SocketAddr {
-        self.members[n].1.local_addr()
+        self.members[n].local_addr()
     }
 
     async fn until_a_worker_is_alive(&self) {
@@ -716,8 +653,8 @@ async fn a_follower_relays_to_the_leader() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_over_tls_elects_a_leader_and_serves_https_from_any_member() {
-    let dir = TempDir::new("https");
-    let files = throwaway::write(&dir.0, &["127.0.0.1".to_owned()]).expect("certificates");
+    let dir = TestDir::new("https");
+    let files = throwaway::write(dir.path(), &["127.0.0.1".to_owned()]).expect("certificates");
     // Election and replication run over mutual TLS; the worker and the HTTP servers' own
     // calls verify the members; the answers arrive over HTTPS from every member.
     let cluster = Cluster::start_with(3, Some(files)).await;
@@ -753,7 +690,7 @@ async fn submit_over(cluster: &Cluster, n: usize, task: Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probes_need_no_token_and_readiness_waits_for_a_leader() {
     // One member of a group of three whose others never start: alive, but never ready.
-    let dir = TempDir::new("probes");
+    let dir = TestDir::new("probes");
     let others: BTreeMap<NodeId, String> = [("c2", "127.0.0.1:9"), ("c3", "127.0.0.1:9")]
         .into_iter()
         .map(|(id, addr)| (NodeId(id.to_owned()), addr.to_owned()))
@@ -764,7 +701,7 @@ async fn the_probes_need_no_token_and_readiness_waits_for_a_leader() {
     );
     let options = CoordinatorOptions {
         config: config("c1", others.keys().cloned().collect()),
-        data_dir: dir.0.clone(),
+        data_dir: dir.path().to_owned(),
         worker_addr: any_port(),
         client_addr: any_port(),
         peer_addr: Some(any_port()),

@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod net;
 pub mod peer;
 pub mod store;
+pub mod testing;
 pub mod tls;
 pub mod worker;
 

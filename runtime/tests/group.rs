@@ -20,8 +20,9 @@ use herder_core::protocol::{ClientReply, ClientRequest, ClusterView, PeerMessage
 use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
 use herder_runtime::client::HerderClient;
-use herder_runtime::coordinator::{self, CoordinatorHandle, CoordinatorOptions, Listeners};
+use herder_runtime::coordinator::{self, CoordinatorHandle, CoordinatorOptions};
 use herder_runtime::peer::PEER_INBOUND_CONNECTIONS_MAX;
+use herder_runtime::testing::{LocalGroup, LocalMember as Member};
 use herder_runtime::worker::{self, WorkerHandle, WorkerOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -42,80 +43,19 @@ fn member_config(id: &NodeId, peers: Vec<NodeId>) -> CoordinatorConfig {
     }
 }
 
-/// One member: its addresses, data dir and (while it runs) its handle.
-struct Member {
-    id: NodeId,
-    client_addr: SocketAddr,
-    worker_addr: SocketAddr,
-    handle: Option<CoordinatorHandle>,
-    _dir: TestDir,
-}
-
-/// A group started together: every member's ports are bound before any member starts, so
-/// each is given the others' real peer addresses.
+/// A group started together by the shared in-process launcher.
 struct Group {
     members: Vec<Member>,
 }
 
 impl Group {
     async fn start(size: usize) -> Group {
-        let ids: Vec<NodeId> = (1..=size).map(|n| NodeId(format!("c{n}"))).collect();
-        let mut bound = Vec::new();
-        for id in &ids {
-            let options = CoordinatorOptions {
-                config: member_config(id, Vec::new()),
-                data_dir: std::path::PathBuf::new(), // not used to bind
-                worker_addr: localhost_any(),
-                client_addr: localhost_any(),
-                peer_addr: Some(localhost_any()),
-                peers: BTreeMap::new(),
-                seed: None,
-                limits: Default::default(),
-                credentials: Default::default(),
-            };
-            let listeners = Listeners::bind(&options)
-                .await
-                .unwrap_or_else(|e| panic!("{id} cannot bind: {e}"));
-            bound.push(listeners);
+        let group = LocalGroup::start(size, member_config, Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("the group failed to start: {e}"));
+        Group {
+            members: group.members,
         }
-        let peer_addrs: BTreeMap<NodeId, String> = ids
-            .iter()
-            .zip(&bound)
-            .map(|(id, l)| (id.clone(), l.peer_addr().expect("peer port").to_string()))
-            .collect();
-        let mut members = Vec::new();
-        for (id, listeners) in ids.iter().zip(bound) {
-            let dir = TestDir::new(&format!("group-{id}"));
-            let others: BTreeMap<NodeId, String> = peer_addrs
-                .iter()
-                .filter(|(other, _)| *other != id)
-                .map(|(other, addr)| (other.clone(), addr.clone()))
-                .collect();
-            let client_addr = listeners.client_addr().expect("client port");
-            let worker_addr = listeners.worker_addr().expect("worker port");
-            let options = CoordinatorOptions {
-                config: member_config(id, others.keys().cloned().collect()),
-                data_dir: dir.path().to_owned(),
-                worker_addr,
-                client_addr,
-                peer_addr: listeners.peer_addr(),
-                peers: others,
-                seed: None,
-                limits: Default::default(),
-                credentials: Default::default(),
-            };
-            let handle = coordinator::start_on(listeners, options)
-                .await
-                .unwrap_or_else(|e| panic!("{id} failed to start: {e}"));
-            members.push(Member {
-                id: id.clone(),
-                client_addr,
-                worker_addr,
-                handle: Some(handle),
-                _dir: dir,
-            });
-        }
-        Group { members }
     }
 
     fn member(&self, id: &NodeId) -> &Member {

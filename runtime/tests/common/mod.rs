@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,40 +49,7 @@ pub const SHORT: Duration = Duration::from_secs(10);
 // Temp data dirs
 // ---------------------------------------------------------------------------------------------
 
-/// A unique directory under the system temp dir, removed when dropped.
-pub struct TestDir {
-    path: PathBuf,
-}
-
-impl TestDir {
-    pub fn new(name: &str) -> TestDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "herder-it-{name}-{}-{nanos}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        TestDir { path }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        if self.path.is_dir() {
-            let _ = std::fs::remove_dir_all(&self.path);
-        } else {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
+pub use herder_runtime::testing::TestDir;
 
 // ---------------------------------------------------------------------------------------------
 // Coordinators, workers, clients
