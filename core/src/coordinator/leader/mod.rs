@@ -14,7 +14,7 @@
 //! | `workers.rs`    | the registry: registration (checked, then reconciled), heartbeats, draining, loss |
 //! | `attempts/`     | running attempts: deadlines, progress, settling, re-adoption, retries; results and their acknowledgement |
 //! | `scheduling.rs` | queued jobs onto free slots; assignments in flight |
-//! | `submissions.rs`| `SUBMIT` and `SUBMIT_BATCH` down to one proposal each, and their answers |
+//! | `submissions/`  | `SUBMIT` and `SUBMIT_BATCH` down to one proposal each, and their answers |
 //! | `admission.rs`  | submissions proposed and not yet applied: slots they take, keys they bind |
 //! | `clients.rs`    | `STATUS`, `LIST`, `CANCEL` |
 //! | `waits.rs`      | parked `WAIT`s and waking them |

@@ -3,7 +3,8 @@
 //! of a batch take the same path and differ only in where their one answer goes
 //! ([`SubmitTo`]): a batch is answered once every one of its jobs is.
 
-use std::collections::BTreeMap;
+mod batches;
+mod checks;
 
 use super::admission::ParkedResend;
 use super::reads::Read;
@@ -14,17 +15,13 @@ use crate::coordinator::member::Member;
 use crate::coordinator::Event;
 use crate::ids::{ConnectionId, JobId, RequestId};
 use crate::limits::{
-    ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
-    JOB_TIMEOUT_MILLIS_MAX, KEYED_RESENDS_PARKED_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX,
-    SUBMIT_BATCH_JOBS_MAX, SUBMIT_RESULT_BYTES_MAX,
+    ASSIGN_ENVELOPE_BYTES, ATTEMPT_ERROR_BYTES_MAX, KEYED_RESENDS_PARKED_MAX, PARTITIONS_MAX,
+    PARTITION_VIEW_BYTES_MAX,
 };
-use crate::protocol::codec::binary_encoded_len;
-use crate::protocol::{
-    ClientReply, ClientRequest, ErrorCode, JobSubmission, Partitions, SubmitResult,
-};
-use crate::table::SubmitOptions;
+use crate::protocol::{ClientReply, ErrorCode, JobSubmission, Partitions, SubmitResult};
 use crate::tasks::TaskSpec;
-use crate::text::prefix_within;
+pub(super) use batches::Batches;
+use checks::{check_submission, Checked};
 
 /// Where a submission's one answer goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,89 +45,6 @@ impl SubmitTo {
     pub(super) fn conn(&self) -> ConnectionId {
         match self {
             SubmitTo::Request { conn, .. } | SubmitTo::BatchItem { conn, .. } => *conn,
-        }
-    }
-}
-
-/// A `SUBMIT_BATCH` some of whose jobs are not answered yet.
-pub(super) struct OpenBatch {
-    pub(super) conn: ConnectionId,
-    pub(super) request_id: RequestId,
-    results: Vec<Option<SubmitResult>>,
-    unanswered: usize,
-}
-
-/// The open batches. Each of their unanswered jobs is a proposal in flight or a resend parked
-/// on one, so admission and `KEYED_RESENDS_PARKED_MAX` bound how many there can be.
-#[derive(Default)]
-pub(super) struct Batches {
-    open: BTreeMap<u64, OpenBatch>,
-    next: u64,
-}
-
-impl Batches {
-    fn open(&mut self, conn: ConnectionId, request_id: RequestId, jobs: usize) -> u64 {
-        self.next += 1;
-        let batch = OpenBatch {
-            conn,
-            request_id,
-            results: vec![None; jobs],
-            unanswered: jobs,
-        };
-        self.open.insert(self.next, batch);
-        self.next
-    }
-
-    /// Records job `index`'s answer; gives the batch back once every job is answered. A batch
-    /// that is gone (its connection closed, or it was answered `NOT_LEADER`) takes nothing.
-    fn answer(&mut self, batch: u64, index: usize, result: SubmitResult) -> Option<OpenBatch> {
-        let open = self.open.get_mut(&batch)?;
-        let slot = &mut open.results[index];
-        assert!(
-            slot.is_none(),
-            "job {index} of batch {batch} was answered twice: {slot:?}, then {result:?}"
-        );
-        *slot = Some(result);
-        open.unanswered -= 1;
-        if open.unanswered > 0 {
-            return None;
-        }
-        self.open.remove(&batch)
-    }
-
-    /// Takes the batch out unanswered (the leader is stepping down).
-    pub(super) fn close(&mut self, batch: u64) -> Option<OpenBatch> {
-        self.open.remove(&batch)
-    }
-
-    /// Every batch still open (the leader is stepping down).
-    pub(super) fn into_open(self) -> impl Iterator<Item = OpenBatch> {
-        self.open.into_values()
-    }
-
-    /// `conn` closed: nobody is left to answer.
-    pub(super) fn drop_conn(&mut self, conn: ConnectionId) {
-        self.open.retain(|_, batch| batch.conn != conn);
-    }
-}
-
-/// A job that passed every check that depends on nothing but itself.
-struct Checked {
-    task: TaskSpec,
-    /// The task's size as JSON.
-    encoded: usize,
-    max_attempts: u32,
-    /// What the job records of its partition request, and a keyed resend must repeat.
-    partitions_asked: Option<Partitions>,
-}
-
-impl Checked {
-    fn options<'a>(&'a self, submission: &JobSubmission) -> SubmitOptions<'a> {
-        SubmitOptions {
-            task: &self.task,
-            max_attempts: self.max_attempts,
-            partitions_asked: self.partitions_asked,
-            timeout_millis: submission.timeout_millis,
         }
     }
 }
@@ -192,92 +106,6 @@ impl LeaderState {
             Err((code, message)) => {
                 self.answer_submission(m, to, SubmitResult::Error { code, message })
             }
-        }
-    }
-
-    /// A `SUBMIT_BATCH`. Every job is checked before any is admitted, so a bad one fails the
-    /// whole batch and creates nothing; and whether an answer must wait for leadership to be
-    /// confirmed is decided for the batch as a whole, before any job of it is proposed.
-    pub(super) fn submit_batch(
-        &mut self,
-        m: &mut Member,
-        conn: ConnectionId,
-        request_id: RequestId,
-        jobs: Vec<JobSubmission>,
-        confirmed: bool,
-    ) {
-        let fit = m
-            .config
-            .max_frame_bytes
-            .saturating_sub(ASSIGN_ENVELOPE_BYTES)
-            / SUBMIT_RESULT_BYTES_MAX;
-        let most = SUBMIT_BATCH_JOBS_MAX.min(fit);
-        if jobs.is_empty() || jobs.len() > most {
-            return m.client_error(
-                conn,
-                request_id,
-                ErrorCode::InvalidRequest,
-                format!(
-                    "a batch holds 1 to {most} jobs at this frame limit (got {})",
-                    jobs.len()
-                ),
-            );
-        }
-        let mut checked = Vec::with_capacity(jobs.len());
-        // Whether some answer reads the table, and the admission slots the batch could take.
-        let (mut reads_table, mut slots) = (false, 0u64);
-        for (index, job) in jobs.iter().enumerate() {
-            let refuse = |m: &mut Member, (code, message): (ErrorCode, String)| {
-                m.client_error(
-                    conn,
-                    request_id,
-                    code,
-                    format!("job {index} of the batch: {message}"),
-                )
-            };
-            let this = match check_submission(m, job) {
-                Ok(this) => this,
-                Err(error) => return refuse(m, error),
-            };
-            let key = job.idempotency_key.as_deref().map(|k| m.scoped(conn, k));
-            let known = key
-                .as_ref()
-                .is_some_and(|k| m.table.check_idempotency(k, &this.options(job)).is_some());
-            let in_flight = key
-                .as_ref()
-                .is_some_and(|k| self.admitting.proposal_for(k).is_some());
-            // A key bound or being bound by an earlier request is answered from the table,
-            // once its entry applies in the second case: that reads the table.
-            if known || in_flight {
-                reads_table = true;
-            } else {
-                // Room only shrinks while the batch is admitted, and with it the pieces of an
-                // `auto` split: what passes here passes then.
-                match self.check_pieces(m, &this, job) {
-                    Ok((_, job_slots)) => slots = slots.saturating_add(job_slots),
-                    Err(error) => return refuse(m, error),
-                }
-            }
-            checked.push(this);
-        }
-        let room = m
-            .config
-            .max_active_jobs
-            .saturating_sub(m.table.active_jobs())
-            .saturating_sub(self.admitting.slots());
-        if !confirmed && m.reads_need_confirmation() && (reads_table || slots > room) {
-            let request = ClientRequest::SubmitBatch { request_id, jobs };
-            return self.confirm_then(m, Read::Request { conn, request });
-        }
-        let batch = self.batches.open(conn, request_id, jobs.len());
-        for (index, (job, this)) in jobs.into_iter().zip(checked).enumerate() {
-            self.admit(
-                m,
-                SubmitTo::BatchItem { conn, batch, index },
-                job,
-                this,
-                confirmed,
-            );
         }
     }
 
@@ -408,39 +236,6 @@ impl LeaderState {
                 kind,
             });
         }
-    }
-
-    /// A job of a batch that waited for the entry binding its key, which has just applied: it
-    /// is answered from the table that entry left, never admitted now (its batch skipped the
-    /// admission checks for it). In a group its batch was admitted only once leadership was
-    /// confirmed after it arrived, so the key's job was not purged by a later leader before
-    /// the batch arrived.
-    pub(super) fn answer_parked_batch_job(&mut self, m: &mut Member, resend: ParkedResend) {
-        let ParkedResend { to, submission } = resend;
-        let result = match check_submission(m, &submission) {
-            Err((code, message)) => SubmitResult::Error { code, message },
-            Ok(checked) => {
-                let known = submission.idempotency_key.as_deref().and_then(|key| {
-                    m.table
-                        .check_idempotency(&m.scoped(to.conn(), key), &checked.options(&submission))
-                });
-                match known {
-                    Some(Ok(job_id)) => SubmitResult::Accepted {
-                        job_id,
-                        existing: true,
-                    },
-                    Some(Err(existing)) => idempotency_conflict(existing),
-                    // The entry it waited for created nothing (only a leader bug, which apply
-                    // refuses, does that): this job was not created, and sending it again is
-                    // safe.
-                    None => SubmitResult::Error {
-                        code: ErrorCode::InvalidRequest,
-                        message: "the submission of this key that it waited for was not created; send it again".to_owned(),
-                    },
-                }
-            }
-        };
-        self.answer_submission(m, to, result);
     }
 
     /// Answers the submission once a majority confirms this member still leads.
@@ -604,35 +399,7 @@ impl LeaderState {
                 m.send_client(conn, reply);
             }
             SubmitTo::BatchItem { batch, index, .. } => {
-                // Each line of a batch's reply keeps within its share of the frame.
-                let result = match result {
-                    SubmitResult::Error { code, message } => SubmitResult::Error {
-                        code,
-                        message: prefix_within(&message, SUBMIT_RESULT_BYTES_MAX / 2).to_owned(),
-                    },
-                    result => result,
-                };
-                let Some(done) = self.batches.answer(batch, index, result) else {
-                    return;
-                };
-                let results = done
-                    .results
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, result)| {
-                        result.unwrap_or_else(|| {
-                            panic!("batch {batch} closed with job {i} unanswered")
-                        })
-                    })
-                    .collect();
-                m.send_client(
-                    done.conn,
-                    ClientReply::SubmitBatchResult {
-                        request_id: done.request_id,
-                        term: self.term,
-                        results,
-                    },
-                );
+                self.answer_batch_item(m, batch, index, result)
             }
         }
     }
@@ -645,104 +412,5 @@ pub(super) fn idempotency_conflict(existing: JobId) -> SubmitResult {
         message: format!(
             "idempotency key is bound to job {existing} with a different task, max attempts, timeout or partition request; use a new key"
         ),
-    }
-}
-
-/// More than any value's binary form can take against its JSON (see `check_submission`).
-const BINARY_GROWTH_MAX: usize = 3;
-
-/// Every check of a job that depends on nothing but the job and the configuration.
-fn check_submission(m: &Member, s: &JobSubmission) -> Result<Checked, (ErrorCode, String)> {
-    let task = TaskSpec::from_json(&s.task).map_err(|e| (ErrorCode::InvalidTask, e.to_string()))?;
-    // The assignment carries the task as JSON; the log entry carries it and the key in the
-    // coordinators' binary form, which is smaller for most tasks but not all (a float takes
-    // 9 bytes there), and must fit one APPEND. Both must fit a frame.
-    let json = serde_json::to_vec(&task).map_or(usize::MAX, |bytes| bytes.len());
-    let key_bytes = s.idempotency_key.as_ref().map_or(0, |k| {
-        let json = serde_json::to_vec(k).map_or(usize::MAX, |bytes| bytes.len());
-        json.max(binary_encoded_len(k).unwrap_or(usize::MAX))
-    });
-    // No task's binary form takes three times its JSON (the worst value, a short float, takes 3
-    // bytes there and 9 here), so it is counted only for a task that could come near the limit:
-    // the tiny tasks a busy leader mostly admits are not written out twice.
-    let far_below_limit = json
-        .saturating_mul(BINARY_GROWTH_MAX)
-        .saturating_add(key_bytes)
-        .saturating_add(ASSIGN_ENVELOPE_BYTES)
-        <= m.config.max_frame_bytes;
-    let binary = if far_below_limit {
-        0
-    } else {
-        binary_encoded_len(&task).unwrap_or(usize::MAX)
-    };
-    let (encoded, form) = if binary > json {
-        (binary, "in the coordinators' binary form")
-    } else {
-        (json, "as JSON")
-    };
-    if encoded
-        .saturating_add(key_bytes)
-        .saturating_add(ASSIGN_ENVELOPE_BYTES)
-        > m.config.max_frame_bytes
-    {
-        return Err((
-            ErrorCode::InvalidTask,
-            format!(
-                "the task is {encoded} bytes {form}; its assignment or log entry would not fit the frame limit of {} bytes",
-                m.config.max_frame_bytes
-            ),
-        ));
-    }
-    let max_attempts = s.max_attempts.unwrap_or(m.config.default_max_attempts);
-    if !(1..=ATTEMPTS_MAX).contains(&max_attempts) {
-        return Err((
-            ErrorCode::InvalidRequest,
-            format!("max_attempts must be between 1 and {ATTEMPTS_MAX} (got {max_attempts})"),
-        ));
-    }
-    check_partitions_request(&task, s.partitions).map_err(|e| (ErrorCode::InvalidRequest, e))?;
-    if let Some(millis) = s.timeout_millis {
-        if !(1..=JOB_TIMEOUT_MILLIS_MAX).contains(&millis) {
-            return Err((
-                ErrorCode::InvalidRequest,
-                format!(
-                    "timeout_millis must be between 1 and {JOB_TIMEOUT_MILLIS_MAX} (got {millis})"
-                ),
-            ));
-        }
-    }
-    if let Some(key) = &s.idempotency_key {
-        if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
-            return Err((
-                ErrorCode::InvalidRequest,
-                format!(
-                    "idempotency key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes (got {})",
-                    key.len()
-                ),
-            ));
-        }
-    }
-    let partitions_asked = task
-        .is_data_parallel()
-        .then(|| s.partitions.unwrap_or(Partitions::Auto));
-    Ok(Checked {
-        task,
-        encoded,
-        max_attempts,
-        partitions_asked,
-    })
-}
-
-/// A `partitions` request is for a data-parallel task and within `1..=PARTITIONS_MAX`.
-fn check_partitions_request(task: &TaskSpec, partitions: Option<Partitions>) -> Result<(), String> {
-    match partitions {
-        Some(_) if !task.is_data_parallel() => Err(format!(
-            "partitions apply only to max, prime-count-list and prime-sum tasks, not {}",
-            task.kind()
-        )),
-        Some(Partitions::Count(n)) if !(1..=PARTITIONS_MAX).contains(&n) => Err(format!(
-            "partitions must be between 1 and {PARTITIONS_MAX} (got {n})"
-        )),
-        _ => Ok(()),
     }
 }

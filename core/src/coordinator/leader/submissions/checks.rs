@@ -1,0 +1,136 @@
+//! The checks of a submitted job that depend on nothing but the job and the configuration: its
+//! task, its sizes against the frames that will carry it, its attempts, timeout, key and
+//! partition request.
+
+use crate::coordinator::member::Member;
+use crate::limits::{
+    ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, IDEMPOTENCY_KEY_BYTES_MAX, JOB_TIMEOUT_MILLIS_MAX,
+    PARTITIONS_MAX,
+};
+use crate::protocol::codec::binary_encoded_len;
+use crate::protocol::{ErrorCode, JobSubmission, Partitions};
+use crate::table::SubmitOptions;
+use crate::tasks::TaskSpec;
+
+/// More than any value's binary form can take against its JSON (see `check_submission`).
+const BINARY_GROWTH_MAX: usize = 3;
+
+/// A job that passed every check that depends on nothing but itself.
+pub(super) struct Checked {
+    pub(super) task: TaskSpec,
+    /// The task's size as JSON.
+    pub(super) encoded: usize,
+    pub(super) max_attempts: u32,
+    /// What the job records of its partition request, and a keyed resend must repeat.
+    pub(super) partitions_asked: Option<Partitions>,
+}
+
+impl Checked {
+    pub(super) fn options<'a>(&'a self, submission: &JobSubmission) -> SubmitOptions<'a> {
+        SubmitOptions {
+            task: &self.task,
+            max_attempts: self.max_attempts,
+            partitions_asked: self.partitions_asked,
+            timeout_millis: submission.timeout_millis,
+        }
+    }
+}
+
+/// Every check of a job that depends on nothing but the job and the configuration.
+pub(super) fn check_submission(
+    m: &Member,
+    s: &JobSubmission,
+) -> Result<Checked, (ErrorCode, String)> {
+    let task = TaskSpec::from_json(&s.task).map_err(|e| (ErrorCode::InvalidTask, e.to_string()))?;
+    // The assignment carries the task as JSON; the log entry carries it and the key in the
+    // coordinators' binary form, which is smaller for most tasks but not all (a float takes
+    // 9 bytes there), and must fit one APPEND. Both must fit a frame.
+    let json = serde_json::to_vec(&task).map_or(usize::MAX, |bytes| bytes.len());
+    let key_bytes = s.idempotency_key.as_ref().map_or(0, |k| {
+        let json = serde_json::to_vec(k).map_or(usize::MAX, |bytes| bytes.len());
+        json.max(binary_encoded_len(k).unwrap_or(usize::MAX))
+    });
+    // No task's binary form takes three times its JSON (the worst value, a short float, takes 3
+    // bytes there and 9 here), so it is counted only for a task that could come near the limit:
+    // the tiny tasks a busy leader mostly admits are not written out twice.
+    let far_below_limit = json
+        .saturating_mul(BINARY_GROWTH_MAX)
+        .saturating_add(key_bytes)
+        .saturating_add(ASSIGN_ENVELOPE_BYTES)
+        <= m.config.max_frame_bytes;
+    let binary = if far_below_limit {
+        0
+    } else {
+        binary_encoded_len(&task).unwrap_or(usize::MAX)
+    };
+    let (encoded, form) = if binary > json {
+        (binary, "in the coordinators' binary form")
+    } else {
+        (json, "as JSON")
+    };
+    if encoded
+        .saturating_add(key_bytes)
+        .saturating_add(ASSIGN_ENVELOPE_BYTES)
+        > m.config.max_frame_bytes
+    {
+        return Err((
+            ErrorCode::InvalidTask,
+            format!(
+                "the task is {encoded} bytes {form}; its assignment or log entry would not fit the frame limit of {} bytes",
+                m.config.max_frame_bytes
+            ),
+        ));
+    }
+    let max_attempts = s.max_attempts.unwrap_or(m.config.default_max_attempts);
+    if !(1..=ATTEMPTS_MAX).contains(&max_attempts) {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!("max_attempts must be between 1 and {ATTEMPTS_MAX} (got {max_attempts})"),
+        ));
+    }
+    check_partitions_request(&task, s.partitions).map_err(|e| (ErrorCode::InvalidRequest, e))?;
+    if let Some(millis) = s.timeout_millis {
+        if !(1..=JOB_TIMEOUT_MILLIS_MAX).contains(&millis) {
+            return Err((
+                ErrorCode::InvalidRequest,
+                format!(
+                    "timeout_millis must be between 1 and {JOB_TIMEOUT_MILLIS_MAX} (got {millis})"
+                ),
+            ));
+        }
+    }
+    if let Some(key) = &s.idempotency_key {
+        if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
+            return Err((
+                ErrorCode::InvalidRequest,
+                format!(
+                    "idempotency key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes (got {})",
+                    key.len()
+                ),
+            ));
+        }
+    }
+    let partitions_asked = task
+        .is_data_parallel()
+        .then(|| s.partitions.unwrap_or(Partitions::Auto));
+    Ok(Checked {
+        task,
+        encoded,
+        max_attempts,
+        partitions_asked,
+    })
+}
+
+/// A `partitions` request is for a data-parallel task and within `1..=PARTITIONS_MAX`.
+fn check_partitions_request(task: &TaskSpec, partitions: Option<Partitions>) -> Result<(), String> {
+    match partitions {
+        Some(_) if !task.is_data_parallel() => Err(format!(
+            "partitions apply only to max, prime-count-list and prime-sum tasks, not {}",
+            task.kind()
+        )),
+        Some(Partitions::Count(n)) if !(1..=PARTITIONS_MAX).contains(&n) => Err(format!(
+            "partitions must be between 1 and {PARTITIONS_MAX} (got {n})"
+        )),
+        _ => Ok(()),
+    }
+}
