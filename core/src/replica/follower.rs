@@ -124,12 +124,7 @@ impl Replica {
         if commit > self.commit {
             self.commit = commit;
         }
-        assert!(
-            self.commit <= self.log.last_index(),
-            "commit {} beyond the last entry held, {}",
-            self.commit,
-            self.log.last_index()
-        );
+        self.assert_commit_held();
         let reply = self.append_reply(true, last_new, None, seq);
         self.send_when_durable(from.clone(), reply);
         self.note_caught_up(last_new, leader_commit, term);

@@ -698,12 +698,8 @@ impl Replica {
         if candidate > self.commit && self.log.term_at(candidate) == Some(self.term) {
             // A majority may hold it before this leader's own disk does, but never beyond
             // what this leader has.
-            assert!(
-                candidate <= self.log.last_index(),
-                "commit {candidate} beyond the leader's last entry, {}",
-                self.log.last_index()
-            );
             self.commit = candidate;
+            self.assert_commit_held();
         }
     }
 

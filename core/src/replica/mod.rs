@@ -634,6 +634,17 @@ impl Replica {
         self.events.pop_front()
     }
 
+    /// Commit never reaches past the entries this member holds; asserted where it moves, in
+    /// every build.
+    fn assert_commit_held(&self) {
+        let held = self.log.last_index();
+        assert!(
+            self.commit <= held,
+            "commit {} beyond the last entry held, {held}",
+            self.commit
+        );
+    }
+
     /// The next committed entry not yet applied. Only entries durable here are handed out.
     pub fn pop_committed(&mut self) -> Option<LogEntry> {
         let ready = self.commit.min(self.durable);
