@@ -17,13 +17,10 @@
 
 use std::time::Duration;
 
-use crate::auth::Caller;
 use crate::coordinator::{
     ConfigError, Coordinator, CoordinatorConfig, DiskImage, Output, PersistBatch, Record,
     RecoveryError,
 };
-use crate::ids::ConnectionId;
-use crate::protocol::{ClientRequest, WorkerToCoordinator};
 use crate::time::Instant;
 
 /// One coordinator, its disk, its clock, and what it sent.
@@ -208,25 +205,6 @@ impl Driver {
             self.pump();
         }
         self.now = target;
-    }
-
-    /// A worker's message arrives on `conn`.
-    pub fn worker_message(&mut self, conn: ConnectionId, message: WorkerToCoordinator) {
-        self.c.handle_worker_message(self.now, conn, message);
-        self.pump();
-    }
-
-    /// A request from `caller` arrives on `conn`.
-    pub fn client_message(&mut self, conn: ConnectionId, caller: &Caller, request: ClientRequest) {
-        self.c
-            .handle_client_message(self.now, conn, caller, request);
-        self.pump();
-    }
-
-    /// `conn` closed.
-    pub fn closed(&mut self, conn: ConnectionId) {
-        self.c.handle_closed(self.now, conn);
-        self.pump();
     }
 
     /// Takes what was sent so far.
