@@ -105,6 +105,12 @@ fn parse_lines(text: &str, args: &SubmitArgs) -> Result<Vec<(usize, JobSubmissio
         TaskSpec::from_json(&job.task).map_err(|error| format!("line {line}: {error}"))?;
         job.max_attempts = job.max_attempts.or(args.max_attempts);
         job.timeout_millis = job.timeout_millis.or(args.timeout_millis);
+        job.queue = job.queue.take().or_else(|| args.queue.clone());
+        job.priority = job.priority.or(args.priority);
+        job.fairness_key = job
+            .fairness_key
+            .take()
+            .or_else(|| args.fairness_key.clone());
         jobs.push((line, job));
     }
     Ok(jobs)

@@ -214,6 +214,9 @@ async fn run_connection(
                 partitions: None,
                 max_attempts,
                 idempotency_key: None,
+                fairness_key: None,
+                priority: None,
+                queue: None,
             };
             let submitted = client.submit(&task, options).await;
             let ack = t0.elapsed();
@@ -261,6 +264,9 @@ async fn run_batches(
         idempotency_key: None,
         partitions: None,
         timeout_millis: None,
+        fairness_key: None,
+        priority: None,
+        queue: None,
     };
     let mut outcomes = Vec::with_capacity(load.jobs as usize);
     let mut left = load.jobs as usize;

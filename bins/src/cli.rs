@@ -59,6 +59,10 @@ pub enum Command {
     List(ListArgs),
     /// List workers.
     Workers(ClientArgs),
+    /// List queues: settings, jobs by state, how long the oldest queued job has waited.
+    Queues(ClientArgs),
+    /// Change a queue: its weight, its ageing bound, pause or resume it.
+    Queue(QueueArgs),
     /// Remove terminal jobs that finished long enough ago (results and keys go with them).
     Purge(PurgeArgs),
     /// Show the coordinator group, or hand leadership to another member.
@@ -245,6 +249,9 @@ pub struct WorkerArgs {
     /// not for long ones (a waiting job cannot move to a worker that frees up meanwhile).
     #[arg(long, default_value_t = 0)]
     pub prefetch: u32,
+    /// Take work only from these queues, comma-separated (default: every queue).
+    #[arg(long, value_delimiter = ',')]
+    pub queues: Option<Vec<String>>,
     /// Largest frame accepted or sent.
     #[arg(long, default_value_t = 1_048_576)]
     pub max_frame_bytes: usize,
@@ -325,6 +332,40 @@ pub struct ClientArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct QueueArgs {
+    #[command(subcommand)]
+    pub action: QueueAction,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QueueAction {
+    /// Change settings of a queue (created if new); settings not given stay as they are.
+    Set {
+        /// The queue.
+        name: String,
+        /// Its share of the workers against other busy queues (1 to 1000; new queues: 1).
+        #[arg(long)]
+        weight: Option<u32>,
+        /// A queued job waiting this long goes before the younger jobs of its fairness key,
+        /// whatever their priority (500ms, 30s, 15m, 12h; new queues: 60s).
+        #[arg(long, value_parser = crate::retention::parse_duration)]
+        aging: Option<std::time::Duration>,
+    },
+    /// Start nothing new from the queue: queued jobs stay, running ones finish.
+    Pause {
+        /// The queue.
+        name: String,
+    },
+    /// Let a paused queue start jobs again.
+    Resume {
+        /// The queue.
+        name: String,
+    },
+}
+
+#[derive(Args, Debug)]
 pub struct ClusterArgs {
     #[command(subcommand)]
     pub action: Option<ClusterAction>,
@@ -353,9 +394,10 @@ pub struct SubmitArgs {
     pub name: Option<String>,
     /// Submit every job of FILE instead (`-` reads standard input): one JSON object per line
     /// with the fields of a submission, `{"task": {...}, "idempotency_key": "...",
-    /// "max_attempts": N, "timeout_millis": N, "partitions": N}`, only `task` required. Sent
-    /// in batches of up to 1,000 jobs, each one durable write; prints one line per job.
-    /// --max-attempts and --timeout-millis apply to lines that do not say.
+    /// "max_attempts": N, "timeout_millis": N, "partitions": N, "queue": "...", "priority": N,
+    /// "fairness_key": "..."}`, only `task` required. Sent in batches of up to 1,000 jobs, each
+    /// one durable write; prints one line per job. --max-attempts, --timeout-millis, --queue,
+    /// --priority and --fairness-key apply to lines that do not say.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "wait", "idempotency_key", "partitions"])]
     pub batch_file: Option<std::path::PathBuf>,
     /// The task's payload as JSON (what its handler receives).
@@ -379,6 +421,17 @@ pub struct SubmitArgs {
     /// names the same job.
     #[arg(long, global = true)]
     pub idempotency_key: Option<String>,
+    /// The queue (created on first use; default: `default`).
+    #[arg(long, global = true)]
+    pub queue: Option<String>,
+    /// 0 to 9, higher first within its queue and fairness key (default 0). A job queued
+    /// longer than its queue's ageing bound goes first whatever its priority.
+    #[arg(long, global = true)]
+    pub priority: Option<u8>,
+    /// Whom the job is fair to (a tenant, say): the keys of a queue share it equally, so one
+    /// key with a large backlog does not hold up another's jobs.
+    #[arg(long, global = true)]
+    pub fairness_key: Option<String>,
     /// Retries of a retryable admission rejection (0 = one shot).
     #[arg(long, global = true, default_value_t = 0)]
     pub submit_retries: u32,

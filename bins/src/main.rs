@@ -82,6 +82,8 @@ fn main() -> ExitCode {
             Command::Cancel(args) => verbs::cancel(args).await,
             Command::List(args) => verbs::list(args).await,
             Command::Workers(args) => verbs::workers(args).await,
+            Command::Queues(args) => verbs::queues(args).await,
+            Command::Queue(args) => verbs::queue(args).await,
             Command::Purge(args) => verbs::purge(args).await,
             Command::Cluster(args) => verbs::cluster(args).await,
             Command::Bench(args) => bench::run(args).await,

@@ -1,6 +1,6 @@
 //! What the CLI prints: a human-readable layout by default, one JSON object with `--json`.
 
-use herder_core::protocol::{ClusterView, JobView, WorkerView};
+use herder_core::protocol::{ClusterView, JobView, QueueView, WorkerView};
 use herder_runtime::client::CallError;
 use std::collections::BTreeSet;
 
@@ -181,6 +181,47 @@ pub fn workers_for_people(workers: &[WorkerView]) -> String {
             w.capacity,
             w.last_heartbeat_millis_ago,
             served_for_people(&w.tasks)
+        );
+    }
+    out
+}
+
+/// Queues as a table: settings, jobs by state, and the oldest queued job's wait.
+pub fn queues_for_people(queues: &[QueueView]) -> String {
+    if queues.is_empty() {
+        return "No queues yet: a queue is created by its first job.\n".into();
+    }
+    let mut out = format!(
+        "{:<24} {:>6} {:<7} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>12}\n",
+        "QUEUE",
+        "WEIGHT",
+        "STATE",
+        "QUEUED",
+        "RUNNING",
+        "RETRYING",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "OLDEST WAIT"
+    );
+    for q in queues {
+        let state = if q.paused { "paused" } else { "active" };
+        let oldest = q.oldest_queued_millis.map_or_else(
+            || "-".to_owned(),
+            |ms| format!("{:.1}s", ms as f64 / 1000.0),
+        );
+        out += &format!(
+            "{:<24} {:>6} {:<7} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>12}\n",
+            q.name,
+            q.weight,
+            state,
+            q.queued,
+            q.running,
+            q.retry_wait,
+            q.completed,
+            q.failed,
+            q.cancelled,
+            oldest
         );
     }
     out

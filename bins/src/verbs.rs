@@ -13,6 +13,7 @@ use herder_core::limits::{
     DIAL_ADDRESSES_MAX, FRAME_BYTES_MAX_DEFAULT, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX,
 };
 use herder_core::protocol::{ClusterView, JobView, Partitions};
+use herder_core::queues::QueueChange;
 use herder_core::tasks::TaskSpec;
 use herder_core::worker::WorkerConfig;
 use herder_runtime::client::{CallError, HerderClient, SubmitOptions};
@@ -22,13 +23,13 @@ use tokio::sync::watch;
 
 use crate::cli::{
     ClientArgs, ClusterAction, ClusterArgs, CoordinatorArgs, CoordinatorTuning, JobArgs, ListArgs,
-    PurgeArgs, SubmitArgs, WaitArgs, WorkerArgs,
+    PurgeArgs, QueueAction, QueueArgs, SubmitArgs, WaitArgs, WorkerArgs,
 };
 use crate::exit;
 use crate::group::{parse_node_id, parse_peers};
 use crate::output::{
-    cluster_for_people, cluster_json, job_for_people, job_json, jobs_for_people, report_error,
-    report_error_as, usage_error, workers_for_people,
+    cluster_for_people, cluster_json, job_for_people, job_json, jobs_for_people, queues_for_people,
+    report_error, report_error_as, usage_error, workers_for_people,
 };
 
 /// How long `herder cluster` waits for one member to accept a connection.
@@ -294,6 +295,7 @@ pub async fn worker(args: WorkerArgs) -> u8 {
     };
     let config = WorkerConfig {
         prefetch: args.prefetch,
+        queues: args.queues.clone(),
         ..WorkerConfig::new(id, args.capacity, args.coordinator)
     };
     let handlers = match args.exec.handlers() {
@@ -415,6 +417,9 @@ pub async fn submit(args: SubmitArgs) -> u8 {
         max_attempts: args.max_attempts,
         idempotency_key: args.idempotency_key.clone(),
         timeout_millis: args.timeout_millis,
+        fairness_key: args.fairness_key.clone(),
+        priority: args.priority,
+        queue: args.queue.clone(),
     };
     let submitted = match client.submit(&task, options).await {
         Ok(submitted) => submitted,
@@ -682,6 +687,55 @@ pub async fn workers(args: ClientArgs) -> u8 {
     }
 }
 
+pub async fn queues(args: ClientArgs) -> u8 {
+    match client_for(&args).queues().await {
+        Ok(queues) => {
+            if args.json {
+                println!("{}", serde_json::json!({ "queues": queues }));
+            } else {
+                print!("{}", queues_for_people(&queues));
+            }
+            exit::OK
+        }
+        Err(error) => report_error(&error, args.json),
+    }
+}
+
+/// `herder queue set|pause|resume NAME`.
+pub async fn queue(args: QueueArgs) -> u8 {
+    let (name, change) = match args.action {
+        QueueAction::Set {
+            name,
+            weight,
+            aging,
+        } => {
+            let aging_millis = aging.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let change = QueueChange {
+                weight,
+                aging_millis,
+                ..QueueChange::default()
+            };
+            (name, change)
+        }
+        QueueAction::Pause { name } => (name, QueueChange::pause(true)),
+        QueueAction::Resume { name } => (name, QueueChange::pause(false)),
+    };
+    if let Err(message) = herder_core::queues::check_queue_name(&name).and(change.check()) {
+        return usage_error(&message, args.client.json);
+    }
+    match client_for(&args.client).set_queue(&name, change).await {
+        Ok(queue) => {
+            if args.client.json {
+                println!("{}", serde_json::json!({ "queue": queue }));
+            } else {
+                print!("{}", queues_for_people(std::slice::from_ref(&queue)));
+            }
+            exit::OK
+        }
+        Err(error) => report_error(&error, args.client.json),
+    }
+}
+
 /// `herder cluster` and `herder cluster transfer-leader`.
 pub async fn cluster(args: ClusterArgs) -> u8 {
     match args.action {
@@ -788,6 +842,9 @@ mod tests {
 
     fn view(state: JobState, attempt: u32) -> JobView {
         JobView {
+            queue: herder_core::queues::default_queue(),
+            priority: 0,
+            fairness_key: None,
             progress: None,
             timeout_millis: None,
             unserved: false,

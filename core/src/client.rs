@@ -92,15 +92,8 @@ impl ClientConfig {
 /// What a client asks for.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Operation {
-    Submit {
-        task: serde_json::Value,
-        max_attempts: Option<u32>,
-        idempotency_key: Option<String>,
-        /// For a data-parallel task; `None` means `auto`.
-        partitions: Option<crate::protocol::Partitions>,
-        /// Each attempt's deadline; `None` means the coordinator's default.
-        timeout_millis: Option<u64>,
-    },
+    /// One job (`SUBMIT`).
+    Submit(crate::protocol::JobSubmission),
     /// Many jobs in one request (`SUBMIT_BATCH`). A job refused by admission is reported in
     /// the batch's results and not retried here: the caller sees which ones to send again.
     SubmitBatch {
@@ -123,6 +116,13 @@ pub enum Operation {
         before: Option<JobId>,
     },
     Workers,
+    /// Every queue with its settings and counts.
+    Queues,
+    /// Change a queue's settings.
+    SetQueue {
+        queue: String,
+        change: crate::queues::QueueChange,
+    },
     /// The group as the member this client is connected to sees it (any member answers).
     Cluster,
     /// Ask the leader to hand leadership to `to` (or to the most up-to-date member).
@@ -140,16 +140,17 @@ impl Operation {
     /// Whether sending this twice is harmless.
     fn safe_to_resend(&self) -> bool {
         match self {
-            Operation::Submit {
-                idempotency_key, ..
-            } => idempotency_key.is_some(),
+            Operation::Submit(job) => job.idempotency_key.is_some(),
             Operation::SubmitBatch { jobs } => jobs.iter().all(|j| j.idempotency_key.is_some()),
             Operation::Status { .. }
             | Operation::Wait { .. }
             | Operation::Cancel { .. }
             | Operation::List { .. }
             | Operation::Workers
+            | Operation::Queues
             | Operation::Cluster
+            // Setting the same values twice leaves the queue as once.
+            | Operation::SetQueue { .. }
             // A second purge removes only what still matches: what the first one would have.
             | Operation::Purge { .. } => true,
             // A second hand-over after the first one took effect would move leadership again.
@@ -159,20 +160,7 @@ impl Operation {
 
     fn request(&self, request_id: RequestId) -> ClientRequest {
         match self.clone() {
-            Operation::Submit {
-                task,
-                max_attempts,
-                idempotency_key,
-                partitions,
-                timeout_millis,
-            } => ClientRequest::Submit {
-                partitions,
-                request_id,
-                task,
-                max_attempts,
-                idempotency_key,
-                timeout_millis,
-            },
+            Operation::Submit(job) => job.into_request(request_id),
             Operation::SubmitBatch { jobs } => ClientRequest::SubmitBatch { request_id, jobs },
             Operation::Status { job_id } => ClientRequest::Status { request_id, job_id },
             Operation::Wait {
@@ -195,6 +183,14 @@ impl Operation {
                 before,
             },
             Operation::Workers => ClientRequest::Workers { request_id },
+            Operation::Queues => ClientRequest::Queues { request_id },
+            Operation::SetQueue { queue, change } => ClientRequest::SetQueue {
+                request_id,
+                queue,
+                weight: change.weight,
+                paused: change.paused,
+                aging_millis: change.aging_millis,
+            },
             Operation::Cluster => ClientRequest::Cluster { request_id },
             Operation::TransferLeader { to } => ClientRequest::TransferLeader { request_id, to },
             Operation::Purge {
@@ -821,13 +817,14 @@ mod tests {
     }
 
     fn submit(key: Option<&str>) -> Operation {
-        Operation::Submit {
+        Operation::Submit(crate::protocol::JobSubmission {
             timeout_millis: None,
             partitions: None,
             task: serde_json::json!({"kind": "sha256", "text": "abc"}),
             max_attempts: None,
             idempotency_key: key.map(str::to_owned),
-        }
+            ..Default::default()
+        })
     }
 
     fn connected(c: &mut Client, now: Instant) -> (ConnectAttempt, Vec<ClientOutput>) {

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{JobId, LeaseId, LogIndex, NodeId, Term};
 use crate::job::{FailureKind, Lease};
+use crate::queues::{default_queue, is_default_queue, QueueChange};
 use crate::tasks::{Partitions, TaskOutput, TaskSpec};
 use crate::time::UnixMillis;
 
@@ -51,6 +52,14 @@ pub enum Command {
         /// Its idempotency key is bound within that name.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         submitted_by: Option<String>,
+        /// The queue (created by this entry if it is new), the priority and the fairness key;
+        /// a data-parallel job's partitions share them.
+        #[serde(default = "default_queue", skip_serializing_if = "is_default_queue")]
+        queue: String,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        priority: u8,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fairness_key: Option<String>,
     },
     /// Start an attempt: `QUEUED -> RUNNING` under a fresh lease.
     Assign { job_id: JobId, lease: Lease },
@@ -89,6 +98,8 @@ pub enum Command {
     /// Committing it commits everything before it, and tells the new leader that its table
     /// holds everything committed before it took over.
     NewLeader { leader: NodeId },
+    /// Change a queue's settings (creating the queue if it is new).
+    SetQueue { queue: String, change: QueueChange },
     /// Retention: remove these terminal jobs (each with its partitions), their results and
     /// their idempotency keys. An id that is unknown, not terminal or a partition is skipped.
     Purge { job_ids: Vec<JobId> },
@@ -106,7 +117,11 @@ impl Command {
             | Command::Cancel { job_id }
             | Command::Release { job_id, .. }
             | Command::Abandon { job_id, .. } => Some(*job_id),
-            Command::NewLeader { .. } | Command::Purge { .. } => None,
+            Command::NewLeader { .. } | Command::Purge { .. } | Command::SetQueue { .. } => None,
         }
     }
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }

@@ -22,6 +22,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, LogIndex, WorkerId};
+use crate::queues::{default_queue, is_default_queue, Placement};
 use crate::tasks::Partitions;
 use crate::tasks::{TaskOutput, TaskSpec};
 use crate::time::UnixMillis;
@@ -254,6 +255,21 @@ pub struct Job {
     pub submitted_at: LogIndex,
     /// FIFO position while `QUEUED` (larger = later); refreshed on every enqueue.
     pub queue_seq: u64,
+    /// The queue it belongs to ([`DEFAULT_QUEUE`] unless its submission named one).
+    #[serde(default = "default_queue", skip_serializing_if = "is_default_queue")]
+    pub queue: String,
+    /// `0..=PRIORITY_MAX`, higher first within its lane.
+    #[serde(default, skip_serializing_if = "is_zero_u8")]
+    pub priority: u8,
+    /// Whom it is fair to: the jobs of one key share their queue equally with other keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness_key: Option<String>,
+    /// While `QUEUED`: the turn it holds in its lane (see [`crate::queues`]).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub turn: u64,
+    /// While `QUEUED`: the wall-time stamp of the entry that queued it, for ageing.
+    #[serde(default, skip_serializing_if = "UnixMillis::is_unstamped")]
+    pub queued_at: UnixMillis,
     /// Set on a partition of a data-parallel job: its parent and position.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition_of: Option<PartitionOf>,
@@ -293,6 +309,14 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_u8(n: &u8) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Job {
     /// Moves to `to` if the lifecycle allows it; otherwise changes nothing.
     pub fn transition(&mut self, to: JobState) -> Result<(), IllegalTransition> {
@@ -315,6 +339,17 @@ impl Job {
     pub fn attempts_remain(&self) -> bool {
         self.attempt.0 < self.max_attempts
     }
+
+    /// Where it sits in the queue index while `QUEUED`.
+    pub fn placement(&self) -> Placement<'_> {
+        Placement {
+            kind: self.task.kind(),
+            queue: &self.queue,
+            key: self.fairness_key.as_deref().unwrap_or(""),
+            priority: self.priority,
+            queued_at: self.queued_at,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -336,6 +371,11 @@ mod tests {
             retry_delay_millis: 0,
             submitted_at: LogIndex(1),
             queue_seq: 0,
+            queue: crate::queues::default_queue(),
+            priority: 0,
+            fairness_key: None,
+            turn: 0,
+            queued_at: UnixMillis::UNSTAMPED,
             partition_of: None,
             partitions: Vec::new(),
             partitions_asked: None,

@@ -183,3 +183,19 @@ pub const TOKEN_NAME_BYTES_MAX: usize = 64;
 /// message fits in a few hundred bytes, so a stranger's frame is read under this bound, not
 /// the frame limit.
 pub const HANDSHAKE_FRAME_BYTES_MAX: usize = 4096;
+
+// Queues, priorities and fairness keys.
+
+/// Distinct queues the job table holds (queues are created by their first job and kept).
+pub const QUEUES_MAX: usize = 1000;
+/// Bytes of a queue name.
+pub const QUEUE_NAME_BYTES_MAX: usize = 64;
+/// A queue's largest weight (its share against a queue of weight 1).
+pub const QUEUE_WEIGHT_MAX: u32 = 1000;
+/// Bytes of a fairness key.
+pub const FAIRNESS_KEY_BYTES_MAX: usize = 128;
+/// A queued job waiting this long goes before the younger jobs of its lane, whatever their
+/// priority, unless its queue sets another bound.
+pub const PRIORITY_AGING_MILLIS_DEFAULT: u64 = 60_000;
+/// The longest ageing bound a queue may set.
+pub const PRIORITY_AGING_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::command::LogEntry;
 use crate::ids::{JobId, LogIndex, NodeId, Term};
 use crate::job::Job;
+use crate::queues::QueueState;
 
 /// What a member must remember about elections across restarts (paper figure 2): the latest
 /// term it has seen and whom it voted for in that term.
@@ -30,24 +31,35 @@ pub enum Record {
     /// The member's term and vote.
     HardState(HardState),
     /// Append (or overwrite) a log entry.
-    Log(LogEntry),
+    Log(Box<LogEntry>),
     /// Delete every log entry after this index (a conflicting suffix from an old leader).
     TruncateLogAfter(LogIndex),
     /// Upsert a job row of the materialized table.
     Job(Box<Job>),
     /// Delete a job row (retention purged the job).
     DeleteJob(JobId),
+    /// Upsert a queue row: its settings and its pass.
+    Queue(QueueState),
     /// The materialized job rows reflect every entry up to `index`, whose term was `term`.
     Applied { index: LogIndex, term: Term },
     /// Log entries up to this index are reflected in the job rows and may be deleted.
     DiscardLogThrough(LogIndex),
     /// The whole job table, received from the leader, as of entry `index` of `term`: every job
-    /// row is replaced by `jobs`, and the log up to `index` is discarded.
+    /// and queue row is replaced by `rows`, and the log up to `index` is discarded.
     Snapshot {
         index: LogIndex,
         term: Term,
-        jobs: Vec<Job>,
+        rows: TableRows,
     },
+}
+
+/// Every row of a job table: what a snapshot carries and what replaces a member's rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableRows {
+    pub jobs: Vec<Job>,
+    /// Queue rows (absent from a snapshot of a table that had none).
+    #[serde(default)]
+    pub queues: Vec<QueueState>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +78,8 @@ pub struct DurableState {
     pub hard_state: HardState,
     /// The materialized job rows, reflecting every entry up to `applied`.
     pub jobs: Vec<Job>,
+    /// The materialized queue rows, as of the same entry.
+    pub queues: Vec<QueueState>,
     pub applied: LogIndex,
     /// The term of entry `applied` (0 when nothing was applied).
     pub applied_term: Term,

@@ -242,7 +242,10 @@ impl Facts {
                 Command::Cancel { job_id } => {
                     self.cancels.insert(*job_id);
                 }
-                Command::Requeue { .. } | Command::NewLeader { .. } | Command::Purge { .. } => {}
+                Command::Requeue { .. }
+                | Command::NewLeader { .. }
+                | Command::SetQueue { .. }
+                | Command::Purge { .. } => {}
             }
         }
     }
@@ -612,6 +615,7 @@ impl Model {
                 prefetch: 0,
                 running,
                 finished: Vec::new(),
+                queues: None,
             },
         )?;
         // Results still waiting for an acknowledgement are sent again after registering.
@@ -773,6 +777,9 @@ impl Model {
                         task: spec(*choice).to_json(),
                         max_attempts: *max_attempts,
                         idempotency_key: key.clone(),
+                        fairness_key: None,
+                        priority: None,
+                        queue: None,
                     },
                     Pending::Submit { key },
                 )
@@ -1440,6 +1447,9 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
                 task: spec(1).to_json(),
                 max_attempts: None,
                 idempotency_key: None,
+                fairness_key: None,
+                priority: None,
+                queue: None,
             },
         );
         let mut replies = Vec::new();

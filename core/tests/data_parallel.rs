@@ -111,6 +111,9 @@ impl Table {
             partitions: partitions.to_vec(),
             partitions_asked: Some(Partitions::Count(partitions.len() as u32)),
             submitted_by: None,
+            fairness_key: None,
+            priority: 0,
+            queue: herder_core::queues::default_queue(),
         })
     }
 
@@ -926,7 +929,8 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
     let mut rows: Vec<Job> = t.t.jobs().cloned().collect();
     for _ in 0..2 {
         rows.reverse();
-        let rebuilt = JobTable::from_rows(rows.clone(), applied).expect("the rows load");
+        let rebuilt =
+            JobTable::from_rows(rows.clone(), Vec::new(), applied).expect("the rows load");
         assert_eq!(
             rebuilt.newest_first().map(|j| j.id).collect::<Vec<_>>(),
             vec![d, c, b, a],
@@ -943,12 +947,12 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
         .cloned()
         .collect();
     assert!(matches!(
-        JobTable::from_rows(without_a_partition, applied),
+        JobTable::from_rows(without_a_partition, Vec::new(), applied),
         Err(TableError::InconsistentJob { job_id, .. }) if job_id == b
     ));
     let orphaned: Vec<Job> = rows.iter().filter(|j| j.id != b).cloned().collect();
     assert!(matches!(
-        JobTable::from_rows(orphaned, applied),
+        JobTable::from_rows(orphaned, Vec::new(), applied),
         Err(TableError::InconsistentJob { .. })
     ));
     // A queued job with no attempt left.
@@ -959,10 +963,10 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
         .expect("a queued job");
     queued.attempt = Attempt(queued.max_attempts);
     assert!(matches!(
-        JobTable::from_rows(exhausted, applied),
+        JobTable::from_rows(exhausted, Vec::new(), applied),
         Err(TableError::InconsistentJob { detail, .. }) if detail.contains("every attempt used")
     ));
-    let rebuilt = JobTable::from_rows(rows, applied).expect("the rows load");
+    let rebuilt = JobTable::from_rows(rows, Vec::new(), applied).expect("the rows load");
     rebuilt
         .check_invariants()
         .expect("the rebuilt table is sound");
@@ -1082,6 +1086,9 @@ fn partition_ids_must_be_distinct_from_each_other_and_from_the_parent() {
                     partitions: parts,
                     partitions_asked: None,
                     submitted_by: None,
+                    fairness_key: None,
+                    priority: 0,
+                    queue: herder_core::queues::default_queue(),
                 },
             );
             (table, outcome)
@@ -1177,6 +1184,7 @@ impl Harness {
                 prefetch: 0,
                 running: Vec::new(),
                 finished: Vec::new(),
+                queues: None,
             },
         );
         let replies = self.sent_to_worker(name);
@@ -1217,6 +1225,9 @@ impl Harness {
             max_attempts,
             idempotency_key: None,
             partitions,
+            fairness_key: None,
+            priority: None,
+            queue: None,
         });
         request_id
     }
@@ -1910,6 +1921,9 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
         max_attempts: None,
         idempotency_key: Some("k".into()),
         partitions: None,
+        fairness_key: None,
+        priority: None,
+        queue: None,
     });
     assert!(matches!(
         h.reply_to(first),
@@ -1928,6 +1942,9 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
             max_attempts: None,
             idempotency_key: Some("k".into()),
             partitions: Some(partitions),
+            fairness_key: None,
+            priority: None,
+            queue: None,
         });
         match h.reply_to(again) {
             ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
@@ -1952,6 +1969,9 @@ fn reusing_a_key_with_another_partition_request_is_a_conflict() {
             max_attempts: None,
             idempotency_key: Some(key.into()),
             partitions,
+            fairness_key: None,
+            priority: None,
+            queue: None,
         });
         h.reply_to(request_id)
     };

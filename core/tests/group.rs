@@ -176,6 +176,7 @@ impl Group {
             prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
+            queues: None,
         };
         self.m[i]
             .c
@@ -214,6 +215,9 @@ fn submit(key: Option<&str>) -> impl FnOnce(RequestId) -> ClientRequest + '_ {
         max_attempts: None,
         idempotency_key: key.map(str::to_owned),
         partitions: None,
+        fairness_key: None,
+        priority: None,
+        queue: None,
     }
 }
 
@@ -295,6 +299,9 @@ fn a_leader_that_loses_its_majority_answers_what_it_owed_as_uncertain() {
                 idempotency_key: None,
                 partitions: None,
                 timeout_millis: None,
+                fairness_key: None,
+                priority: None,
+                queue: None,
             })
             .collect(),
     });

@@ -65,6 +65,9 @@ impl Table {
                 partitions_asked: None,
                 timeout_millis: None,
                 submitted_by: None,
+                fairness_key: None,
+                priority: 0,
+                queue: herder_core::queues::default_queue(),
             },
         );
     }

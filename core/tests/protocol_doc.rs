@@ -244,6 +244,8 @@ fn tag_of_client_request(message: &ClientRequest) -> &'static str {
         ClientRequest::Cancel { .. } => "CANCEL",
         ClientRequest::List { .. } => "LIST",
         ClientRequest::Workers { .. } => "WORKERS",
+        ClientRequest::Queues { .. } => "QUEUES",
+        ClientRequest::SetQueue { .. } => "SET_QUEUE",
         ClientRequest::Cluster { .. } => "CLUSTER",
         ClientRequest::TransferLeader { .. } => "TRANSFER_LEADER",
         ClientRequest::Purge { .. } => "PURGE",
@@ -260,6 +262,8 @@ fn tag_of_client_reply(message: &ClientReply) -> &'static str {
         ClientReply::CancelResult { .. } => "CANCEL_RESULT",
         ClientReply::JobList { .. } => "JOB_LIST",
         ClientReply::WorkerList { .. } => "WORKER_LIST",
+        ClientReply::QueueList { .. } => "QUEUE_LIST",
+        ClientReply::QueueSet { .. } => "QUEUE_SET",
         ClientReply::NotLeader { .. } => "NOT_LEADER",
         ClientReply::Cluster { .. } => "CLUSTER",
         ClientReply::TransferStarted { .. } => "TRANSFER_STARTED",
@@ -311,6 +315,7 @@ fn kind_of_command(command: &Command) -> &'static str {
         Command::Release { .. } => "release",
         Command::NewLeader { .. } => "new_leader",
         Command::Purge { .. } => "purge",
+        Command::SetQueue { .. } => "set_queue",
     }
 }
 

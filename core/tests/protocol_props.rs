@@ -262,6 +262,9 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     history: Vec::new(),
                     history_dropped: 0,
                     submitted_by: None,
+                    fairness_key: None,
+                    priority: 0,
+                    queue: herder_core::queues::default_queue(),
                 }
             },
         )
@@ -388,6 +391,9 @@ fn command() -> impl Strategy<Value = Command> {
                         partitions,
                         partitions_asked,
                         submitted_by: None,
+                        fairness_key: None,
+                        priority: 0,
+                        queue: herder_core::queues::default_queue(),
                     }
                 }
             ),
@@ -490,6 +496,7 @@ fn worker_to_coordinator() -> impl Strategy<Value = WorkerToCoordinator> {
                     prefetch: capacity / 2,
                     running,
                     finished,
+                    queues: None,
                 }
             }),
         Just(WorkerToCoordinator::Heartbeat {}),
@@ -582,6 +589,9 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
                         max_attempts,
                         idempotency_key,
                         partitions,
+                        fairness_key: None,
+                        priority: None,
+                        queue: None,
                     }
                 }
             ),
@@ -1307,6 +1317,7 @@ fn register_wire_form_and_running_defaults_to_empty() {
                 lease_id: lease(),
             }],
             finished: Vec::new(),
+            queues: None,
         },
         json!({
             "type": "REGISTER",
@@ -1332,6 +1343,7 @@ fn register_wire_form_and_running_defaults_to_empty() {
             prefetch: 0,
             running: vec![],
             finished: Vec::new(),
+            queues: None,
         })
     );
 }
@@ -1349,6 +1361,7 @@ fn incarnations_travel_as_sixteen_hex_digits() {
             prefetch: 0,
             running: vec![],
             finished: Vec::new(),
+            queues: None,
         },
         json!({
             "type": "REGISTER",
@@ -1532,6 +1545,9 @@ fn submit_wire_form_with_and_without_optional_fields() {
             task: TaskSpec::Sleep { milliseconds: 250 }.to_json(),
             max_attempts: Some(4),
             idempotency_key: Some("order-17".into()),
+            fairness_key: None,
+            priority: None,
+            queue: None,
         },
         json!({
             "type": "SUBMIT",
@@ -1553,6 +1569,9 @@ fn submit_wire_form_with_and_without_optional_fields() {
             .to_json(),
             max_attempts: None,
             idempotency_key: None,
+            fairness_key: None,
+            priority: None,
+            queue: None,
         },
         json!({"type": "SUBMIT", "request_id": 6, "task": {"kind": "fail", "fail_until_attempt": 2}}),
     );
@@ -1654,6 +1673,9 @@ fn client_reply_wire_forms() {
                 history: Vec::new(),
                 history_dropped: 0,
                 submitted_by: None,
+                fairness_key: None,
+                priority: 0,
+                queue: herder_core::queues::default_queue(),
             }),
         },
         json!({
@@ -1670,6 +1692,8 @@ fn client_reply_wire_forms() {
                 "result": {"kind": "word-count", "words": 2},
                 "error": null,
                 "idempotency_key": null,
+                "queue": "default",
+                "priority": 0,
             },
         }),
     );
@@ -1766,6 +1790,9 @@ fn client_reply_wire_forms() {
                 history: Vec::new(),
                 history_dropped: 0,
                 submitted_by: None,
+                fairness_key: None,
+                priority: 0,
+                queue: herder_core::queues::default_queue(),
             }),
             cancelled: true,
         },
@@ -1784,6 +1811,8 @@ fn client_reply_wire_forms() {
                 "result": null,
                 "error": "cancelled by client",
                 "idempotency_key": null,
+                "queue": "default",
+                "priority": 0,
             },
             "cancelled": true,
         }),

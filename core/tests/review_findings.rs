@@ -88,6 +88,7 @@ impl Harness {
                 prefetch: 0,
                 running,
                 finished: Vec::new(),
+                queues: None,
             },
         );
     }
@@ -106,6 +107,9 @@ impl Harness {
                 task: TaskSpec::Sha256 { text: "x".into() }.to_json(),
                 max_attempts: Some(max_attempts),
                 idempotency_key: None,
+                fairness_key: None,
+                priority: None,
+                queue: None,
             },
         );
         self.pump();

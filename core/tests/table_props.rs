@@ -14,7 +14,7 @@ use proptest::sample::Index;
 use herder_core::command::Command;
 use herder_core::ids::{Attempt, Incarnation, JobId, LeaseId, LogIndex, WorkerId};
 use herder_core::job::{Job, JobState, Lease};
-use herder_core::table::{Applied, JobTable, StaleReason};
+use herder_core::table::{Applied, JobTable, Outcome, StaleReason};
 use herder_core::tasks::{TaskOutput, TaskSpec};
 
 // ---------------------------------------------------------------------------------------------
@@ -197,6 +197,9 @@ impl Concretizer {
                     idempotency_key: key.map(|k| KEYS[k].to_owned()),
                     max_active_jobs: *limit,
                     submitted_by: None,
+                    fairness_key: None,
+                    priority: 0,
+                    queue: herder_core::queues::default_queue(),
                 }
             }
             Op::Assign {
@@ -278,6 +281,7 @@ fn rows(table: &JobTable) -> BTreeMap<JobId, Job> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Snapshot {
     rows: BTreeMap<JobId, Job>,
+    queues: Vec<herder_core::queues::QueueState>,
     active: u64,
     applied: LogIndex,
     queued: Vec<JobId>,
@@ -288,6 +292,7 @@ struct Snapshot {
 fn snapshot(table: &JobTable) -> Snapshot {
     Snapshot {
         rows: rows(table),
+        queues: table.queues().cloned().collect(),
         active: table.active_jobs(),
         applied: table.applied_index(),
         queued: table.queued().collect(),
@@ -342,6 +347,9 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
             max_attempts: job.max_attempts,
             partitions_asked: job.partitions_asked,
             timeout_millis: job.timeout_millis,
+            fairness_key: job.fairness_key.as_deref(),
+            priority: job.priority,
+            queue: &job.queue,
         };
         prop_assert_eq!(table.check_idempotency(&key, &asked), Some(Ok(job.id)));
     }
@@ -371,9 +379,10 @@ fn check_state(table: &JobTable) -> Result<(), TestCaseError> {
 fn check_step(
     before: &Snapshot,
     command: &Command,
-    applied: &Applied,
+    outcome: &Outcome,
     after: &JobTable,
 ) -> Result<(), TestCaseError> {
+    let applied = &outcome.applied;
     let after_rows = rows(after);
     let Some(job_id) = command.job_id() else {
         return Ok(()); // Only a leader's no-op names no job, and the generator makes none.
@@ -411,18 +420,27 @@ fn check_step(
         }
     }
 
-    // Only the row `changed_job` names may change (persistence writes just that one row), and
-    // at most one new row appears, for a `Submitted`.
+    // Only the rows the outcome names may change (persistence writes just those), and at most
+    // one new row appears, for a `Submitted`. Besides the job the command names, that is the
+    // job whose turn a start out of turn order handed over.
+    let named: BTreeSet<JobId> = outcome.changed_jobs().collect();
     for (id, new) in &after_rows {
         let changed = before.rows.get(id) != Some(new);
         if changed {
-            prop_assert_eq!(
-                applied.changed_job(),
-                Some(*id),
+            prop_assert!(
+                named.contains(id),
                 "row {} changed but {:?} does not say so",
                 id,
-                applied
+                outcome
             );
+            if applied.changed_job() != Some(*id) {
+                let assigned = matches!(applied, Applied::Assigned { .. });
+                prop_assert!(assigned, "only a start hands a turn over");
+                prop_assert_ne!(new.turn, before.rows[id].turn);
+                let mut unturned = new.clone();
+                unturned.turn = before.rows[id].turn;
+                prop_assert_eq!(&unturned, &before.rows[id], "only its turn changed");
+            }
         }
     }
     if applied.changed_job().is_none() {
@@ -665,6 +683,7 @@ fn check_step(
         | Command::Release { .. }
         | Command::Abandon { .. }
         | Command::NewLeader { .. }
+        | Command::SetQueue { .. }
         | Command::Purge { .. } => {}
     }
 
@@ -718,18 +737,19 @@ fn run(ops: &[Op]) -> Result<Run, TestCaseError> {
         let command = concretizer.command(&table, op);
         let before = snapshot(&table);
         let index = table.applied_index().next();
-        let applied = table
-            .apply(index, herder_core::time::UnixMillis::UNSTAMPED, &command)
-            .applied;
+        let outcome = table.apply(index, herder_core::time::UnixMillis::UNSTAMPED, &command);
         prop_assert_eq!(table.applied_index(), index);
         check_state(&table)?;
-        check_step(&before, &command, &applied, &table)?;
+        check_step(&before, &command, &outcome, &table)?;
+        let applied = outcome.applied;
 
         // Recovery: the persisted rows rebuild the same table.
-        let restored =
-            JobTable::from_rows(rows(&table).into_values().collect(), index).map_err(|error| {
-                TestCaseError::fail(format!("from_rows refused live rows: {error}"))
-            })?;
+        let restored = JobTable::from_rows(
+            rows(&table).into_values().collect(),
+            table.queues().cloned().collect(),
+            index,
+        )
+        .map_err(|error| TestCaseError::fail(format!("from_rows refused live rows: {error}")))?;
         check_state(&restored)?;
         prop_assert_eq!(snapshot(&restored), snapshot(&table));
 
@@ -776,7 +796,8 @@ proptest! {
         let (log, outcomes, snapshots) = run(&ops)?;
         let at = cut.index(log.len() + 1);
         let rows_at: Vec<Job> = snapshots[at].rows.values().cloned().collect();
-        let restored = JobTable::from_rows(rows_at, LogIndex(at as u64))
+        let queues_at = snapshots[at].queues.clone();
+        let restored = JobTable::from_rows(rows_at, queues_at, LogIndex(at as u64))
             .map_err(|error| TestCaseError::fail(format!("from_rows: {error}")))?;
         prop_assert_eq!(restored.active_jobs(), snapshots[at].active);
         let (continued, continued_outcomes) = replay(restored, &log[at..]);
@@ -800,6 +821,9 @@ fn submit(id: u128, key: Option<&str>, max_attempts: u32, limit: u64) -> Command
         idempotency_key: key.map(str::to_owned),
         max_active_jobs: limit,
         submitted_by: None,
+        fairness_key: None,
+        priority: 0,
+        queue: herder_core::queues::default_queue(),
     }
 }
 

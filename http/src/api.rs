@@ -10,7 +10,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use axum::{Json, Router};
 use herder_core::auth::ClientToken;
 use herder_core::client::ClientConfig;
@@ -20,6 +20,7 @@ use herder_core::job::JobState;
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::limits::{GROUP_MEMBERS_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
 use herder_core::protocol::{ClusterView, ErrorCode, JobSubmission, Partitions};
+use herder_core::queues::{check_queue_name, QueueChange};
 use herder_runtime::auth::Tokens;
 use herder_runtime::client::CallError;
 use herder_runtime::coordinator::Observer;
@@ -139,6 +140,8 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/api/v1/jobs/{id}/cancel", post(cancel))
         .route("/api/v1/jobs/{id}/retry", post(retry))
         .route("/api/v1/workers", get(workers))
+        .route("/api/v1/queues", get(queues))
+        .route("/api/v1/queues/{name}", patch(set_queue))
         .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/purge", post(purge))
         .fallback(|| async { ApiError::not_found("no such route".to_owned()) })
@@ -229,7 +232,7 @@ impl From<CallError> for ApiError {
                 ErrorCode::JobNotFound => StatusCode::NOT_FOUND,
                 ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
                 ErrorCode::Forbidden => StatusCode::FORBIDDEN,
-                ErrorCode::IdempotencyConflict => StatusCode::CONFLICT,
+                ErrorCode::IdempotencyConflict | ErrorCode::TooManyQueues => StatusCode::CONFLICT,
                 ErrorCode::TooManyWaiters | ErrorCode::TooManyConnections => {
                     StatusCode::SERVICE_UNAVAILABLE
                 }
@@ -302,6 +305,9 @@ struct SubmitBody {
     idempotency_key: Option<String>,
     partitions: Option<Partitions>,
     timeout_millis: Option<u64>,
+    queue: Option<String>,
+    priority: Option<u8>,
+    fairness_key: Option<String>,
 }
 
 async fn submit(
@@ -314,6 +320,9 @@ async fn submit(
         idempotency_key: request.idempotency_key,
         partitions: request.partitions,
         timeout_millis: request.timeout_millis,
+        fairness_key: request.fairness_key,
+        priority: request.priority,
+        queue: request.queue,
     };
     let submitted = client.submit_json(request.task, options).await?;
     Ok(created(&submitted, views::submitted(&submitted)))
@@ -405,6 +414,9 @@ async fn retry(Group(client, _): Group, Path(id): Path<String>) -> Answer {
             .as_ref()
             .map(|p| Partitions::Count(p.total.max(1))),
         timeout_millis: original.timeout_millis,
+        fairness_key: original.fairness_key.clone(),
+        priority: Some(original.priority),
+        queue: Some(original.queue.clone()),
     };
     let submitted = client.submit_json(original.task.to_json(), options).await?;
     let mut answer = views::submitted(&submitted);
@@ -451,6 +463,38 @@ async fn list(Group(client, _): Group, params: Result<Query<ListQuery>, QueryRej
 async fn workers(Group(client, _): Group) -> Answer {
     let workers = client.workers().await?;
     ok(views::workers(&workers))
+}
+
+async fn queues(Group(client, _): Group) -> Answer {
+    let queues = client.queues().await?;
+    ok(json!({ "queues": queues }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueueBody {
+    weight: Option<u32>,
+    paused: Option<bool>,
+    aging_millis: Option<u64>,
+}
+
+/// Changes the settings the body names (creating the queue if it is new); the others stay.
+async fn set_queue(
+    Group(client, _): Group,
+    Path(name): Path<String>,
+    request: Result<Json<QueueBody>, JsonRejection>,
+) -> Answer {
+    let request = body(request)?;
+    let change = QueueChange {
+        weight: request.weight,
+        paused: request.paused,
+        aging_millis: request.aging_millis,
+    };
+    check_queue_name(&name)
+        .and(change.check())
+        .map_err(ApiError::invalid)?;
+    let queue = client.set_queue(&name, change).await?;
+    ok(json!({ "queue": queue }))
 }
 
 /// Every member's own view: this member's first, then each member it names.

@@ -29,8 +29,10 @@ use herder_core::ids::{JobId, NodeId};
 use herder_core::job::JobState;
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::protocol::{
-    ClientReply, ClusterView, JobSubmission, JobView, Partitions, SubmitResult, WorkerView,
+    ClientReply, ClusterView, JobSubmission, JobView, Partitions, QueueView, SubmitResult,
+    WorkerView,
 };
+use herder_core::queues::QueueChange;
 use herder_core::tasks::TaskSpec;
 use tokio::sync::{mpsc, oneshot};
 
@@ -62,13 +64,15 @@ pub enum CallError {
 /// What a caller of `op` is waiting for, in words.
 fn waiting_for(op: &Operation) -> &'static str {
     match op {
-        Operation::Submit { .. } => "the submission to be acknowledged",
+        Operation::Submit(_) => "the submission to be acknowledged",
         Operation::SubmitBatch { .. } => "the batch to be acknowledged",
         Operation::Status { .. } => "the job's status",
         Operation::Wait { .. } => "the job to end",
         Operation::Cancel { .. } => "the cancel to be acknowledged",
         Operation::List { .. } => "the job list",
         Operation::Workers => "the worker list",
+        Operation::Queues => "the queue list",
+        Operation::SetQueue { .. } => "the queue change to be written",
         Operation::Cluster => "the member's view of the group",
         Operation::TransferLeader { .. } => "the hand-over to start",
         Operation::Purge { .. } => "the purge to be written",
@@ -84,6 +88,12 @@ pub struct SubmitOptions {
     pub partitions: Option<Partitions>,
     /// Each attempt's deadline (`None`: the coordinator's `--task-timeout-millis`).
     pub timeout_millis: Option<u64>,
+    /// The queue (`None`: `default`).
+    pub queue: Option<String>,
+    /// `0..=9`, higher first (`None`: 0).
+    pub priority: Option<u8>,
+    /// Whom the job is fair to within its queue.
+    pub fairness_key: Option<String>,
 }
 
 /// A durable submission.
@@ -246,13 +256,16 @@ impl HerderClient {
         task: serde_json::Value,
         options: SubmitOptions,
     ) -> Result<Submitted, CallError> {
-        let op = Operation::Submit {
+        let op = Operation::Submit(JobSubmission {
             timeout_millis: options.timeout_millis,
             partitions: options.partitions,
             task,
             max_attempts: options.max_attempts,
             idempotency_key: options.idempotency_key,
-        };
+            queue: options.queue,
+            priority: options.priority,
+            fairness_key: options.fairness_key,
+        });
         match self.call(op).await? {
             ClientReply::SubmitAccepted {
                 job_id, existing, ..
@@ -340,6 +353,30 @@ impl HerderClient {
     pub async fn workers(&self) -> Result<Vec<WorkerView>, CallError> {
         match self.call(Operation::Workers).await? {
             ClientReply::WorkerList { workers, .. } => Ok(workers),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Every queue: its settings, its jobs by state, how long its oldest queued job waits.
+    pub async fn queues(&self) -> Result<Vec<QueueView>, CallError> {
+        match self.call(Operation::Queues).await? {
+            ClientReply::QueueList { queues, .. } => Ok(queues),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Changes `queue`'s settings (creating it if it is new); the queue as the change left it.
+    pub async fn set_queue(
+        &self,
+        queue: &str,
+        change: QueueChange,
+    ) -> Result<QueueView, CallError> {
+        let op = Operation::SetQueue {
+            queue: queue.to_owned(),
+            change,
+        };
+        match self.call(op).await? {
+            ClientReply::QueueSet { queue, .. } => Ok(queue),
             other => Err(unexpected(&other)),
         }
     }

@@ -1227,6 +1227,7 @@ mod tests {
             prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
+            queues: None,
         };
         for _ in 0..64 {
             if outbound.send(&message).is_err() {
@@ -1259,6 +1260,7 @@ mod tests {
             prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
+            queues: None,
         };
         // Neither peer reads: once the kernel buffers are full, every frame stays queued.
         let mut refused = None;

@@ -63,6 +63,9 @@ fn keyed(key: &str, max_attempts: Option<u32>) -> SubmitOptions {
         partitions: None,
         max_attempts,
         idempotency_key: Some(key.into()),
+        fairness_key: None,
+        priority: None,
+        queue: None,
     }
 }
 

@@ -195,6 +195,7 @@ async fn an_impostor_worker_gets_no_work_and_changes_nothing() {
         tasks: Vec::new(),
         draining: false,
         prefetch: 0,
+        queues: None,
     };
     stream.write_all(&frame(&register)).await.expect("writes");
     match read_one::<CoordinatorToWorker>(&mut stream, SHORT).await {

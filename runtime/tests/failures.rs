@@ -552,6 +552,7 @@ async fn worker_ids_belong_to_one_live_process_at_a_time() {
             prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
+            queues: None,
         })
         .await;
     let reason = intruder

@@ -256,26 +256,28 @@ async fn unknown_jobs_and_invalid_submissions_get_typed_errors_and_create_nothin
         serde_json::json!(["sha256"]),
     ];
     for task in invalid_tasks {
-        let op = Operation::Submit {
+        let op = Operation::Submit(herder_core::protocol::JobSubmission {
             timeout_millis: None,
             partitions: None,
             task: task.clone(),
             max_attempts: None,
             idempotency_key: None,
-        };
+            ..Default::default()
+        });
         assert_eq!(
             server_error(client.call(op).await),
             ErrorCode::InvalidTask,
             "task {task}"
         );
     }
-    let bad_attempts = Operation::Submit {
+    let bad_attempts = Operation::Submit(herder_core::protocol::JobSubmission {
         timeout_millis: None,
         partitions: None,
         task: TaskSpec::Sha256 { text: "x".into() }.to_json(),
         max_attempts: Some(0),
         idempotency_key: None,
-    };
+        ..Default::default()
+    });
     assert_eq!(
         server_error(client.call(bad_attempts).await),
         ErrorCode::InvalidRequest
@@ -481,12 +483,15 @@ async fn out_of_range_request_parameters_are_refused_with_typed_errors() {
     let client = client(coordinator.client_addr());
     let sha = TaskSpec::Sha256 { text: "x".into() };
 
-    let submit_op = |max_attempts: Option<u32>, key: Option<String>| Operation::Submit {
-        timeout_millis: None,
-        partitions: None,
-        task: sha.to_json(),
-        max_attempts,
-        idempotency_key: key,
+    let submit_op = |max_attempts: Option<u32>, key: Option<String>| {
+        Operation::Submit(herder_core::protocol::JobSubmission {
+            timeout_millis: None,
+            partitions: None,
+            task: sha.to_json(),
+            max_attempts,
+            idempotency_key: key,
+            ..Default::default()
+        })
     };
     assert_eq!(
         server_error(client.call(submit_op(Some(101), None)).await),
@@ -504,13 +509,14 @@ async fn out_of_range_request_parameters_are_refused_with_typed_errors() {
     let long = TaskSpec::Sha256 {
         text: "a".repeat(300 * 1024),
     };
-    let op = Operation::Submit {
+    let op = Operation::Submit(herder_core::protocol::JobSubmission {
         timeout_millis: None,
         partitions: None,
         task: long.to_json(),
         max_attempts: None,
         idempotency_key: None,
-    };
+        ..Default::default()
+    });
     assert_eq!(server_error(client.call(op).await), ErrorCode::InvalidTask);
     assert!(
         client.list(None, None).await.expect("list").is_empty(),
@@ -548,6 +554,9 @@ async fn a_request_larger_than_a_frame_fails_alone() {
             partitions: None,
             max_attempts: None,
             idempotency_key: key.clone(),
+            fairness_key: None,
+            priority: None,
+            queue: None,
         };
         let result = tokio::time::timeout(SHORT, client.submit(&huge, options))
             .await
@@ -618,6 +627,7 @@ async fn invalid_registrations_are_refused() {
             prefetch: 0,
             running: Vec::new(),
             finished: Vec::new(),
+            queues: None,
         };
         stream.write_all(&frame(&register)).await.expect("write");
         match read_one::<CoordinatorToWorker>(&mut stream, SHORT).await {
@@ -665,6 +675,9 @@ async fn a_request_over_the_coordinators_frame_limit_fails_instead_of_being_rese
             partitions: None,
             max_attempts: None,
             idempotency_key: key.clone(),
+            fairness_key: None,
+            priority: None,
+            queue: None,
         };
         let result = tokio::time::timeout(SHORT, client.submit(&task, options))
             .await

@@ -250,6 +250,7 @@ impl Model {
                 partitions_asked,
                 timeout_millis,
                 submitted_by,
+                ..
             } => {
                 // The model binds keys as the clients sent them: no simulated client that
                 // writes holds a named token, so no submission may carry a name (the scoping of
@@ -432,7 +433,7 @@ impl Model {
                     }
                 }
             }
-            Command::NewLeader { .. } => {}
+            Command::NewLeader { .. } | Command::SetQueue { .. } => {}
             Command::Purge { job_ids } => {
                 for job_id in job_ids {
                     let purgeable = self

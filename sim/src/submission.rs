@@ -269,6 +269,7 @@ pub fn code_name(code: ErrorCode) -> &'static str {
         ErrorCode::TooManyConnections => "TOO_MANY_CONNECTIONS",
         ErrorCode::Unauthenticated => "UNAUTHENTICATED",
         ErrorCode::Forbidden => "FORBIDDEN",
+        ErrorCode::TooManyQueues => "TOO_MANY_QUEUES",
     }
 }
 

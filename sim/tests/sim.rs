@@ -172,6 +172,9 @@ fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
             idempotency_key: None,
             max_active_jobs: 10,
             submitted_by: None,
+            fairness_key: None,
+            priority: 0,
+            queue: herder_core::queues::default_queue(),
         },
         Command::Assign {
             job_id: job_id(1),
@@ -232,6 +235,9 @@ fn the_checker_catches_an_acknowledgement_that_runs_ahead_of_the_disk() {
             max_attempts: None,
             idempotency_key: None,
             partitions: None,
+            fairness_key: None,
+            priority: None,
+            queue: None,
         },
     );
     let mut batches = Vec::new();
@@ -244,10 +250,10 @@ fn the_checker_catches_an_acknowledgement_that_runs_ahead_of_the_disk() {
         .iter()
         .flat_map(|b| &b.records)
         .find_map(|r| match r {
-            Record::Log(LogEntry {
-                command: Command::Submit { job_id, .. },
-                ..
-            }) => Some(*job_id),
+            Record::Log(entry) => match &entry.command {
+                Command::Submit { job_id, .. } => Some(*job_id),
+                _ => None,
+            },
             _ => None,
         })
         .expect("the submission was proposed");
@@ -328,6 +334,7 @@ fn the_checker_catches_a_worker_over_capacity() {
         leases,
         ends: BTreeMap::new(),
         overdue: std::collections::BTreeSet::new(),
+        queues: None,
     };
     let mut checker = Checker::new(1);
     let over = checker
@@ -442,6 +449,9 @@ fn submit(task: TaskSpec) -> Command {
         idempotency_key: None,
         max_active_jobs: 10,
         submitted_by: None,
+        fairness_key: None,
+        priority: 0,
+        queue: herder_core::queues::default_queue(),
     }
 }
 
@@ -627,6 +637,9 @@ fn sent(task: serde_json::Value, max_attempts: Option<u32>, key: Option<&str>) -
         idempotency_key: key.map(str::to_owned),
         partitions: None,
         timeout_millis: None,
+        fairness_key: None,
+        priority: None,
+        queue: None,
     }
 }
 
@@ -658,6 +671,9 @@ fn the_checker_judges_the_errors_a_submission_gets() {
         partitions_asked: None,
         timeout_millis: None,
         submitted_by: None,
+        fairness_key: None,
+        priority: 0,
+        queue: herder_core::queues::default_queue(),
     }]);
     checker.model.apply(&log[0]).expect("submit");
     let subject = Subject::Submit {

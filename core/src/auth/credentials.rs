@@ -42,11 +42,14 @@ impl Role {
             | ClientRequest::Wait { .. }
             | ClientRequest::List { .. }
             | ClientRequest::Workers { .. }
+            | ClientRequest::Queues { .. }
             | ClientRequest::Cluster { .. } => Role::Reader,
             ClientRequest::Submit { .. }
             | ClientRequest::SubmitBatch { .. }
             | ClientRequest::Cancel { .. } => Role::Submitter,
-            ClientRequest::TransferLeader { .. } | ClientRequest::Purge { .. } => Role::Admin,
+            ClientRequest::TransferLeader { .. }
+            | ClientRequest::Purge { .. }
+            | ClientRequest::SetQueue { .. } => Role::Admin,
         }
     }
 

@@ -9,6 +9,7 @@ use super::{DurableState, HardState, Record, RecoveryError};
 use crate::command::LogEntry;
 use crate::ids::{JobId, LogIndex, Term};
 use crate::job::Job;
+use crate::queues::QueueState;
 use crate::table::JobTable;
 
 /// The term and vote, job rows, the applied index and the log entries not yet discarded.
@@ -16,6 +17,7 @@ use crate::table::JobTable;
 pub struct DiskImage {
     pub hard_state: HardState,
     pub jobs: BTreeMap<JobId, Job>,
+    pub queues: BTreeMap<String, QueueState>,
     pub applied: LogIndex,
     pub applied_term: Term,
     pub log: BTreeMap<LogIndex, LogEntry>,
@@ -28,7 +30,7 @@ impl DiskImage {
             match record {
                 Record::HardState(hard_state) => self.hard_state = hard_state.clone(),
                 Record::Log(entry) => {
-                    self.log.insert(entry.index, entry.clone());
+                    self.log.insert(entry.index, LogEntry::clone(entry));
                 }
                 Record::TruncateLogAfter(index) => self.log.retain(|i, _| i <= index),
                 Record::Job(job) => {
@@ -42,8 +44,16 @@ impl DiskImage {
                     self.applied_term = *term;
                 }
                 Record::DiscardLogThrough(index) => self.log.retain(|i, _| i > index),
-                Record::Snapshot { index, term, jobs } => {
-                    self.jobs = jobs.iter().map(|job| (job.id, job.clone())).collect();
+                Record::Queue(queue) => {
+                    self.queues.insert(queue.name.clone(), queue.clone());
+                }
+                Record::Snapshot { index, term, rows } => {
+                    self.jobs = rows.jobs.iter().map(|job| (job.id, job.clone())).collect();
+                    self.queues = rows
+                        .queues
+                        .iter()
+                        .map(|queue| (queue.name.clone(), queue.clone()))
+                        .collect();
                     self.applied = *index;
                     self.applied_term = *term;
                     self.log.retain(|i, _| i > index);
@@ -57,6 +67,7 @@ impl DiskImage {
         DurableState {
             hard_state: self.hard_state.clone(),
             jobs: self.jobs.values().cloned().collect(),
+            queues: self.queues.values().cloned().collect(),
             applied: self.applied,
             applied_term: self.applied_term,
             log: self.log.values().cloned().collect(),
@@ -71,7 +82,11 @@ impl DiskImage {
     /// The rows, then the log beyond them up to `through` (a member of a group applies entries
     /// beyond its rows only once they are known committed).
     pub fn table_through(&self, through: LogIndex) -> Result<JobTable, RecoveryError> {
-        let mut table = JobTable::from_rows(self.jobs.values().cloned().collect(), self.applied)?;
+        let mut table = JobTable::from_rows(
+            self.jobs.values().cloned().collect(),
+            self.queues.values().cloned().collect(),
+            self.applied,
+        )?;
         if through <= self.applied {
             return Ok(table);
         }

@@ -43,8 +43,7 @@ impl Parked {
 
 impl SnapshotSource for JobTable {
     fn snapshot(&self) -> (LogIndex, Vec<u8>) {
-        let rows: Vec<_> = self.jobs().collect();
-        (self.applied_index(), encode_snapshot(&rows))
+        (self.applied_index(), encode_snapshot(self))
     }
 }
 
@@ -323,7 +322,7 @@ impl Coordinator {
     /// replace ours with it.
     fn install_snapshot(&mut self, index: LogIndex, term: Term, data: &[u8]) {
         let decoded = decode_snapshot(data).and_then(|rows| {
-            JobTable::from_rows(rows.clone(), index)
+            JobTable::from_rows(rows.jobs.clone(), rows.queues.clone(), index)
                 .map(|table| (rows, table))
                 .map_err(|e| e.to_string())
         });
@@ -331,7 +330,7 @@ impl Coordinator {
         match decoded {
             Ok((rows, table)) => {
                 assert!(self.leader.is_none(), "a leader never installs a snapshot");
-                let jobs = rows.len();
+                let jobs = rows.jobs.len();
                 m.table = table;
                 m.persistence.snapshot_installed(index);
                 m.replica.install_snapshot(index, term, rows);

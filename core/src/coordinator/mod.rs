@@ -194,7 +194,7 @@ impl Coordinator {
         } else {
             seed
         };
-        let table = JobTable::from_rows(durable.jobs, durable.applied)?;
+        let table = JobTable::from_rows(durable.jobs, durable.queues, durable.applied)?;
         let mut entries = Vec::new();
         let mut expected = durable.applied.next();
         for entry in durable.log {
@@ -496,6 +496,8 @@ impl Coordinator {
                 .table
                 .apply(entry.index, entry.at, &entry.command);
             self.member.persistence.mark_dirty(outcome.changed_jobs());
+            let queues = self.member.table.take_changed_queues();
+            self.member.persistence.mark_queues_dirty(queues);
             if let Some(leader) = self.leader.as_mut() {
                 leader.on_entry_applied(&mut self.member, &entry, outcome);
             }

@@ -34,6 +34,8 @@ pub(super) struct Persistence {
     open_batch: Vec<Record>,
     /// Job rows changed by apply and not yet handed out for persistence.
     dirty: BTreeSet<JobId>,
+    /// Queue rows changed by apply and not yet handed out (as few as the queues).
+    dirty_queues: BTreeSet<String>,
     /// The applied index the last handed-out rows reflect.
     materialized: LogIndex,
     /// When the dirty rows are written by themselves if no batch carries them first.
@@ -57,6 +59,7 @@ impl Persistence {
         Persistence {
             open_batch: Vec::new(),
             dirty: BTreeSet::new(),
+            dirty_queues: BTreeSet::new(),
             materialized,
             rows_due_at: None,
             next_batch: 1,
@@ -91,6 +94,15 @@ impl Persistence {
         self.dirty.extend(jobs);
     }
 
+    /// Queue rows that apply changed; written with the next materialization, like job rows.
+    pub(super) fn mark_queues_dirty(&mut self, queues: BTreeSet<String>) {
+        if self.dirty_queues.is_empty() {
+            self.dirty_queues = queues;
+        } else {
+            self.dirty_queues.extend(queues);
+        }
+    }
+
     /// Closes the open batch (adding the materialized rows when due). `replica` says how far
     /// the log goes. The batch is tagged with the consensus records pushed so far, not with
     /// all those taken: a batch closed because it filled up in the middle of a take must not
@@ -109,8 +121,9 @@ impl Persistence {
         let unmaterialized = last_index.0.saturating_sub(self.materialized.0);
         let due = self.dirty.len() >= MATERIALIZE_DIRTY_JOBS_MAX
             || unmaterialized >= MATERIALIZE_LOG_ENTRIES_MAX;
-        let write_rows = !self.dirty.is_empty() && (due || quiet);
-        if self.dirty.is_empty() || write_rows {
+        let clean = self.dirty.is_empty() && self.dirty_queues.is_empty();
+        let write_rows = !clean && (due || quiet);
+        if clean || write_rows {
             self.rows_due_at = None;
         } else if !self.open_batch.is_empty() || self.rows_due_at.is_none() {
             // Every write from here on moves the quiet moment later.
@@ -123,6 +136,12 @@ impl Persistence {
                     Some(job) => Record::Job(Box::new(job.clone())),
                     None => Record::DeleteJob(job_id),
                 });
+            }
+            for name in std::mem::take(&mut self.dirty_queues) {
+                let Some(queue) = table.queue_state(&name) else {
+                    panic!("queue {name:?} changed and the table does not hold it");
+                };
+                self.open_batch.push(Record::Queue(queue.clone()));
             }
             let applied = table.applied_index();
             // The applied entry is always within the log (compaction stops at it).
@@ -185,6 +204,7 @@ impl Persistence {
     /// snapshot record itself.
     pub(super) fn snapshot_installed(&mut self, index: LogIndex) {
         self.dirty.clear();
+        self.dirty_queues.clear();
         self.rows_due_at = None;
         self.materialized = index;
     }

@@ -34,6 +34,8 @@ pub struct WorkerEntry {
     pub overdue: BTreeSet<LeaseId>,
     /// The task kinds it serves (fixed for the life of its process).
     pub tasks: BTreeSet<String>,
+    /// The queues it takes work from (`None`: every queue).
+    pub queues: Option<BTreeSet<String>>,
     /// Shutting down: it gets no new work.
     pub draining: bool,
 }
@@ -46,6 +48,12 @@ impl WorkerEntry {
 
     pub fn serves(&self, kind: &str) -> bool {
         self.tasks.contains(kind)
+    }
+
+    pub fn serves_queue(&self, queue: &str) -> bool {
+        self.queues
+            .as_ref()
+            .is_none_or(|queues| queues.contains(queue))
     }
 
     /// Leases it can still be given: its slots plus what it prefetches, less what it holds.
@@ -213,7 +221,7 @@ impl Registry {
             .any(|w| w.takes_work() && w.serves(kind))
     }
 
-    /// The worker serving `kind` with a free slot and the fewest attempts in hand, after first
+    /// The worker serving `kind` and `queue` with a free slot and the fewest attempts in hand, after first
     /// minimising `penalty` (e.g. how many partitions of the same job a worker already runs, so
     /// partitions spread across workers) and preferring a worker with a slot idle now to one
     /// that would queue the job. Ties: most free slots, then the smallest id, so the choice is
@@ -221,10 +229,11 @@ impl Registry {
     pub fn least_loaded_for(
         &self,
         kind: &str,
+        queue: &str,
         penalty: impl Fn(&WorkerEntry) -> usize,
     ) -> Option<&WorkerEntry> {
         self.with_free_slots()
-            .filter(|w| w.serves(kind))
+            .filter(|w| w.serves(kind) && w.serves_queue(queue))
             .min_by(|a, b| {
                 penalty(a)
                     .cmp(&penalty(b))

@@ -58,6 +58,9 @@ pub enum WorkerToCoordinator {
         tasks: Vec<String>,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         draining: bool,
+        /// The queues it takes work from; absent means every queue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queues: Option<Vec<String>>,
     },
     /// "Still alive." The coordinator answers `HEARTBEAT_ACK`.
     Heartbeat {},
@@ -263,6 +266,15 @@ pub enum ClientRequest {
         /// Each attempt's deadline; absent means the coordinator's `--task-timeout-millis`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_millis: Option<u64>,
+        /// The queue; absent means `default`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<String>,
+        /// `0..=9`, higher first; absent means 0.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        priority: Option<u8>,
+        /// Whom the job is fair to within its queue; absent means no key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fairness_key: Option<String>,
     },
     /// Create many jobs in one frame and one durable write: each job as in `SUBMIT`, at most
     /// `SUBMIT_BATCH_JOBS_MAX` of them. A job that fails validation fails the whole batch
@@ -300,6 +312,22 @@ pub enum ClientRequest {
     Workers {
         request_id: RequestId,
     },
+    /// Every queue: its settings, its jobs by state and how long its oldest queued job waits.
+    Queues {
+        request_id: RequestId,
+    },
+    /// Change a queue's settings (creating it if it is new): the fields given replace the
+    /// current ones, the others stay. Answered with the queue once the change is durable.
+    SetQueue {
+        request_id: RequestId,
+        queue: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        weight: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        paused: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        aging_millis: Option<u64>,
+    },
     /// The group as the answering coordinator sees it; any member answers.
     Cluster {
         request_id: RequestId,
@@ -329,6 +357,8 @@ wire_message!(ClientRequest {
     Cancel => "CANCEL",
     List => "LIST",
     Workers => "WORKERS",
+    Queues => "QUEUES",
+    SetQueue => "SET_QUEUE",
     Cluster => "CLUSTER",
     TransferLeader => "TRANSFER_LEADER",
     Purge => "PURGE",
@@ -346,13 +376,15 @@ impl ClientRequest {
             | ClientRequest::Cancel { request_id, .. }
             | ClientRequest::List { request_id, .. }
             | ClientRequest::Purge { request_id, .. }
+            | ClientRequest::SetQueue { request_id, .. }
+            | ClientRequest::Queues { request_id }
             | ClientRequest::Workers { request_id } => *request_id,
         }
     }
 }
 
 /// One job of a `SUBMIT_BATCH`: the fields of a `SUBMIT`, without a request id.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSubmission {
     pub task: serde_json::Value,
@@ -364,6 +396,12 @@ pub struct JobSubmission {
     pub partitions: Option<Partitions>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_millis: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness_key: Option<String>,
 }
 
 impl JobSubmission {
@@ -376,6 +414,9 @@ impl JobSubmission {
             idempotency_key: self.idempotency_key,
             partitions: self.partitions,
             timeout_millis: self.timeout_millis,
+            queue: self.queue,
+            priority: self.priority,
+            fairness_key: self.fairness_key,
         }
     }
 }
@@ -460,6 +501,16 @@ pub enum ClientReply {
         request_id: RequestId,
         workers: Vec<WorkerView>,
     },
+    /// Reply to `QUEUES`: every queue, by name.
+    QueueList {
+        request_id: RequestId,
+        queues: Vec<QueueView>,
+    },
+    /// Reply to `SET_QUEUE`: the queue as the change left it.
+    QueueSet {
+        request_id: RequestId,
+        queue: QueueView,
+    },
     /// This coordinator is not the leader. When `uncertain` is false the request was not
     /// processed and may be sent anywhere again. When it is true the coordinator lost its
     /// leadership while the request was being made durable: it may or may not have taken
@@ -504,6 +555,8 @@ wire_message!(ClientReply {
     CancelResult => "CANCEL_RESULT",
     JobList => "JOB_LIST",
     WorkerList => "WORKER_LIST",
+    QueueList => "QUEUE_LIST",
+    QueueSet => "QUEUE_SET",
     NotLeader => "NOT_LEADER",
     Cluster => "CLUSTER",
     TransferStarted => "TRANSFER_STARTED",
@@ -523,6 +576,8 @@ impl ClientReply {
             | ClientReply::CancelResult { request_id, .. }
             | ClientReply::JobList { request_id, .. }
             | ClientReply::WorkerList { request_id, .. }
+            | ClientReply::QueueList { request_id, .. }
+            | ClientReply::QueueSet { request_id, .. }
             | ClientReply::NotLeader { request_id, .. }
             | ClientReply::Cluster { request_id, .. }
             | ClientReply::TransferStarted { request_id, .. }
@@ -583,10 +638,40 @@ pub struct JobView {
     /// idempotency key is bound within that name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_by: Option<String>,
+    /// The queue it belongs to.
+    #[serde(default = "crate::queues::default_queue")]
+    pub queue: String,
+    /// `0..=9`, higher first.
+    #[serde(default)]
+    pub priority: u8,
+    /// Whom it is fair to within its queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness_key: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// A queue as clients see it: its settings and its jobs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueView {
+    pub name: String,
+    pub weight: u32,
+    pub paused: bool,
+    /// A queued job waiting this long goes before the younger jobs of its fairness key.
+    pub aging_millis: u64,
+    /// Its jobs by state (partitions counted as jobs).
+    pub queued: u64,
+    pub running: u64,
+    pub retry_wait: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    /// How long its longest-queued job has waited, by the answering leader's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_queued_millis: Option<u64>,
 }
 
 /// A data-parallel parent's partitions, as clients see them.
@@ -698,6 +783,8 @@ pub enum ErrorCode {
     Unauthenticated,
     /// The caller's token does not allow this request; the connection stays open.
     Forbidden,
+    /// The submission names a new queue and the cluster holds its maximum of queues.
+    TooManyQueues,
 }
 
 impl ErrorCode {

@@ -5,10 +5,9 @@
 use super::{Incoming, Replica, ReplicaEvent, Role};
 use crate::command::LogEntry;
 use crate::ids::{LogIndex, NodeId, Term};
-use crate::job::Job;
 use crate::limits::SNAPSHOT_BYTES_MAX;
 use crate::protocol::PeerMessage;
-use crate::storage::Record;
+use crate::storage::{Record, TableRows};
 
 impl Replica {
     /// A message from the leader of our current term: follow it. False (and reported) if this
@@ -116,7 +115,7 @@ impl Replica {
                 None => {}
             }
             self.log.append(entry.clone());
-            self.emit(Record::Log(entry));
+            self.emit(Record::Log(Box::new(entry)));
         }
         // Paper figure 2: commit up to what the leader committed, but no further than what this
         // message proved we hold.
@@ -258,17 +257,17 @@ impl Replica {
         self.send(from.clone(), reply);
     }
 
-    /// The coordinator decoded the snapshot of `SnapshotReceived` into `jobs` and replaced its
+    /// The coordinator decoded the snapshot of `SnapshotReceived` into `rows` and replaced its
     /// table with them: the log restarts after `index`, and the leader hears of it once the
     /// rows are durable.
-    pub fn install_snapshot(&mut self, index: LogIndex, term: Term, jobs: Vec<Job>) {
+    pub fn install_snapshot(&mut self, index: LogIndex, term: Term, rows: TableRows) {
         let conflicting = self.log.term_at(index) != Some(term);
         self.log.reset_to(index, term);
         if conflicting {
             self.note_truncation(index);
             self.emit(Record::TruncateLogAfter(index));
         }
-        self.emit(Record::Snapshot { index, term, jobs });
+        self.emit(Record::Snapshot { index, term, rows });
         if index > self.commit {
             self.commit = index;
         }

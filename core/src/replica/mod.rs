@@ -500,7 +500,7 @@ impl Replica {
             index: entry.index,
         };
         self.log.append(entry.clone());
-        self.emit(Record::Log(entry));
+        self.emit(Record::Log(Box::new(entry)));
         if let Role::Leader(leading) = &mut self.role {
             leading.replication_due = true;
         }

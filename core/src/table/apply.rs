@@ -54,6 +54,9 @@ impl JobTable {
                 partitions_asked,
                 timeout_millis,
                 submitted_by,
+                queue,
+                priority,
+                fairness_key,
             } => {
                 return self.apply_submit(
                     (index, at),
@@ -65,6 +68,9 @@ impl JobTable {
                             max_attempts: *max_attempts,
                             partitions_asked: *partitions_asked,
                             timeout_millis: *timeout_millis,
+                            queue,
+                            priority: *priority,
+                            fairness_key: fairness_key.as_deref(),
                         },
                         idempotency_key,
                         max_active_jobs: *max_active_jobs,
@@ -73,7 +79,8 @@ impl JobTable {
                     follow_on,
                 )
             }
-            Command::Assign { job_id, lease } => self.apply_assign(*job_id, lease),
+            Command::Assign { job_id, lease } => self.apply_assign(*job_id, lease, follow_on),
+            Command::SetQueue { queue, change } => self.apply_set_queue(queue, change),
             Command::Complete {
                 job_id,
                 lease_id,

@@ -11,22 +11,55 @@ use crate::text::prefix_within;
 use crate::time::UnixMillis;
 
 impl JobTable {
-    pub(super) fn apply_assign(&mut self, job_id: JobId, lease: &Lease) -> Applied {
+    pub(super) fn apply_assign(
+        &mut self,
+        job_id: JobId,
+        lease: &Lease,
+        follow_on: &mut Vec<Applied>,
+    ) -> Applied {
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Applied::UnknownJob { job_id };
         };
-        if job.state != JobState::Queued || !job.attempts_remain() {
+        // A paused queue starts nothing: an assignment proposed before the pause applied, and
+        // applied after it, is refused here, where no leader can skip the check.
+        let paused = self
+            .queues
+            .get(&job.queue)
+            .is_some_and(|queue| queue.settings.paused);
+        if job.state != JobState::Queued || !job.attempts_remain() || paused {
             return Applied::AssignSkipped {
                 job_id,
                 lease: lease.clone(),
             };
         }
-        let removed = self.queue.remove(job.queue_seq, job.task.kind());
+        let started = self.queue.start(job.queue_seq, &job.placement());
+        let Some((removed, retag)) = started else {
+            panic!("queued job {job_id} was not at its queue position");
+        };
         assert_eq!(
-            removed,
-            Some(job_id),
+            removed, job_id,
             "queued job {job_id} was not at its queue position"
         );
+        job.turn = 0;
+        // The start advances its queue's share and consumes its lane's smallest turn.
+        let queue = self.queues.get_mut(&job.queue).unwrap_or_else(|| {
+            panic!(
+                "job {job_id} names queue {:?}, which the table does not hold",
+                job.queue
+            )
+        });
+        queue.pass = queue.pass.saturating_add(queue.settings.stride());
+        if !self.queues_changed.contains(&job.queue) {
+            self.queues_changed.insert(job.queue.clone());
+        }
+        if let Some(retag) = retag {
+            self.job_mut(retag.job_id).turn = retag.tag;
+            follow_on.push(Applied::Retagged {
+                job_id: retag.job_id,
+            });
+        }
+        let entry_at = self.entry_at;
+        let job = self.job_mut(job_id);
         assert!(job.lease.is_none(), "queued job {job_id} holds a lease");
         transition(job, JobState::Running);
         job.attempt = Attempt(job.attempt.0 + 1);
@@ -35,7 +68,7 @@ impl JobTable {
             // A row from before jobs kept a history: its earlier attempts went unrecorded.
             job.history_dropped = job.attempt.0 - 1;
         }
-        let started = self.entry_at.max(job.created_at);
+        let started = entry_at.max(job.created_at);
         job.first_started_at.get_or_insert(started);
         if job.history.len() >= ATTEMPT_HISTORY_MAX {
             job.history.remove(0);

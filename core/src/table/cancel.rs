@@ -29,13 +29,14 @@ impl JobTable {
             return None;
         }
         if previous == JobState::Queued {
-            let removed = self.queue.remove(job.queue_seq, job.task.kind());
+            let removed = self.queue.remove(job.queue_seq, &job.placement());
             assert_eq!(
                 removed,
                 Some(job_id),
                 "queued job {job_id} was not at its queue position"
             );
         }
+        job.turn = 0;
         transition(job, JobState::Cancelled);
         let revoked = job.lease.take();
         assert!(

@@ -26,8 +26,20 @@ impl JobTable {
             }
             if job.state == JobState::Queued {
                 queued.insert(job.id);
-                if !self.queue.holds(job.queue_seq, job.id, job.task.kind()) {
-                    return Err(format!("queued job {} is missing from the queue", job.id));
+                if !self
+                    .queue
+                    .holds(job.queue_seq, job.id, &job.placement(), job.turn)
+                {
+                    return Err(format!(
+                        "queued job {} is missing from the queue or filed under another place or turn",
+                        job.id
+                    ));
+                }
+                if !self.queues.contains_key(&job.queue) {
+                    return Err(format!(
+                        "queued job {} names queue {:?}, which the table does not hold",
+                        job.id, job.queue
+                    ));
                 }
             }
             self.check_partitions(job)?;

@@ -4,16 +4,50 @@ use super::invariants::check_row;
 use super::{JobTable, ScopedKey, TableError};
 use crate::ids::LogIndex;
 use crate::job::{Job, JobState};
+use crate::queues::{check_queue_name, QueueSettings, QueueState};
 
 impl JobTable {
     /// Rebuilds a table from persisted rows (the state after applying `applied`).
     /// Every derived index (queue, idempotency keys, the admission counter) is recomputed from the
-    /// rows, so nothing derived can disagree with what was stored.
-    pub fn from_rows(rows: Vec<Job>, applied: LogIndex) -> Result<JobTable, TableError> {
+    /// rows, so nothing derived can disagree with what was stored. A job naming a queue without
+    /// a row (written before queues had rows: `default`) gets that queue with the default
+    /// settings at pass 0, as the first job of a queue creates it when applied.
+    pub fn from_rows(
+        rows: Vec<Job>,
+        queues: Vec<QueueState>,
+        applied: LogIndex,
+    ) -> Result<JobTable, TableError> {
         let mut table = JobTable {
             applied,
             ..JobTable::default()
         };
+        for queue in queues {
+            if let Err(detail) = check_queue_name(&queue.name) {
+                return Err(TableError::InconsistentQueue {
+                    queue: queue.name,
+                    detail,
+                });
+            }
+            if table.queues.contains_key(&queue.name) {
+                return Err(TableError::InconsistentQueue {
+                    queue: queue.name,
+                    detail: "it appears twice".to_owned(),
+                });
+            }
+            table.queues.insert(queue.name.clone(), queue);
+        }
+        for job in &rows {
+            if !table.queues.contains_key(&job.queue) {
+                table.queues.insert(
+                    job.queue.clone(),
+                    QueueState {
+                        name: job.queue.clone(),
+                        settings: QueueSettings::default(),
+                        pass: 0,
+                    },
+                );
+            }
+        }
         for job in rows {
             let id = job.id;
             check_row(&job).map_err(|detail| TableError::InconsistentJob { job_id: id, detail })?;
@@ -28,7 +62,9 @@ impl JobTable {
                 table.idempotency.insert(key, id);
             }
             if job.state == JobState::Queued
-                && !table.queue.insert(job.queue_seq, id, job.task.kind())
+                && !table
+                    .queue
+                    .insert(job.queue_seq, id, &job.placement(), job.turn)
             {
                 return Err(TableError::InconsistentJob {
                     job_id: id,

@@ -39,8 +39,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ids::{JobId, LogIndex};
 use crate::job::{Job, JobState};
-use crate::job_queue::JobQueue;
 use crate::limits::QUEUE_POSITIONS_PER_ENTRY;
+use crate::queues::{JobQueue, QueueState};
 use crate::tasks::{Partitions, TaskSpec};
 use crate::time::UnixMillis;
 
@@ -52,6 +52,7 @@ mod invariants;
 mod load;
 mod outcome;
 mod purge;
+mod queues;
 mod snapshot;
 mod submit;
 mod view;
@@ -63,8 +64,13 @@ pub use snapshot::{decode_snapshot, encode_snapshot};
 #[derive(Clone, Debug, Default)]
 pub struct JobTable {
     jobs: BTreeMap<JobId, Job>,
-    /// `QUEUED` jobs in FIFO order, keyed by `Job::queue_seq`, and split by task kind.
+    /// `QUEUED` jobs in FIFO order, keyed by `Job::queue_seq`, and in scheduling order (by
+    /// kind, queue, fairness key and priority; see [`crate::queues`]).
     queue: JobQueue,
+    /// Every queue a job was submitted to or an operator configured: its settings and pass.
+    queues: BTreeMap<String, QueueState>,
+    /// Queues whose row changed since the coordinator last took them (to persist them).
+    queues_changed: BTreeSet<String>,
     /// Jobs enqueued so far by the entry being applied. A queue position is the entry's index
     /// times `QUEUE_POSITIONS_PER_ENTRY` plus this: a function of the log alone, so a table
     /// rebuilt from rows (whatever was purged) hands out exactly the positions a table that
@@ -131,14 +137,27 @@ impl JobTable {
         self.queue.iter()
     }
 
-    /// `QUEUED` jobs of one task kind, oldest first, with their queue positions.
-    pub fn queued_of_kind<'a>(&'a self, kind: &str) -> impl Iterator<Item = (u64, JobId)> + 'a {
-        self.queue.of_kind(kind)
+    /// The queued jobs in scheduling order (see [`crate::queues`]).
+    pub fn queue_index(&self) -> &JobQueue {
+        &self.queue
     }
 
-    /// The task kinds with a queued job.
-    pub fn queued_kinds(&self) -> impl Iterator<Item = &str> + '_ {
-        self.queue.kinds()
+    /// Every queue, by name.
+    pub fn queues(&self) -> impl Iterator<Item = &QueueState> {
+        self.queues.values()
+    }
+
+    pub fn queue_state(&self, name: &str) -> Option<&QueueState> {
+        self.queues.get(name)
+    }
+
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// The queues whose rows changed since the last call, to be persisted.
+    pub fn take_changed_queues(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.queues_changed)
     }
 
     /// Jobs in submission order, newest first.
@@ -171,6 +190,9 @@ impl JobTable {
         if job.task == *asked.task
             && job.max_attempts == asked.max_attempts
             && job.timeout_millis == asked.timeout_millis
+            && job.queue == asked.queue
+            && job.priority == asked.priority
+            && job.fairness_key.as_deref() == asked.fairness_key
             && same_split
         {
             Some(Ok(job_id))
@@ -179,24 +201,50 @@ impl JobTable {
         }
     }
 
+    /// `job_id` (in the table, not `QUEUED`) is queued again.
     pub(super) fn enqueue(&mut self, job_id: JobId) {
-        let queue_seq = self.take_queue_seq();
+        transition(self.job_mut(job_id), JobState::Queued);
+        self.place_in_queue(job_id);
+    }
+
+    /// Files `job_id` (in the table and `QUEUED`) at a fresh queue position, with the turn its
+    /// lane gives it and the entry's stamp. A queue that had nothing queued rejoins the others
+    /// at the smallest pass among them, so its idle time is not banked as credit.
+    pub(super) fn place_in_queue(&mut self, job_id: JobId) {
+        let seq = self.take_queue_seq();
+        let at = self.entry_at;
         let job = self
             .jobs
             .get_mut(&job_id)
             .unwrap_or_else(|| panic!("job {job_id} vanished during apply"));
-        transition(job, JobState::Queued);
-        job.queue_seq = queue_seq;
-        Self::queue_into(&mut self.queue, queue_seq, job_id, job.task.kind());
-    }
-
-    pub(super) fn queue_insert(&mut self, seq: u64, job_id: JobId, kind: &str) {
-        Self::queue_into(&mut self.queue, seq, job_id, kind);
-    }
-
-    fn queue_into(queue: &mut JobQueue, seq: u64, job_id: JobId, kind: &str) {
+        assert_eq!(
+            job.state,
+            JobState::Queued,
+            "placing a job that is not queued"
+        );
+        if self.queue.depth(&job.queue) == 0 {
+            let floor = self
+                .queue
+                .busy_queues()
+                .filter_map(|name| self.queues.get(name))
+                .map(|q| q.pass)
+                .min();
+            let state = self.queues.get_mut(&job.queue).unwrap_or_else(|| {
+                panic!(
+                    "job {job_id} names queue {:?}, which the table does not hold",
+                    job.queue
+                )
+            });
+            if let Some(floor) = floor.filter(|floor| *floor > state.pass) {
+                state.pass = floor;
+                self.queues_changed.insert(job.queue.clone());
+            }
+        }
+        job.queue_seq = seq;
+        job.queued_at = at;
+        job.turn = self.queue.next_tag(&job.placement());
         assert!(
-            queue.insert(seq, job_id, kind),
+            self.queue.insert(seq, job_id, &job.placement(), job.turn),
             "queue position {seq} handed out twice"
         );
     }
@@ -241,6 +289,9 @@ pub struct SubmitOptions<'a> {
     pub max_attempts: u32,
     pub partitions_asked: Option<Partitions>,
     pub timeout_millis: Option<u64>,
+    pub queue: &'a str,
+    pub priority: u8,
+    pub fairness_key: Option<&'a str>,
 }
 
 /// An idempotency key as the table binds it: within the name of the token that submitted it

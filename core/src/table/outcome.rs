@@ -50,7 +50,8 @@ pub enum Applied {
         lease: Lease,
         attempt: Attempt,
     },
-    /// The job was no longer queued when the assignment applied (e.g. cancelled meanwhile).
+    /// The job was no longer queued when the assignment applied (e.g. cancelled meanwhile), or
+    /// its queue was paused by then.
     AssignSkipped {
         job_id: JobId,
         lease: Lease,
@@ -123,6 +124,27 @@ pub enum Applied {
     Removed {
         job_id: JobId,
     },
+    /// A job started out of its lane's turn order: the queued job that held the lane's smallest
+    /// turn took the started job's (a follow-on of `Assigned`).
+    Retagged {
+        job_id: JobId,
+    },
+    /// A queue's settings changed (the queue was created if it was new).
+    QueueSet {
+        queue: String,
+    },
+    /// A queue change that could not apply (a new queue beyond `QUEUES_MAX`, or a setting out
+    /// of bounds): nothing changed.
+    QueueRefused {
+        queue: String,
+        reason: String,
+    },
+    /// A `Submit` naming a new queue when the table already holds `QUEUES_MAX`: nothing was
+    /// created.
+    TooManyQueues {
+        job_id: JobId,
+        queues: u64,
+    },
     /// A partition job was created with its data-parallel parent (a follow-on of `Submitted`).
     PartitionCreated {
         job_id: JobId,
@@ -174,6 +196,7 @@ impl Applied {
             | Applied::PartitionCreated { job_id, .. }
             | Applied::ParentCompleted { job_id }
             | Applied::ParentFailed { job_id, .. }
+            | Applied::Retagged { job_id }
             | Applied::Removed { job_id } => Some(*job_id),
             Applied::IdempotentReplay { .. }
             | Applied::IdempotencyConflict { .. }
@@ -185,6 +208,9 @@ impl Applied {
             | Applied::UnknownJob { .. }
             | Applied::SubmitInvalid { .. }
             | Applied::NewLeader { .. }
+            | Applied::QueueSet { .. }
+            | Applied::QueueRefused { .. }
+            | Applied::TooManyQueues { .. }
             | Applied::Purged { .. } => None,
         }
     }
@@ -203,4 +229,6 @@ pub enum TableError {
     },
     #[error("stored job {job_id} is inconsistent: {detail}")]
     InconsistentJob { job_id: JobId, detail: String },
+    #[error("stored queue {queue:?} is inconsistent: {detail}")]
+    InconsistentQueue { queue: String, detail: String },
 }

@@ -1,18 +1,28 @@
 //! The table's rows as the bytes a snapshot carries. Consensus moves these bytes without
 //! looking inside; only the table encodes and decodes them.
 
-use crate::job::Job;
+use super::JobTable;
 use crate::protocol::codec::{decode_binary_message, write_binary};
+use crate::storage::TableRows;
 
-/// The job table as a snapshot: its rows, encoded for the wire.
-pub fn encode_snapshot(jobs: &[&Job]) -> Vec<u8> {
+/// Every row of the table, as a snapshot carries them.
+pub fn encode_snapshot(table: &JobTable) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Rows<'a> {
+        jobs: Vec<&'a crate::job::Job>,
+        queues: Vec<&'a crate::queues::QueueState>,
+    }
+    let rows = Rows {
+        jobs: table.jobs().collect(),
+        queues: table.queues().collect(),
+    };
     // Rows are plain data; encoding them cannot fail short of running out of memory.
     let mut data = Vec::new();
-    let _ = write_binary(jobs, &mut data);
+    let _ = write_binary(&rows, &mut data);
     data
 }
 
 /// The rows of a snapshot, or why they do not decode.
-pub fn decode_snapshot(data: &[u8]) -> Result<Vec<Job>, String> {
+pub fn decode_snapshot(data: &[u8]) -> Result<TableRows, String> {
     decode_binary_message(data).map_err(|e| e.to_string())
 }

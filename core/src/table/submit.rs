@@ -98,6 +98,7 @@ impl JobTable {
                 max_active_jobs,
             });
         }
+        self.admit_queue(job_id, options.queue)?;
         if let Some(taken) = std::iter::once(&job_id)
             .chain(partitions)
             .find(|id| self.jobs.contains_key(id))
@@ -121,6 +122,9 @@ impl JobTable {
     ) {
         let (job_id, options, partitions) =
             (submission.job_id, submission.options, submission.partitions);
+        if let Err(full) = self.create_queue(options.queue) {
+            panic!("admitted a job to a queue it could not create: {full}");
+        }
         let new_job = |id: JobId, task: TaskSpec, queue_seq: u64| Job {
             id,
             task,
@@ -135,6 +139,11 @@ impl JobTable {
             retry_delay_millis: 0,
             submitted_at: index,
             queue_seq,
+            queue: options.queue.to_owned(),
+            priority: options.priority,
+            fairness_key: options.fairness_key.map(str::to_owned),
+            turn: 0,
+            queued_at: at,
             partition_of: None,
             partitions: Vec::new(),
             partitions_asked: None,
@@ -146,30 +155,30 @@ impl JobTable {
             history_dropped: 0,
             submitted_by: submission.submitted_by.clone(),
         };
-        let queue_seq = self.take_queue_seq();
-        let mut job = new_job(job_id, options.task.clone(), queue_seq);
+        let mut job = new_job(job_id, options.task.clone(), 0);
         job.idempotency_key = submission.idempotency_key.clone();
         self.active += 1;
         if !options.task.is_data_parallel() {
-            self.queue_insert(queue_seq, job_id, job.task.kind());
             self.jobs.insert(job_id, job);
+            self.place_in_queue(job_id);
             return;
         }
-        // The parent never queues: it runs while its partitions do.
+        // The parent never queues: it runs while its partitions do (its position is taken only
+        // to keep the positions its partitions get).
+        job.queue_seq = self.take_queue_seq();
         transition(&mut job, JobState::Running);
         job.partitions = partitions.to_vec();
         job.partitions_asked = options.partitions_asked;
         self.jobs.insert(job_id, job);
         for (index, (&child, piece)) in partitions.iter().zip(pieces).enumerate() {
             let index = u32::try_from(index).unwrap_or(u32::MAX);
-            let seq = self.take_queue_seq();
-            let mut partition = new_job(child, piece, seq);
+            let mut partition = new_job(child, piece, 0);
             partition.partition_of = Some(PartitionOf {
                 parent: job_id,
                 index,
             });
-            self.queue_insert(seq, child, partition.task.kind());
             self.jobs.insert(child, partition);
+            self.place_in_queue(child);
             self.active += 1;
             follow_on.push(Applied::PartitionCreated {
                 job_id: child,

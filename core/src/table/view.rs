@@ -1,9 +1,12 @@
 //! What clients see of a job: the table's rows as the wire's job views.
 
+use std::collections::BTreeMap;
+
 use super::JobTable;
 use crate::ids::JobId;
 use crate::job::{Job, JobState};
-use crate::protocol::{JobView, PartitionView, PartitionsView};
+use crate::protocol::{JobView, PartitionView, PartitionsView, QueueView};
+use crate::time::UnixMillis;
 
 impl JobTable {
     /// What clients see of a job; a data-parallel parent's view lists its partitions.
@@ -41,6 +44,49 @@ impl JobTable {
     }
 }
 
+impl JobTable {
+    /// Every queue as clients see it, at wall time `now`. Counts by state walk the table: this
+    /// answers an operator's request, and is not on any scheduling path.
+    pub fn queue_views(&self, now: UnixMillis) -> Vec<QueueView> {
+        let mut counts: BTreeMap<&str, [u64; 6]> = BTreeMap::new();
+        for job in self.jobs.values() {
+            let slot = JobState::ALL
+                .iter()
+                .position(|s| *s == job.state)
+                .unwrap_or_else(|| panic!("state {} is not among all states", job.state));
+            counts.entry(job.queue.as_str()).or_default()[slot] += 1;
+        }
+        self.queues
+            .values()
+            .map(|queue| {
+                let [queued, running, retry_wait, completed, failed, cancelled] =
+                    counts.get(queue.name.as_str()).copied().unwrap_or_default();
+                QueueView {
+                    name: queue.name.clone(),
+                    weight: queue.settings.weight,
+                    paused: queue.settings.paused,
+                    aging_millis: queue.settings.aging_millis,
+                    queued,
+                    running,
+                    retry_wait,
+                    completed,
+                    failed,
+                    cancelled,
+                    oldest_queued_millis: self
+                        .queue
+                        .oldest_in(&queue.name)
+                        .map(|at| now.0.saturating_sub(at.0)),
+                }
+            })
+            .collect()
+    }
+
+    /// One queue as clients see it.
+    pub fn queue_view(&self, name: &str, now: UnixMillis) -> Option<QueueView> {
+        self.queue_views(now).into_iter().find(|q| q.name == name)
+    }
+}
+
 impl Job {
     /// What clients see of this row on its own (a parent's partitions are added by the table).
     pub fn view(&self) -> JobView {
@@ -66,6 +112,9 @@ impl Job {
             history: self.history.clone(),
             history_dropped: self.history_dropped,
             submitted_by: self.submitted_by.clone(),
+            queue: self.queue.clone(),
+            priority: self.priority,
+            fairness_key: self.fairness_key.clone(),
         }
     }
 }

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use crate::ids::WorkerId;
-use crate::limits::{PREFETCH_PER_SLOT_MAX, TASKS_PER_WORKER_MAX, WORKER_CAPACITY_MAX};
+use crate::limits::{PREFETCH_PER_SLOT_MAX, QUEUES_MAX, TASKS_PER_WORKER_MAX, WORKER_CAPACITY_MAX};
 use crate::protocol::builtin_task_names;
+use crate::queues::check_queue_name;
 use crate::tasks::check_served_name;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +26,8 @@ pub struct WorkerConfig {
     /// The task kinds this worker serves: built-in kinds and user task names. It is given
     /// work of these kinds only.
     pub tasks: Vec<String>,
+    /// The queues it takes work from (`None`: every queue).
+    pub queues: Option<Vec<String>>,
 }
 
 impl WorkerConfig {
@@ -38,6 +41,7 @@ impl WorkerConfig {
             reconnect_max: Duration::from_millis(5_000),
             connect_timeout: Duration::from_millis(5_000),
             tasks: builtin_task_names(),
+            queues: None,
         }
     }
 
@@ -67,6 +71,14 @@ impl WorkerConfig {
             check_served_name(name)
                 .map_err(|error| WorkerConfigError::TaskName(error.to_string()))?;
         }
+        if let Some(queues) = &self.queues {
+            if queues.is_empty() || queues.len() > QUEUES_MAX {
+                return Err(WorkerConfigError::QueueCount(queues.len()));
+            }
+            for name in queues {
+                check_queue_name(name).map_err(WorkerConfigError::QueueName)?;
+            }
+        }
         Ok(())
     }
 }
@@ -87,4 +99,8 @@ pub enum WorkerConfigError {
     TaskCount(usize),
     #[error("{0}")]
     TaskName(String),
+    #[error("a worker takes work from 1 to {QUEUES_MAX} queues (got {0}); leave them out for every queue")]
+    QueueCount(usize),
+    #[error("{0}")]
+    QueueName(String),
 }

@@ -362,6 +362,7 @@ impl Worker {
             running,
             finished,
             tasks: self.config.tasks.clone(),
+            queues: self.config.queues.clone(),
             draining: self.draining,
         });
     }

@@ -84,6 +84,7 @@ fn registers_with_its_incarnation_and_running_attempts() {
     match drain(&mut w).as_slice() {
         [WorkerOutput::Send(WorkerToCoordinator::Register {
             tasks: _,
+            queues: _,
             draining: _,
             worker_id,
             incarnation,

@@ -16,11 +16,12 @@ use herder_core::command::LogEntry;
 use herder_core::coordinator::{DurableState, HardState, Record};
 use herder_core::ids::{LogIndex, NodeId, Term};
 use herder_core::job::Job;
+use herder_core::queues::QueueState;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 /// The schema this build writes and reads. Version 1 (a single coordinator: no term or vote) is
 /// upgraded in place when opened.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "herder.sqlite3";
@@ -242,6 +243,21 @@ impl Store {
             }
             jobs.push(job);
         }
+        let mut queues = Vec::new();
+        let mut statement = self.conn.prepare("SELECT name, row FROM queues")?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let name: String = row.get(0)?;
+            let queue: QueueState = encoding::decode(row.get_ref(1)?)
+                .map_err(|e| corrupt(format!("queue row {name:?}: {e}")))?;
+            if queue.name != name {
+                return Err(corrupt(format!(
+                    "the queue row filed under {name:?} holds queue {:?}",
+                    queue.name
+                )));
+            }
+            queues.push(queue);
+        }
         let mut log = Vec::new();
         let mut statement = self
             .conn
@@ -277,6 +293,7 @@ impl Store {
             applied: LogIndex(applied),
             applied_term: Term(applied_term),
             log,
+            queues,
         })
     }
 
@@ -296,6 +313,8 @@ impl Store {
                 "INSERT OR REPLACE INTO jobs (id, state, row) VALUES (?1, ?2, ?3)",
             )?;
             let mut delete_job = tx.prepare_cached("DELETE FROM jobs WHERE id = ?1")?;
+            let mut put_queue =
+                tx.prepare_cached("INSERT OR REPLACE INTO queues (name, row) VALUES (?1, ?2)")?;
             let mut set_applied =
                 tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'applied_index'")?;
             let mut set_applied_term =
@@ -317,9 +336,14 @@ impl Store {
                     Record::TruncateLogAfter(index) => {
                         truncate.execute(params![to_sql(index.0)])?;
                     }
-                    Record::Snapshot { index, term, jobs } => {
+                    Record::Snapshot { index, term, rows } => {
                         tx.execute("DELETE FROM jobs", [])?;
-                        for job in jobs {
+                        tx.execute("DELETE FROM queues", [])?;
+                        for queue in &rows.queues {
+                            encoding::encode_into(queue, buffer)?;
+                            put_queue.execute(params![queue.name.as_str(), buffer.as_slice()])?;
+                        }
+                        for job in &rows.jobs {
                             encoding::encode_into(job, buffer)?;
                             put_job.execute(params![
                                 job.id.to_string(),
@@ -349,6 +373,10 @@ impl Store {
                     }
                     Record::DeleteJob(job_id) => {
                         delete_job.execute(params![job_id.to_string()])?;
+                    }
+                    Record::Queue(queue) => {
+                        encoding::encode_into(queue, buffer)?;
+                        put_queue.execute(params![queue.name.as_str(), buffer.as_slice()])?;
                     }
                     Record::Applied { index, term } => {
                         set_applied.execute(params![to_sql(index.0)])?;
@@ -424,6 +452,17 @@ fn upgrade_schema(
         )
         .map_err(in_use_or_corrupt)?;
     }
+    if version <= 2 {
+        // Version 3 adds queue rows: each queue's settings and its place in the weighted share.
+        // Jobs written before name no queue and read as the default one.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, row TEXT NOT NULL);
+             PRAGMA user_version = 3;
+             COMMIT;",
+        )
+        .map_err(in_use_or_corrupt)?;
+    }
     Ok(())
 }
 
@@ -466,6 +505,11 @@ mod tests {
             history: Vec::new(),
             history_dropped: 0,
             submitted_by: None,
+            queue: herder_core::queues::default_queue(),
+            priority: 0,
+            fairness_key: None,
+            turn: 0,
+            queued_at: herder_core::time::UnixMillis::UNSTAMPED,
         }
     }
 
@@ -493,9 +537,9 @@ mod tests {
         let dir = temp_dir("roundtrip");
         let mut store = Store::open(&dir).expect("open");
         let records = vec![
-            Record::Log(entry(1)),
-            Record::Log(entry(2)),
-            Record::Log(entry(3)),
+            Record::Log(Box::new(entry(1))),
+            Record::Log(Box::new(entry(2))),
+            Record::Log(Box::new(entry(3))),
             Record::Job(Box::new(job(1))),
             Record::Job(Box::new(job(2))),
             Record::Applied {
@@ -537,7 +581,7 @@ mod tests {
             .expect("a JSON entry");
         store
             .write(&[
-                Record::Log(entry(2)),
+                Record::Log(Box::new(entry(2))),
                 Record::Job(Box::new(new_job.clone())),
             ])
             .expect("binary records beside them");
@@ -732,7 +776,10 @@ mod tests {
         }
         store.conn.execute("DELETE FROM jobs", []).expect("clear");
         store
-            .write(&[Record::Log(entry(3)), Record::Log(entry(5))])
+            .write(&[
+                Record::Log(Box::new(entry(3))),
+                Record::Log(Box::new(entry(5))),
+            ])
             .expect("write entries");
         match store.load() {
             Err(StoreError::Corrupt { detail, .. }) => {

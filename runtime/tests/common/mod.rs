@@ -235,6 +235,9 @@ pub fn attempts(n: u32) -> SubmitOptions {
         max_attempts: Some(n),
         idempotency_key: None,
         timeout_millis: None,
+        fairness_key: None,
+        priority: None,
+        queue: None,
     }
 }
 
@@ -591,6 +594,7 @@ impl FakeWorker {
             prefetch: 0,
             running,
             finished: Vec::new(),
+            queues: None,
         })
         .await;
         let id = self.id.clone();

@@ -924,7 +924,7 @@ mod tests {
         let mut checker = three();
         elected(&mut checker, 2);
         checker
-            .record_durable(0, &[Record::Log(entry(1, 2, 0))])
+            .record_durable(0, &[Record::Log(Box::new(entry(1, 2, 0)))])
             .expect("the leader's first entry");
         checker
             .peer_sent(0, 1, &append(2, (0, 0), vec![entry(1, 2, 0)], 0))
@@ -1009,21 +1009,21 @@ mod tests {
     fn one_index_and_term_name_one_entry_everywhere() {
         let mut checker = three();
         checker
-            .record_durable(1, &[Record::Log(entry(1, 1, 0))])
+            .record_durable(1, &[Record::Log(Box::new(entry(1, 1, 0)))])
             .expect("an entry");
         let error = checker
-            .record_durable(2, &[Record::Log(entry(1, 1, 2))])
+            .record_durable(2, &[Record::Log(Box::new(entry(1, 1, 2)))])
             .expect_err("another entry at index 1 of term 1");
         assert!(error.starts_with("log matching:"), "{error}");
         checker
-            .record_durable(1, &[Record::Log(entry(2, 3, 0))])
+            .record_durable(1, &[Record::Log(Box::new(entry(2, 3, 0)))])
             .expect("entry 2 of term 3 after one of term 1");
         // Disk 2 holds another term at index 1: entry 2 of term 3 cannot follow it there.
         checker
-            .record_durable(2, &[Record::Log(entry(1, 2, 2))])
+            .record_durable(2, &[Record::Log(Box::new(entry(1, 2, 2)))])
             .expect("index 1 of term 2");
         let error = checker
-            .record_durable(2, &[Record::Log(entry(2, 3, 0))])
+            .record_durable(2, &[Record::Log(Box::new(entry(2, 3, 0)))])
             .expect_err("entry 2 of term 3 follows term 1 elsewhere");
         assert!(error.starts_with("log matching:"), "{error}");
     }

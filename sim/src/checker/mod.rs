@@ -93,7 +93,7 @@ impl Mirror {
         for record in records {
             match record {
                 Record::Log(entry) => {
-                    self.log.insert(entry.index, entry.clone());
+                    self.log.insert(entry.index, LogEntry::clone(entry));
                 }
                 Record::TruncateLogAfter(index) => {
                     self.log.retain(|i, _| i <= index);
@@ -114,6 +114,7 @@ impl Mirror {
                 }
                 Record::Job(_)
                 | Record::DeleteJob(_)
+                | Record::Queue(_)
                 | Record::Applied { .. }
                 | Record::DiscardLogThrough(_) => {}
             }

@@ -10,8 +10,8 @@ use herder_core::client::{Client, ClientOutput, ConnectAttempt, Operation};
 use herder_core::coordinator::{Coordinator, CoordinatorConfig, Event, Output, PersistBatch};
 use herder_core::ids::{ConnectionId, JobId, LeaseId, NodeId, RequestId};
 use herder_core::protocol::{
-    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, SubmitResult,
-    WorkerToCoordinator,
+    AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobSubmission,
+    SubmitResult, WorkerToCoordinator,
 };
 use herder_core::tasks::{self, TaskSpec};
 use herder_core::time::{Instant, UnixMillis};
@@ -940,11 +940,11 @@ impl World {
     fn check_answer(&self, op: u64, asked: &Operation, reply: &ClientReply) -> Check {
         let fits = match (asked, reply) {
             (
-                Operation::Submit {
+                Operation::Submit(JobSubmission {
                     task,
                     timeout_millis,
                     ..
-                },
+                }),
                 ClientReply::SubmitAccepted { job_id, .. },
             ) => {
                 let submitted = TaskSpec::from_json(task).ok();

@@ -297,20 +297,7 @@ impl World {
                     spoil(&mut self.clients[c].rng, &mut job);
                     self.count("client: a submission that fails the checks sent");
                 }
-                let JobSubmission {
-                    task,
-                    max_attempts,
-                    idempotency_key,
-                    partitions,
-                    timeout_millis,
-                } = job;
-                Operation::Submit {
-                    timeout_millis,
-                    task,
-                    max_attempts,
-                    idempotency_key,
-                    partitions,
-                }
+                Operation::Submit(job)
             }
         }
     }
@@ -348,6 +335,9 @@ impl World {
             max_attempts: rng.chance(0.5).then(|| rng.range(1, 4) as u32),
             idempotency_key: key,
             partitions,
+            fairness_key: None,
+            priority: None,
+            queue: None,
         }
     }
 }

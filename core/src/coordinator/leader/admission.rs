@@ -23,7 +23,7 @@ type At = (Term, LogIndex);
 /// A keyed submission that arrived while its key's submission was in flight.
 pub(super) struct ParkedResend {
     pub(super) to: SubmitTo,
-    pub(super) submission: JobSubmission,
+    pub(super) submission: Box<JobSubmission>,
 }
 
 impl ParkedResend {

@@ -157,7 +157,13 @@ impl LeaderState {
             // "No such job" and "already terminal" read the table: confirm this member still
             // leads first (a deposed leader may hold a job the group has since purged).
             let request = ClientRequest::Cancel { request_id, job_id };
-            return self.confirm_then(m, Read::Request { conn, request });
+            return self.confirm_then(
+                m,
+                Read::Request {
+                    conn,
+                    request: Box::new(request),
+                },
+            );
         }
         let terminal = m
             .table

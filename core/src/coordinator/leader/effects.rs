@@ -36,7 +36,7 @@ impl LeaderState {
         // Resends of a key this entry bound are answered from the table now that it holds it.
         for resend in self.admitting.applied(at) {
             match resend.to {
-                SubmitTo::Request { .. } => self.submit(m, resend.to, resend.submission, false),
+                SubmitTo::Request { .. } => self.submit(m, resend.to, *resend.submission, false),
                 SubmitTo::BatchItem { .. } => self.answer_parked_batch_job(m, resend),
             }
         }
@@ -134,8 +134,19 @@ impl LeaderState {
             }
             // Answered by `purge_applied`; a purged job was terminal, so nobody waits for it.
             Applied::Purged { .. } | Applied::Removed { .. } => {}
+            Applied::TooManyQueues { job_id, queues } => {
+                let message = format!(
+                    "job {job_id} was not created: it names a new queue and the cluster holds its maximum of {queues} queues"
+                );
+                self.refuse_pending_submission(m, pending, ErrorCode::TooManyQueues, message);
+            }
+            Applied::QueueSet { queue } => self.on_queue_set(m, pending, &queue, None),
+            Applied::QueueRefused { queue, reason } => {
+                self.on_queue_set(m, pending, &queue, Some(reason))
+            }
             Applied::NewLeader { .. }
             | Applied::PartitionCreated { .. }
+            | Applied::Retagged { .. }
             | Applied::RequeueSkipped { .. } => {}
         }
     }

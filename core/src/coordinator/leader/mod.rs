@@ -19,6 +19,7 @@
 //! | `clients.rs`    | `STATUS`, `LIST`, `CANCEL` |
 //! | `waits.rs`      | parked `WAIT`s and waking them |
 //! | `reads.rs`      | reads waiting for leadership to be confirmed (ReadIndex) |
+//! | `queues.rs`     | `QUEUES` and `SET_QUEUE` |
 //! | `retention.rs`  | purges, by policy and by request |
 //! | `rotation.rs`   | handing leadership over after a number of jobs |
 //! | `effects.rs`    | a router from an applied entry's outcome to the feature that owns it |
@@ -33,6 +34,7 @@ mod admission;
 mod attempts;
 mod clients;
 mod effects;
+mod queues;
 mod reads;
 mod retention;
 mod rotation;
@@ -41,7 +43,7 @@ mod submissions;
 mod waits;
 mod workers;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::member::Member;
@@ -49,12 +51,13 @@ use super::registry::Registry;
 use super::timers::{Timer, TimerQueue};
 use super::{Event, Link, LossReason, WorkerEntry};
 use crate::command::Command;
-use crate::ids::{ConnectionId, Incarnation, JobId, LogIndex, RequestId, Term, WorkerId};
+use crate::ids::{ConnectionId, Incarnation, LogIndex, RequestId, Term, WorkerId};
 use crate::job::JobState;
 use crate::protocol::{
     CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, JobSubmission, RunningAttempt,
     WorkerToCoordinator,
 };
+use crate::queues::QueueChange;
 use crate::replica::Proposal;
 use crate::time::Instant;
 use reads::Read;
@@ -80,6 +83,11 @@ enum Pending {
     },
     /// A purge the retention policy asked for.
     PolicyPurge,
+    /// An operator's `SET_QUEUE`: answer with the queue.
+    SetQueue {
+        conn: ConnectionId,
+        request_id: RequestId,
+    },
     /// A client's `PURGE`: answer with how many it removed and how many more match.
     Purge {
         conn: ConnectionId,
@@ -98,6 +106,7 @@ struct Registration {
     finished: Vec<RunningAttempt>,
     tasks: Vec<String>,
     draining: bool,
+    queues: Option<Vec<String>>,
 }
 
 /// Why a member takes over as leader.
@@ -118,7 +127,7 @@ pub(super) struct LeaderState {
     /// another term at the same index is not ours and answers nobody here.
     pending: BTreeMap<(Term, LogIndex), Pending>,
     /// Jobs with an `Assign` in flight (queued, or fresh: their `Submit` not yet applied).
-    assigning: BTreeSet<JobId>,
+    in_flight: scheduling::InFlight,
     /// Plain jobs whose `Submit` is in flight, not yet assigned.
     fresh: scheduling::FreshJobs,
     /// Running attempts: settling, deadlines, progress, re-adoption.
@@ -147,7 +156,7 @@ impl LeaderState {
             registry: Registry::default(),
             timers: TimerQueue::default(),
             pending: BTreeMap::new(),
-            assigning: BTreeSet::new(),
+            in_flight: scheduling::InFlight::default(),
             fresh: scheduling::FreshJobs::default(),
             attempts: attempts::Attempts::default(),
             waits: waits::Waits::default(),
@@ -376,6 +385,7 @@ impl LeaderState {
                 finished,
                 tasks,
                 draining,
+                queues,
             } => {
                 let registration = Registration {
                     worker_id,
@@ -386,6 +396,7 @@ impl LeaderState {
                     finished,
                     tasks,
                     draining,
+                    queues,
                 };
                 self.register(m, conn, registration)
             }
@@ -436,6 +447,7 @@ impl LeaderState {
                 | ClientRequest::Wait { .. }
                 | ClientRequest::List { .. }
                 | ClientRequest::Workers { .. }
+                | ClientRequest::Queues { .. }
                 // It picks its jobs from the table: confirm the table is current first.
                 | ClientRequest::Purge { .. }
         );
@@ -444,7 +456,7 @@ impl LeaderState {
                 m,
                 Read::Request {
                     conn,
-                    request: message,
+                    request: Box::new(message),
                 },
             );
         }
@@ -456,6 +468,9 @@ impl LeaderState {
                 idempotency_key,
                 partitions,
                 timeout_millis,
+                queue,
+                priority,
+                fairness_key,
             } => {
                 let submission = JobSubmission {
                     task,
@@ -463,6 +478,9 @@ impl LeaderState {
                     idempotency_key,
                     partitions,
                     timeout_millis,
+                    queue,
+                    priority,
+                    fairness_key,
                 };
                 let to = SubmitTo::Request { conn, request_id };
                 self.submit(m, to, submission, confirmed)
@@ -506,6 +524,21 @@ impl LeaderState {
                 Duration::from_millis(older_than_millis),
             ),
             ClientRequest::Workers { request_id } => self.list_workers(m, conn, request_id),
+            ClientRequest::Queues { request_id } => self.list_queues(m, conn, request_id),
+            ClientRequest::SetQueue {
+                request_id,
+                queue,
+                weight,
+                paused,
+                aging_millis,
+            } => {
+                let change = QueueChange {
+                    weight,
+                    paused,
+                    aging_millis,
+                };
+                self.set_queue(m, (conn, request_id), queue, change)
+            }
             // Answered for any member by `Coordinator::client_message`, which never parks them
             // either, so they cannot reach the leader state.
             ClientRequest::Cluster { .. } | ClientRequest::TransferLeader { .. } => {

@@ -19,7 +19,7 @@ use crate::protocol::{ClientRequest, ErrorCode};
 pub(super) enum Read {
     Request {
         conn: ConnectionId,
-        request: ClientRequest,
+        request: Box<ClientRequest>,
     },
     WaitTimedOut {
         conn: ConnectionId,
@@ -137,7 +137,7 @@ impl LeaderState {
     pub(super) fn answer_confirmed_reads(&mut self, m: &mut Member) {
         while let Some(read) = self.reads.next_ready(m.table.applied_index()) {
             match read {
-                Read::Request { conn, request } => self.answer_request(m, conn, request, true),
+                Read::Request { conn, request } => self.answer_request(m, conn, *request, true),
                 Read::WaitTimedOut {
                     conn,
                     request_id,

@@ -1,13 +1,21 @@
-//! Scheduling at the leader: FIFO over the queued jobs that some worker with a free slot
-//! serves, each onto the least-loaded such worker, under a fresh lease drawn from the member's
-//! seeded RNG. A job whose kind no worker serves waits without holding up the jobs behind it.
+//! Scheduling at the leader: queued jobs onto free slots in the order of [`crate::queues`] —
+//! across queues by weight, across fairness keys by turn, within a lane by priority with
+//! ageing — each onto the least-loaded live worker that serves its kind and its queue, under a
+//! fresh lease drawn from the member's seeded RNG. A paused queue starts nothing. A job whose
+//! kind or queue no free worker serves waits without holding up the jobs behind it.
+//!
+//! The table's order moves only when an `Assign` applies (the queue's pass advances, the
+//! lane's turn is consumed), but the leader proposes several before the first applies. So it
+//! counts its assignments in flight by queue and by lane and picks past them, exactly as the
+//! table will once they apply: a new leader, with nothing in flight, picks what the old one
+//! would have.
 //!
 //! After the queued jobs come the fresh ones: plain jobs whose `Submit` is proposed and not
-//! yet applied. Assigning one now puts its `Assign` in the same write as its `Submit`, so a job
-//! that finds a slot free costs one commit before it starts instead of two. Nothing leaves
-//! early: the worker hears of the assignment only when the `Assign` applies, after the `Submit`
-//! before it in the log. If that `Submit` created no job (an idempotent answer, a refusal at
-//! apply), the `Assign` finds no job and its slot is freed.
+//! yet applied, highest priority first. Assigning one now puts its `Assign` in the same write
+//! as its `Submit`, so a job that finds a slot free costs one commit before it starts instead
+//! of two. Nothing leaves early: the worker hears of the assignment only when the `Assign`
+//! applies, after the `Submit` before it in the log. If that `Submit` created no job (an
+//! idempotent answer, a refusal at apply), the `Assign` finds no job and its slot is freed.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -24,7 +32,8 @@ use crate::table::{Applied, JobTable};
 pub(super) struct FreshJob {
     pub(super) at: LogIndex,
     pub(super) job_id: JobId,
-    pub(super) kind: String,
+    pub(super) lane: Lane,
+    pub(super) priority: u8,
 }
 
 /// The fresh jobs not yet assigned, in proposal (and so log) order. They are as many as the
@@ -69,6 +78,88 @@ impl FreshJobs {
     }
 }
 
+/// Where a job is ordered: its kind, queue and fairness key (`""` for none).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Lane {
+    pub(super) kind: String,
+    pub(super) queue: String,
+    pub(super) key: String,
+}
+
+/// The assignments proposed and not yet applied: by job, and counted by queue and by lane so
+/// a pick can pass over them as the table will once they apply. Bounded by the leases the
+/// workers can hold.
+#[derive(Debug, Default)]
+pub(super) struct InFlight {
+    jobs: BTreeMap<JobId, Lane>,
+    by_queue: BTreeMap<String, usize>,
+    by_lane: BTreeMap<Lane, usize>,
+}
+
+impl InFlight {
+    pub(super) fn contains(&self, job_id: &JobId) -> bool {
+        self.jobs.contains_key(job_id)
+    }
+
+    fn in_queue(&self, queue: &str) -> usize {
+        self.by_queue.get(queue).copied().unwrap_or(0)
+    }
+
+    fn in_lane(&self, kind: &str, queue: &str, key: &str) -> usize {
+        if self.by_lane.is_empty() {
+            return 0;
+        }
+        let lane = Lane {
+            kind: kind.to_owned(),
+            queue: queue.to_owned(),
+            key: key.to_owned(),
+        };
+        self.by_lane.get(&lane).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, job_id: JobId, lane: Lane) {
+        *self.by_queue.entry(lane.queue.clone()).or_default() += 1;
+        *self.by_lane.entry(lane.clone()).or_default() += 1;
+        let earlier = self.jobs.insert(job_id, lane);
+        assert!(
+            earlier.is_none(),
+            "job {job_id} assigned while an assignment of it is in flight"
+        );
+    }
+
+    /// The assignment of `job_id` applied (or found no job).
+    fn remove(&mut self, job_id: &JobId) {
+        let Some(lane) = self.jobs.remove(job_id) else {
+            panic!("an assignment of {job_id} applied that this leader did not count in flight");
+        };
+        decrement(&mut self.by_queue, &lane.queue);
+        decrement(&mut self.by_lane, &lane);
+    }
+
+    /// The counts are the counts of the jobs.
+    pub(super) fn debug_check(&self) {
+        if cfg!(debug_assertions) {
+            let lanes: usize = self.by_lane.values().sum();
+            let queues: usize = self.by_queue.values().sum();
+            assert!(
+                lanes == self.jobs.len() && queues == self.jobs.len(),
+                "{} assignments in flight, counted {lanes} by lane and {queues} by queue",
+                self.jobs.len()
+            );
+        }
+    }
+}
+
+fn decrement<K: Ord + std::fmt::Debug>(counts: &mut BTreeMap<K, usize>, key: &K) {
+    let count = counts
+        .get_mut(key)
+        .unwrap_or_else(|| panic!("nothing counted in flight under {key:?}"));
+    *count -= 1;
+    if *count == 0 {
+        counts.remove(key);
+    }
+}
+
 impl LeaderState {
     /// An entry applied: a job whose `Submit` applied is no longer fresh, and an `Assign` is no
     /// longer in flight (if it found no job, the slot it was given is free again).
@@ -79,7 +170,7 @@ impl LeaderState {
         };
         self.fresh.applied(entry.index, submitted);
         if let Command::Assign { job_id, lease } = &entry.command {
-            self.assigning.remove(job_id);
+            self.in_flight.remove(job_id);
             if let Applied::UnknownJob { .. } = applied {
                 // A fresh job's `Submit` created no job: the slot it was given is free again.
                 if let Some(worker) = self.registry.get_mut(&lease.worker) {
@@ -87,95 +178,150 @@ impl LeaderState {
                 }
             }
         }
+        self.in_flight.debug_check();
     }
 
-    /// FIFO onto the least-loaded live worker serving each job's kind, while both queued jobs
-    /// and free slots for them remain.
+    /// Fills free slots in queue order (see the module doc), kind by kind, while some worker
+    /// with room serves a kind with queued jobs; then the fresh jobs.
     pub(in crate::coordinator) fn schedule(&mut self, m: &mut Member) {
         if m.replica.transferring_to().is_some() {
             // Handing over: let the log go quiet so the next leader can catch up.
             return;
         }
-        let free: usize = self
-            .registry
-            .with_free_slots()
-            .map(|w| w.free_slots() as usize)
-            .sum();
-        if free == 0 {
-            return;
-        }
-        // Each kind a worker with a free slot serves and has a queued job, with the free slots
-        // of the workers serving it. The kinds come from the workers (bounded by their
-        // registrations), not from the queue (whose kinds clients choose).
-        let fresh_kinds: BTreeSet<&str> = self.fresh.0.iter().map(|f| f.kind.as_str()).collect();
-        let mut budget: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut fresh_budget: BTreeSet<String> = BTreeSet::new();
+        // Each kind with a queued job, with the free slots of the workers serving it. The
+        // kinds come from the workers (bounded by their registrations), not from the queue
+        // (whose kinds clients choose).
+        let mut room: BTreeMap<String, usize> = BTreeMap::new();
         for worker in self.registry.with_free_slots() {
             for kind in &worker.tasks {
-                if m.table.queued_of_kind(kind).next().is_some() {
-                    *budget.entry(kind.as_str()).or_default() += worker.free_slots() as usize;
-                }
-                if fresh_kinds.contains(kind.as_str()) {
-                    fresh_budget.insert(kind.clone());
+                if m.table.queue_index().has_kind(kind) {
+                    *room.entry(kind.clone()).or_default() += worker.free_slots() as usize;
                 }
             }
         }
-        // The oldest jobs of each kind, as many as its workers have room for, merged back into
-        // queue order.
-        let mut candidates: Vec<(u64, JobId)> = Vec::new();
-        for (kind, room) in &budget {
-            candidates.extend(
-                m.table
-                    .queued_of_kind(kind)
-                    .filter(|(_, job_id)| !self.assigning.contains(job_id))
-                    .take((*room).min(free)),
-            );
+        for (kind, room) in room {
+            self.schedule_kind(m, &kind, room);
         }
-        candidates.sort_unstable();
-        for (_, job_id) in candidates {
-            let Some(job) = m.table.get(&job_id) else {
+        self.schedule_fresh(m);
+    }
+
+    /// Up to `room` starts of `kind`: each time the queue with the smallest pass (counting the
+    /// starts in flight) that has a job to start and a free worker to take it.
+    fn schedule_kind(&mut self, m: &mut Member, kind: &str, mut room: usize) {
+        let now = m.wall_now();
+        // Queues with nothing more to start on this pass: paused, every job on its way, or no
+        // free worker serving this kind takes work from them.
+        let mut done: BTreeSet<String> = BTreeSet::new();
+        while room > 0 {
+            let Some((queue, aging_millis)) = self.next_queue(&m.table, kind, &done) else {
+                return;
+            };
+            let in_flight = &self.in_flight;
+            let picked = m.table.queue_index().pick(
+                kind,
+                &queue,
+                now,
+                aging_millis,
+                |key| in_flight.in_lane(kind, &queue, key),
+                |job_id| in_flight.contains(&job_id),
+            );
+            let Some(job_id) = picked else {
+                done.insert(queue);
                 continue;
+            };
+            let Some(job) = m.table.get(&job_id) else {
+                panic!("the queue index holds job {job_id}, which the table does not");
+            };
+            let lane = Lane {
+                kind: kind.to_owned(),
+                queue: queue.clone(),
+                key: job.fairness_key.clone().unwrap_or_default(),
             };
             // Partitions of one job go to distinct workers where capacity allows.
             let parent = job.partition_of.map(|of| of.parent);
-            let Some(worker) = self.pick_worker(&m.table, job.task.kind(), parent) else {
-                continue; // every worker serving this kind filled up meanwhile
+            let Some(worker) = self.pick_worker(&m.table, kind, &queue, parent) else {
+                done.insert(queue);
+                continue;
             };
-            self.assign(m, job_id, worker);
+            self.assign(m, job_id, lane, worker);
+            room -= 1;
         }
-        if fresh_budget.is_empty() {
-            return;
-        }
-        // Then the fresh jobs, oldest first, while some worker serving their kind has room.
-        let mut fresh = std::mem::take(&mut self.fresh.0);
-        fresh.retain(|job| {
-            if !fresh_budget.contains(&job.kind) {
-                return true;
-            }
-            match self.pick_worker(&m.table, &job.kind, None) {
-                Some(worker) => {
-                    self.assign(m, job.job_id, worker);
-                    false
-                }
-                None => {
-                    fresh_budget.remove(&job.kind);
-                    true
-                }
-            }
-        });
-        assert!(
-            self.fresh.0.is_empty(),
-            "fresh jobs proposed while scheduling"
-        );
-        self.fresh.0 = fresh;
     }
 
-    /// The least-loaded worker with a free slot serving `kind`, counting for a partition of
-    /// `parent` how many of its siblings each worker already runs.
+    /// The queue to start a job of `kind` from next: the smallest pass once its starts in
+    /// flight are counted, ties by name, among the queues not `done` and not paused. Its ageing
+    /// bound with it. Walks the queues with a queued job of the kind (at most `QUEUES_MAX`),
+    /// not their jobs or keys.
+    fn next_queue(
+        &self,
+        table: &JobTable,
+        kind: &str,
+        done: &BTreeSet<String>,
+    ) -> Option<(String, u64)> {
+        let mut best: Option<(u64, &str, u64)> = None;
+        for name in table.queue_index().queues_of(kind) {
+            if done.contains(name) {
+                continue;
+            }
+            let Some(queue) = table.queue_state(name) else {
+                panic!("jobs are queued in {name:?}, which the table does not hold");
+            };
+            if queue.settings.paused {
+                continue;
+            }
+            let in_flight = self.in_flight.in_queue(name) as u64;
+            let pass = queue
+                .pass
+                .saturating_add(in_flight.saturating_mul(queue.settings.stride()));
+            if best.is_none_or(|(best, _, _)| pass < best) {
+                best = Some((pass, name, queue.settings.aging_millis));
+            }
+        }
+        best.map(|(_, name, aging)| (name.to_owned(), aging))
+    }
+
+    /// The fresh jobs, highest priority first (then in proposal order), while some worker
+    /// serving their kind and queue has room. A paused queue's fresh jobs wait to be queued.
+    fn schedule_fresh(&mut self, m: &mut Member) {
+        if self.fresh.0.is_empty() || self.registry.with_free_slots().next().is_none() {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.fresh.0.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.fresh.0[i].priority));
+        let mut full: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut taken = vec![false; self.fresh.0.len()];
+        for i in order {
+            let job = &self.fresh.0[i];
+            let lane = job.lane.clone();
+            let (job_id, place) = (job.job_id, (lane.kind.clone(), lane.queue.clone()));
+            if full.contains(&place)
+                || m.table
+                    .queue_state(&lane.queue)
+                    .is_some_and(|q| q.settings.paused)
+            {
+                continue;
+            }
+            match self.pick_worker(&m.table, &lane.kind, &lane.queue, None) {
+                Some(worker) => {
+                    self.assign(m, job_id, lane, worker);
+                    taken[i] = true;
+                }
+                None => {
+                    full.insert(place);
+                }
+            }
+        }
+        let mut taken = taken.into_iter();
+        self.fresh.0.retain(|_| !taken.next().unwrap_or(false));
+    }
+
+    /// The least-loaded worker with a free slot serving `kind` and `queue`, counting for a
+    /// partition of `parent` how many of its siblings each worker already runs.
     fn pick_worker(
         &self,
         table: &JobTable,
         kind: &str,
+        queue: &str,
         parent: Option<JobId>,
     ) -> Option<(WorkerId, Incarnation)> {
         let siblings_on = |worker: &WorkerEntry| match parent {
@@ -191,17 +337,23 @@ impl LeaderState {
                 .count(),
             None => 0,
         };
-        let worker = self.registry.least_loaded_for(kind, siblings_on)?;
+        let worker = self.registry.least_loaded_for(kind, queue, siblings_on)?;
         assert!(
-            worker.serves(kind) && worker.takes_work(),
-            "scheduled a {kind} job onto worker {}, which does not serve it or takes no work",
+            worker.serves(kind) && worker.serves_queue(queue) && worker.takes_work(),
+            "scheduled a {kind} job of queue {queue:?} onto worker {}, which does not serve it or takes no work",
             worker.id
         );
         Some((worker.id.clone(), worker.incarnation))
     }
 
     /// Proposes `job_id`'s next attempt on `worker` under a fresh lease.
-    fn assign(&mut self, m: &mut Member, job_id: JobId, worker: (WorkerId, Incarnation)) {
+    fn assign(
+        &mut self,
+        m: &mut Member,
+        job_id: JobId,
+        lane: Lane,
+        worker: (WorkerId, Incarnation),
+    ) {
         let (worker_id, incarnation) = worker;
         let lease = Lease {
             id: LeaseId::random(&mut m.rng),
@@ -219,10 +371,7 @@ impl LeaderState {
                 entry.prefetch
             );
         }
-        assert!(
-            self.assigning.insert(job_id),
-            "job {job_id} assigned while an assignment of it is in flight"
-        );
+        self.in_flight.add(job_id, lane);
         self.propose(m, Command::Assign { job_id, lease }, None);
     }
 }

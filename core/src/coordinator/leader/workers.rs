@@ -11,6 +11,7 @@ use crate::coordinator::timers::Timer;
 use crate::coordinator::{Event, LossReason, WorkerEntry};
 use crate::ids::{ConnectionId, JobId, LeaseId, RequestId, WorkerId};
 use crate::job::FailureKind;
+use crate::limits::QUEUES_MAX;
 use crate::limits::{
     PREFETCH_PER_SLOT_MAX, REPORTED_FINISHED_MAX, TASKS_PER_WORKER_MAX, WORKERS_MAX,
     WORKER_CAPACITY_MAX,
@@ -18,6 +19,7 @@ use crate::limits::{
 use crate::protocol::{
     CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, RegisterRejection, RunningAttempt,
 };
+use crate::queues::check_queue_name;
 use crate::tasks::check_served_name;
 use crate::time::as_millis_u64;
 
@@ -180,6 +182,7 @@ impl LeaderState {
             running,
             finished,
             tasks,
+            queues,
             ..
         } = registration;
         let (capacity, prefetch) = (*capacity, *prefetch);
@@ -216,6 +219,9 @@ impl LeaderState {
             )));
         }
         check_served_tasks(tasks).map_err(invalid)?;
+        if let Some(queues) = queues {
+            check_served_queues(queues).map_err(invalid)?;
+        }
         match self.registry.worker_on(conn) {
             Some(bound) if bound != worker_id => Err(invalid(format!(
                 "this connection is already registered as {bound}"
@@ -265,6 +271,9 @@ impl LeaderState {
             ends: BTreeMap::new(),
             overdue: BTreeSet::new(),
             tasks: registration.tasks.into_iter().collect(),
+            queues: registration
+                .queues
+                .map(|queues| queues.into_iter().collect()),
             draining: registration.draining,
         }
     }
@@ -308,7 +317,7 @@ impl LeaderState {
             .leases
             .iter()
             .filter(|(lease_id, job_id)| {
-                !held.contains(lease_id) && !self.assigning.contains(job_id)
+                !held.contains(lease_id) && !self.in_flight.contains(job_id)
             })
             .map(|(&lease_id, &job_id)| (lease_id, job_id))
             .collect();
@@ -440,6 +449,20 @@ fn check_served_tasks(tasks: &[String]) -> Result<(), String> {
     }
     for name in tasks {
         check_served_name(name).map_err(|error| format!("cannot serve a task: {error}"))?;
+    }
+    Ok(())
+}
+
+/// The queues a worker takes work from: 1 to [`QUEUES_MAX`] valid queue names.
+fn check_served_queues(queues: &[String]) -> Result<(), String> {
+    if queues.is_empty() || queues.len() > QUEUES_MAX {
+        return Err(format!(
+            "takes work from {} queues; name 1 to {QUEUES_MAX} (or none, for every queue)",
+            queues.len()
+        ));
+    }
+    for name in queues {
+        check_queue_name(name).map_err(|error| format!("cannot serve a queue: {error}"))?;
     }
     Ok(())
 }

@@ -99,6 +99,9 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
                     task: sha(&format!("{i}")),
                     max_attempts: None,
                     idempotency_key: None,
+                    fairness_key: None,
+                    priority: None,
+                    queue: None,
                 },
             );
             request_id
@@ -146,6 +149,9 @@ fn unwritten_bytes_count_the_entries_waiting_for_the_disk() {
             task: sha(&big),
             max_attempts: None,
             idempotency_key: None,
+            fairness_key: None,
+            priority: None,
+            queue: None,
         });
     }
     let held: u64 = h.held.iter().map(|b| b.entry_bytes).sum();
@@ -244,6 +250,9 @@ fn a_keyed_resend_of_a_submission_still_being_written_waits_for_it_and_writes_no
             task: sha(text),
             max_attempts: None,
             idempotency_key: Some("order-7".into()),
+            fairness_key: None,
+            priority: None,
+            queue: None,
         });
         request_id
     };
@@ -293,6 +302,9 @@ fn a_parked_resend_whose_connection_closes_is_dropped() {
         task: sha("abc"),
         max_attempts: None,
         idempotency_key: Some("k".into()),
+        fairness_key: None,
+        priority: None,
+        queue: None,
     };
     let first = h.request_id();
     h.client_says(keyed(first));
@@ -416,6 +428,9 @@ fn duplicate_keys_in_one_batch_create_one_job() {
             task: sha("x"),
             max_attempts: None,
             idempotency_key: Some("k".into()),
+            fairness_key: None,
+            priority: None,
+            queue: None,
         });
     }
     h.release_writes();

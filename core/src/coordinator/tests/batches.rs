@@ -12,6 +12,9 @@ fn job(task: serde_json::Value, key: Option<&str>) -> JobSubmission {
         idempotency_key: key.map(str::to_owned),
         partitions: None,
         timeout_millis: None,
+        fairness_key: None,
+        priority: None,
+        queue: None,
     }
 }
 

@@ -34,6 +34,9 @@ impl Harness {
             idempotency_key: Some(key.to_owned()),
             partitions: None,
             timeout_millis: None,
+            fairness_key: None,
+            priority: None,
+            queue: None,
         };
         self.as_caller(conn, caller, submit);
         self.release_writes();
@@ -69,6 +72,9 @@ fn a_reader_is_refused_every_write_and_nothing_is_proposed() {
             idempotency_key: None,
             partitions: None,
             timeout_millis: None,
+            fairness_key: None,
+            priority: None,
+            queue: None,
         },
     );
     assert!(matches!(

@@ -141,6 +141,7 @@ impl Harness {
                 prefetch: 0,
                 running,
                 finished: Vec::new(),
+                queues: None,
             },
         );
         self.pump();
@@ -183,6 +184,9 @@ impl Harness {
             task,
             max_attempts,
             idempotency_key: key.map(str::to_owned),
+            fairness_key: None,
+            priority: None,
+            queue: None,
         });
         request_id
     }
@@ -1008,6 +1012,9 @@ fn the_lease_check_lives_in_apply() {
             max_active_jobs: 10,
             partitions_asked: None,
             submitted_by: None,
+            fairness_key: None,
+            priority: 0,
+            queue: crate::queues::default_queue(),
         },
         Command::Assign {
             job_id,
@@ -1149,6 +1156,9 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
         task: sha("x"),
         max_attempts: None,
         idempotency_key: None,
+        fairness_key: None,
+        priority: None,
+        queue: None,
     });
     h.release_one();
     let ClientReply::SubmitAccepted { job_id, .. } = h.reply_to(submit) else {
@@ -1185,6 +1195,7 @@ mod admission;
 mod batches;
 mod callers;
 mod prefetch;
+mod queues;
 mod recovery;
 mod registration;
 mod retention;

@@ -17,6 +17,7 @@ fn registration(
         finished: Vec::new(),
         tasks: crate::protocol::builtin_task_names(),
         draining: false,
+        queues: None,
     }
 }
 

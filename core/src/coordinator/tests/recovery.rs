@@ -235,6 +235,9 @@ fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
                 max_active_jobs: 1_000,
                 partitions_asked: None,
                 submitted_by: None,
+                fairness_key: None,
+                priority: 0,
+                queue: crate::queues::default_queue(),
             },
         },
     );

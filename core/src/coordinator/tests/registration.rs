@@ -211,6 +211,9 @@ fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per
                 task: sha(&format!("job {i}")),
                 max_attempts: None,
                 idempotency_key: None,
+                fairness_key: None,
+                priority: None,
+                queue: None,
             },
         );
         h.pump();

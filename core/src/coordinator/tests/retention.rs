@@ -266,7 +266,8 @@ fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
     }
     let mut live = h.d.c.table().clone();
     let rows: Vec<Job> = live.jobs().cloned().collect();
-    let mut rebuilt = JobTable::from_rows(rows, live.applied_index()).expect("valid rows");
+    let queues = live.queues().cloned().collect();
+    let mut rebuilt = JobTable::from_rows(rows, queues, live.applied_index()).expect("valid rows");
     let next = live.applied_index().next();
     let submit = Command::Submit {
         timeout_millis: None,
@@ -278,6 +279,9 @@ fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
         partitions: Vec::new(),
         partitions_asked: None,
         submitted_by: None,
+        fairness_key: None,
+        priority: 0,
+        queue: crate::queues::default_queue(),
     };
     live.apply(next, UnixMillis::UNSTAMPED, &submit);
     rebuilt.apply(next, UnixMillis::UNSTAMPED, &submit);

@@ -17,6 +17,7 @@ fn register_serving(h: &mut Harness, name: &str, capacity: u32, tasks: &[&str]) 
             finished: Vec::new(),
             tasks: tasks.iter().map(|t| t.to_string()).collect(),
             draining: false,
+            queues: None,
         },
     );
 }
@@ -45,6 +46,9 @@ fn submit_timed(
         idempotency_key: key.map(str::to_owned),
         partitions: None,
         timeout_millis: Some(timeout_millis),
+        fairness_key: None,
+        priority: None,
+        queue: None,
     });
     h.reply_to(request_id)
 }

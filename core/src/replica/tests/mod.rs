@@ -61,7 +61,7 @@ impl Disk {
         match record {
             Record::HardState(hard_state) => self.hard_state = hard_state.clone(),
             Record::Log(entry) => {
-                self.log.insert(entry.index, entry.clone());
+                self.log.insert(entry.index, LogEntry::clone(entry));
             }
             Record::TruncateLogAfter(index) => self.log.retain(|i, _| i <= index),
             Record::Snapshot { index, term, .. } => {
@@ -70,6 +70,7 @@ impl Disk {
             }
             Record::Job(_)
             | Record::DeleteJob(_)
+            | Record::Queue(_)
             | Record::Applied { .. }
             | Record::DiscardLogThrough(_) => {}
         }
@@ -214,7 +215,7 @@ impl Net {
         }
         while let Some(event) = replica.poll_event() {
             if let ReplicaEvent::SnapshotReceived { index, term, .. } = &event {
-                replica.install_snapshot(*index, *term, Vec::new());
+                replica.install_snapshot(*index, *term, Default::default());
                 self.applied[i].clear();
             }
             self.events.push((i, event));

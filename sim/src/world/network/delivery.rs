@@ -219,6 +219,7 @@ impl World {
                     partitions,
                     max_attempts,
                     timeout_millis,
+                    ..
                 } = &message
                 {
                     let committed = self.checker.model.applied;
@@ -234,6 +235,9 @@ impl World {
                         idempotency_key: idempotency_key.clone(),
                         partitions: *partitions,
                         timeout_millis: *timeout_millis,
+                        fairness_key: None,
+                        priority: None,
+                        queue: None,
                     };
                     self.submit_jobs
                         .insert((conn, *request_id), (sent, committed));

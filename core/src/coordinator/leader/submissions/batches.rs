@@ -154,7 +154,13 @@ impl LeaderState {
             .saturating_sub(self.admitting.slots());
         if !confirmed && m.reads_need_confirmation() && (reads_table || slots > room) {
             let request = ClientRequest::SubmitBatch { request_id, jobs };
-            return self.confirm_then(m, Read::Request { conn, request });
+            return self.confirm_then(
+                m,
+                Read::Request {
+                    conn,
+                    request: Box::new(request),
+                },
+            );
         }
         let batch = self.batches.open(conn, request_id, jobs.len());
         for (index, (job, this)) in jobs.into_iter().zip(checked).enumerate() {

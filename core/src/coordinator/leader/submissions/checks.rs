@@ -9,6 +9,7 @@ use crate::limits::{
 };
 use crate::protocol::codec::binary_encoded_len;
 use crate::protocol::{ErrorCode, JobSubmission, Partitions};
+use crate::queues::{check_fairness_key, check_priority, check_queue_name, default_queue};
 use crate::table::SubmitOptions;
 use crate::tasks::TaskSpec;
 
@@ -23,6 +24,9 @@ pub(super) struct Checked {
     pub(super) max_attempts: u32,
     /// What the job records of its partition request, and a keyed resend must repeat.
     pub(super) partitions_asked: Option<Partitions>,
+    pub(super) queue: String,
+    pub(super) priority: u8,
+    pub(super) fairness_key: Option<String>,
 }
 
 impl Checked {
@@ -32,6 +36,9 @@ impl Checked {
             max_attempts: self.max_attempts,
             partitions_asked: self.partitions_asked,
             timeout_millis: submission.timeout_millis,
+            queue: &self.queue,
+            priority: self.priority,
+            fairness_key: self.fairness_key.as_deref(),
         }
     }
 }
@@ -113,11 +120,22 @@ pub(super) fn check_submission(
     let partitions_asked = task
         .is_data_parallel()
         .then(|| s.partitions.unwrap_or(Partitions::Auto));
+    let invalid = |e: String| (ErrorCode::InvalidRequest, e);
+    let queue = s.queue.clone().unwrap_or_else(default_queue);
+    check_queue_name(&queue).map_err(invalid)?;
+    let priority = s.priority.unwrap_or(0);
+    check_priority(priority).map_err(invalid)?;
+    if let Some(key) = &s.fairness_key {
+        check_fairness_key(key).map_err(invalid)?;
+    }
     Ok(Checked {
         task,
         encoded,
         max_attempts,
         partitions_asked,
+        queue,
+        priority,
+        fairness_key: s.fairness_key.clone(),
     })
 }
 

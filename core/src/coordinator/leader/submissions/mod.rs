@@ -8,7 +8,7 @@ mod checks;
 
 use super::admission::ParkedResend;
 use super::reads::Read;
-use super::scheduling::FreshJob;
+use super::scheduling::{FreshJob, Lane};
 use super::{LeaderState, Pending};
 use crate::command::Command;
 use crate::coordinator::member::Member;
@@ -145,7 +145,13 @@ impl LeaderState {
             }
             // A key whose submission is still being written: answered once that entry applies.
             if let Some(at) = self.admitting.proposal_for(&key) {
-                if let Err(resend) = self.admitting.park(at, ParkedResend { to, submission }) {
+                if let Err(resend) = self.admitting.park(
+                    at,
+                    ParkedResend {
+                        to,
+                        submission: Box::new(submission),
+                    },
+                ) {
                     let message = format!(
                         "{KEYED_RESENDS_PARKED_MAX} resends already wait for their first submission to be written; retry shortly"
                     );
@@ -211,7 +217,12 @@ impl LeaderState {
             .as_deref()
             .map(|k| m.scoped(to.conn(), k));
         let plain = checked.partitions_asked.is_none() && partitions.is_empty();
-        let kind = plain.then(|| checked.task.kind().to_owned());
+        let fresh = plain.then(|| Lane {
+            kind: checked.task.kind().to_owned(),
+            queue: checked.queue.clone(),
+            key: checked.fairness_key.clone().unwrap_or_default(),
+        });
+        let priority = checked.priority;
         let proposal = self.propose(
             m,
             Command::Submit {
@@ -224,16 +235,20 @@ impl LeaderState {
                 partitions_asked: checked.partitions_asked,
                 timeout_millis: submission.timeout_millis,
                 submitted_by: m.owner(to.conn()),
+                queue: checked.queue,
+                priority: checked.priority,
+                fairness_key: checked.fairness_key,
             },
             Some(Pending::Submit { to }),
         );
         self.admitting
             .proposed((proposal.term, proposal.index), slots, key);
-        if let Some(kind) = kind {
+        if let Some(lane) = fresh {
             self.fresh.proposed(FreshJob {
                 at: proposal.index,
                 job_id,
-                kind,
+                lane,
+                priority,
             });
         }
     }
@@ -243,7 +258,7 @@ impl LeaderState {
         match to {
             SubmitTo::Request { conn, request_id } => {
                 let request = submission.into_request(request_id);
-                self.confirm_then(m, Read::Request { conn, request })
+                self.confirm_then(m, Read::Request { conn, request: Box::new(request) })
             }
             // `submit_batch` confirms before admitting any job whose answer reads the table,
             // and a job of a batch parked behind its key is answered by

@@ -1,0 +1,71 @@
+//! `SetQueue`, and creating a queue for its first job.
+
+use super::{Applied, JobTable};
+use crate::ids::JobId;
+use crate::limits::QUEUES_MAX;
+use crate::queues::{QueueChange, QueueSettings, QueueState};
+
+impl JobTable {
+    pub(super) fn apply_set_queue(&mut self, queue: &str, change: &QueueChange) -> Applied {
+        let refused = |reason: String| Applied::QueueRefused {
+            queue: queue.to_owned(),
+            reason,
+        };
+        if let Err(reason) = crate::queues::check_queue_name(queue).and(change.check()) {
+            return refused(reason);
+        }
+        if !self.queues.contains_key(queue) {
+            if let Err(reason) = self.create_queue(queue) {
+                return refused(reason);
+            }
+        }
+        let state = self.queues.get_mut(queue).expect("created above");
+        change.apply_to(&mut state.settings);
+        self.queues_changed.insert(queue.to_owned());
+        Applied::QueueSet {
+            queue: queue.to_owned(),
+        }
+    }
+
+    /// A `Submit` for `job_id` may name `queue`: it exists, or there is room to create it.
+    pub(super) fn admit_queue(&self, job_id: JobId, queue: &str) -> Result<(), Applied> {
+        if self.queues.contains_key(queue) || self.queues.len() < QUEUES_MAX {
+            Ok(())
+        } else {
+            Err(Applied::TooManyQueues {
+                job_id,
+                queues: self.queues.len() as u64,
+            })
+        }
+    }
+
+    /// Creates `queue` with the default settings if it is new, at the smallest pass of the busy
+    /// queues (it has no credit to bank); an error if the table holds `QUEUES_MAX` already.
+    pub(super) fn create_queue(&mut self, queue: &str) -> Result<(), String> {
+        if self.queues.contains_key(queue) {
+            return Ok(());
+        }
+        if self.queues.len() >= QUEUES_MAX {
+            return Err(format!(
+                "the cluster holds its maximum of {QUEUES_MAX} queues"
+            ));
+        }
+        let pass = self
+            .queue
+            .busy_queues()
+            .filter_map(|name| self.queues.get(name))
+            .map(|q| q.pass)
+            .min()
+            .unwrap_or(0);
+        self.queues.insert(
+            queue.to_owned(),
+            QueueState {
+                name: queue.to_owned(),
+                settings: QueueSettings::default(),
+                pass,
+            },
+        );
+        self.queues_changed.insert(queue.to_owned());
+        Ok(())
+    }
+}
