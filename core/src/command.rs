@@ -61,8 +61,15 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fairness_key: Option<String>,
     },
-    /// Start an attempt: `QUEUED -> RUNNING` under a fresh lease.
-    Assign { job_id: JobId, lease: Lease },
+    /// Start an attempt: `QUEUED -> RUNNING` under a fresh lease. `as_of` is the last entry
+    /// the leader's table had applied when it picked the job: what the pick could see, so the
+    /// log says on what it was decided (0 on entries written before it was recorded).
+    Assign {
+        job_id: JobId,
+        lease: Lease,
+        #[serde(default, skip_serializing_if = "LogIndex::is_zero")]
+        as_of: LogIndex,
+    },
     /// The attempt holding `lease_id` succeeded.
     Complete {
         job_id: JobId,

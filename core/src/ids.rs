@@ -209,6 +209,11 @@ impl LogIndex {
     pub fn next(self) -> LogIndex {
         LogIndex(self.0 + 1)
     }
+
+    /// Before the first entry (for fields that are absent on older records).
+    pub fn is_zero(&self) -> bool {
+        self.0 == 0
+    }
 }
 
 impl fmt::Display for LogIndex {

@@ -225,7 +225,7 @@ impl Facts {
                 Command::Submit { job_id, .. } => {
                     self.submits.insert(*job_id);
                 }
-                Command::Assign { job_id, lease } => {
+                Command::Assign { job_id, lease, .. } => {
                     self.assigns
                         .insert((*job_id, lease.id), lease.worker.clone());
                 }

@@ -121,6 +121,7 @@ impl Table {
         self.apply(Command::Assign {
             job_id: job,
             lease: lease.clone(),
+            as_of: herder_core::ids::LogIndex(0),
         })
     }
 
@@ -767,6 +768,7 @@ fn cancelling_the_parent_cancels_every_unfinished_partition() {
     let outcome = t.apply(Command::Assign {
         job_id: parts[3],
         lease: lease(3, "w1"),
+        as_of: herder_core::ids::LogIndex(0),
     });
     assert!(matches!(outcome.applied, Applied::AssignSkipped { .. }));
     assert_eq!(t.snapshot(), before);
@@ -998,6 +1000,7 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
         Command::Assign {
             job_id: a_parts[3],
             lease: lease(13, "w1"),
+            as_of: herder_core::ids::LogIndex(0),
         },
         Command::Complete {
             job_id: a_parts[3],
@@ -1007,6 +1010,7 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
         Command::Assign {
             job_id: a_parts[2],
             lease: lease(14, "w3"),
+            as_of: herder_core::ids::LogIndex(0),
         },
         Command::Complete {
             job_id: a_parts[2],

@@ -78,6 +78,7 @@ impl Table {
             Command::Assign {
                 job_id: job(),
                 lease: lease.clone(),
+                as_of: herder_core::ids::LogIndex(0),
             },
         );
     }

@@ -79,6 +79,8 @@ const CLIENT_REQUEST: &[&str] = &[
     "CANCEL",
     "LIST",
     "WORKERS",
+    "QUEUES",
+    "SET_QUEUE",
     "CLUSTER",
     "TRANSFER_LEADER",
     "PURGE",
@@ -92,6 +94,8 @@ const CLIENT_REPLY: &[&str] = &[
     "CANCEL_RESULT",
     "JOB_LIST",
     "WORKER_LIST",
+    "QUEUE_LIST",
+    "QUEUE_SET",
     "NOT_LEADER",
     "CLUSTER",
     "TRANSFER_STARTED",
@@ -139,6 +143,7 @@ const COMMAND_KINDS: &[&str] = &[
     "release",
     "new_leader",
     "purge",
+    "set_queue",
 ];
 
 /// Shapes of a message that are worth an example of their own, beyond one per tag.
@@ -160,7 +165,7 @@ const SHAPES: &[&str] = &[
     "AUTH_OK without name and role",
 ];
 
-const ERROR_CODES: [ErrorCode; 17] = [
+const ERROR_CODES: [ErrorCode; 18] = [
     ErrorCode::FrameTooLarge,
     ErrorCode::EmptyFrame,
     ErrorCode::InvalidUtf8,
@@ -178,6 +183,7 @@ const ERROR_CODES: [ErrorCode; 17] = [
     ErrorCode::TooManyConnections,
     ErrorCode::Unauthenticated,
     ErrorCode::Forbidden,
+    ErrorCode::TooManyQueues,
 ];
 
 /// The codes after which the connection is closed (`ErrorCode::closes_connection`): the
@@ -202,11 +208,13 @@ const ROLE_NEEDED: &[(&str, &str)] = &[
     ("LIST", "reader"),
     ("WORKERS", "reader"),
     ("CLUSTER", "reader"),
+    ("QUEUES", "reader"),
     ("SUBMIT", "submitter"),
     ("SUBMIT_BATCH", "submitter"),
     ("CANCEL", "submitter"),
     ("PURGE", "admin"),
     ("TRANSFER_LEADER", "admin"),
+    ("SET_QUEUE", "admin"),
 ];
 
 /// The secret of the handshake example in section 1.1.
@@ -764,6 +772,14 @@ fn every_jsonc_block_is_a_nested_type_and_every_kind_has_one() {
             ("ClusterView", nested_as::<ClusterView>(&value).err()),
             ("MemberView", nested_as::<MemberView>(&value).err()),
             ("snapshot rows", nested_as::<Vec<Job>>(&value).err()),
+            (
+                "table rows",
+                nested_as::<herder_core::storage::TableRows>(&value).err(),
+            ),
+            (
+                "QueueView",
+                nested_as::<herder_core::protocol::QueueView>(&value).err(),
+            ),
         ];
         for (name, error) in others {
             match error {

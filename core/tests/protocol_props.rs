@@ -397,7 +397,11 @@ fn command() -> impl Strategy<Value = Command> {
                     }
                 }
             ),
-        (job_id(), lease).prop_map(|(job_id, lease)| Command::Assign { job_id, lease }),
+        (job_id(), lease).prop_map(|(job_id, lease)| Command::Assign {
+            job_id,
+            lease,
+            as_of: LogIndex(0),
+        }),
         (job_id(), lease_id(), task_output()).prop_map(|(job_id, lease_id, output)| {
             Command::Complete {
                 job_id,

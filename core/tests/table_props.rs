@@ -215,7 +215,11 @@ impl Concretizer {
                     incarnation: Incarnation(*incarnation),
                 };
                 self.leases_of.entry(job_id).or_default().push(lease.id);
-                Command::Assign { job_id, lease }
+                Command::Assign {
+                    job_id,
+                    lease,
+                    as_of: LogIndex(0),
+                }
             }
             Op::Complete {
                 job,
@@ -606,7 +610,7 @@ fn check_step(
                 }
             }
         }
-        Command::Assign { job_id, lease } => {
+        Command::Assign { job_id, lease, .. } => {
             let eligible = before.rows.get(job_id).is_some_and(|job| {
                 job.state == JobState::Queued && job.attempt.0 < job.max_attempts
             });
@@ -835,6 +839,7 @@ fn assign(id: u128, lease: usize) -> Command {
             worker: WorkerId("w1".into()),
             incarnation: Incarnation(1),
         },
+        as_of: herder_core::ids::LogIndex(0),
     }
 }
 

@@ -39,6 +39,7 @@ use herder_core::ids::{Attempt, JobId, LeaseId, LogIndex, WorkerId};
 use herder_core::job::{FailureKind, Job, JobState, Lease};
 use herder_core::limits::ATTEMPT_HISTORY_MAX;
 use herder_core::protocol::Partitions;
+use herder_core::queues::QueueChange;
 use herder_core::tasks::{self, TaskOutput, TaskSpec, UserTask};
 use serde_json::{json, Value};
 
@@ -79,6 +80,12 @@ pub struct ModelJob {
     pub created: u64,
     /// Every attempt, oldest first, as the rules record it.
     pub attempts: Vec<ModelAttempt>,
+    /// Where it is ordered: its queue, fairness key (`""` for none) and priority.
+    pub queue: String,
+    pub fairness_key: String,
+    pub priority: u8,
+    /// The entry that last queued it, and that entry's stamp.
+    pub queued: (LogIndex, u64),
 }
 
 /// One attempt: its number, lease and worker, when it started, and when and how it ended.
@@ -111,6 +118,10 @@ impl ModelJob {
             releases: 0,
             created: 0,
             attempts: Vec::new(),
+            queue: herder_core::queues::DEFAULT_QUEUE.to_owned(),
+            fairness_key: String::new(),
+            priority: 0,
+            queued: (LogIndex(0), 0),
         }
     }
 
@@ -146,7 +157,22 @@ pub struct Model {
     pub reported_permanent: HashSet<LeaseId>,
     /// The wall-clock stamp of the entry being applied.
     stamp: u64,
+    /// Each queue's settings as operators changed them, entry by entry.
+    pub queues: BTreeMap<String, Vec<(LogIndex, QueueRules)>>,
 }
+
+/// What the rules need of a queue's settings: whether it is paused, and its ageing bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueRules {
+    pub paused: bool,
+    pub aging_millis: u64,
+}
+
+/// A new queue's settings: running, and the documented ageing bound of 60 s.
+pub const NEW_QUEUE: QueueRules = QueueRules {
+    paused: false,
+    aging_millis: 60_000,
+};
 
 /// What a task must give on an attempt.
 #[derive(Clone, Debug, PartialEq)]
@@ -250,7 +276,9 @@ impl Model {
                 partitions_asked,
                 timeout_millis,
                 submitted_by,
-                ..
+                queue,
+                priority,
+                fairness_key,
             } => {
                 // The model binds keys as the clients sent them: no simulated client that
                 // writes holds a named token, so no submission may carry a name (the scoping of
@@ -261,18 +289,36 @@ impl Model {
                         entry.index.0
                     ));
                 }
+                let place = (
+                    queue.clone(),
+                    fairness_key.clone().unwrap_or_default(),
+                    *priority,
+                );
                 self.submit(
                     at,
                     *job_id,
                     (task, *max_attempts, *timeout_millis, *partitions_asked),
                     idempotency_key,
-                    *max_active_jobs,
-                    partitions,
+                    (*max_active_jobs, partitions),
+                    place,
                 )?
             }
-            Command::Assign { job_id, lease } => {
+            Command::Assign {
+                job_id,
+                lease,
+                as_of,
+            } => {
+                // A paused queue starts nothing.
+                let startable = self.jobs.get(job_id).is_some_and(|job| {
+                    job.state == JobState::Queued
+                        && job.attempt < job.max_attempts
+                        && !self.rules_of(&job.queue, at).paused
+                });
+                if startable {
+                    self.check_priority(at, *job_id, *as_of)?;
+                }
                 if let Some(job) = self.jobs.get_mut(job_id) {
-                    if job.state == JobState::Queued && job.attempt < job.max_attempts {
+                    if startable {
                         job.state = JobState::Running;
                         job.attempt += 1;
                         job.lease = Some(lease.clone());
@@ -378,6 +424,7 @@ impl Model {
                     job.last_settled = Some("abandoned");
                     if job.attempt < job.max_attempts {
                         job.state = JobState::Queued;
+                        job.queued = (at, stamp);
                     } else {
                         job.state = JobState::Failed;
                         self.partition_failed(at, *job_id)?;
@@ -405,14 +452,17 @@ impl Model {
                     job.attempt = before - 1;
                     job.releases += 1;
                     job.state = JobState::Queued;
+                    job.queued = (at, stamp);
                     job.last_settled = Some("released (not charged)");
                     self.released.insert(*lease_id);
                 }
             }
             Command::Requeue { job_id } => {
+                let stamp = self.stamp;
                 if let Some(job) = self.jobs.get_mut(job_id) {
                     if job.state == JobState::RetryWait {
                         job.state = JobState::Queued;
+                        job.queued = (at, stamp);
                     }
                 }
             }
@@ -433,7 +483,8 @@ impl Model {
                     }
                 }
             }
-            Command::NewLeader { .. } | Command::SetQueue { .. } => {}
+            Command::NewLeader { .. } => {}
+            Command::SetQueue { queue, change } => self.set_queue(at, queue, change)?,
             Command::Purge { job_ids } => {
                 for job_id in job_ids {
                     let purgeable = self
@@ -492,8 +543,8 @@ impl Model {
             Option<Partitions>,
         ),
         key: &Option<String>,
-        max_active_jobs: u64,
-        partitions: &[JobId],
+        (max_active_jobs, partitions): (u64, &[JobId]),
+        (queue, fairness_key, priority): (String, String, u8),
     ) -> Check {
         self.limit = self.limit.max(max_active_jobs);
         if let Some(key) = key {
@@ -530,6 +581,11 @@ impl Model {
         );
         let mut job = ModelJob::new(task.clone(), max_attempts);
         job.created = self.stamp;
+        job.queue = queue;
+        job.fairness_key = fairness_key;
+        job.priority = priority;
+        job.queued = (at, self.stamp);
+        self.queues.entry(job.queue.clone()).or_default();
         job.key = key.clone();
         job.timeout_millis = timeout_millis;
         job.partitions_asked = partitions_asked;
@@ -537,6 +593,7 @@ impl Model {
             self.keys.insert(key.clone(), job_id);
         }
         self.submitted_at.insert(job_id, at);
+        let (queue_of_parent, key_of_parent) = (job.queue.clone(), job.fairness_key.clone());
         if task.is_data_parallel() {
             job.state = JobState::Running;
             job.partitions = partitions.to_vec();
@@ -544,6 +601,10 @@ impl Model {
             for (index, (part, piece)) in partitions.iter().zip(pieces).enumerate() {
                 let mut child = ModelJob::new(piece, max_attempts);
                 child.created = self.stamp;
+                child.queue = queue_of_parent.clone();
+                child.fairness_key = key_of_parent.clone();
+                child.priority = priority;
+                child.queued = (at, self.stamp);
                 child.parent = Some((job_id, index as u32));
                 child.timeout_millis = timeout_millis;
                 self.jobs.insert(*part, child);
@@ -554,6 +615,67 @@ impl Model {
             }
         } else {
             self.jobs.insert(job_id, job);
+        }
+        Ok(())
+    }
+
+    /// A queue's settings in effect once entry `at` has applied.
+    pub fn rules_of(&self, queue: &str, at: LogIndex) -> QueueRules {
+        self.queues
+            .get(queue)
+            .and_then(|changes| changes.iter().rev().find(|(index, _)| *index <= at))
+            .map_or(NEW_QUEUE, |(_, rules)| *rules)
+    }
+
+    /// An operator's change: the settings it names replace the current ones. A leader proposes
+    /// only changes within bounds, so one outside them is a finding, not a refusal.
+    fn set_queue(&mut self, at: LogIndex, queue: &str, change: &QueueChange) -> Check {
+        ensure!(
+            change.weight.is_none_or(|w| (1..=1000).contains(&w))
+                && change.aging_millis.is_none_or(|a| a >= 1)
+                && (change.weight.is_some()
+                    || change.paused.is_some()
+                    || change.aging_millis.is_some()),
+            "queues: entry {at} changes queue {queue:?} with settings out of bounds: {change:?}"
+        );
+        let mut rules = self.rules_of(queue, at);
+        if let Some(paused) = change.paused {
+            rules.paused = paused;
+        }
+        if let Some(aging_millis) = change.aging_millis {
+            rules.aging_millis = aging_millis;
+        }
+        self.queues
+            .entry(queue.to_owned())
+            .or_default()
+            .push((at, rules));
+        Ok(())
+    }
+
+    /// Priority within a queue and fairness key: the job an `Assign` at `at` starts, picked by
+    /// a leader whose table had applied `as_of`, must not pass over a job of its queue, key and
+    /// kind with a higher priority that had been queued since `as_of` or earlier (that leader
+    /// saw it) and still is — unless it had itself waited its queue's ageing bound.
+    fn check_priority(&self, at: LogIndex, job_id: JobId, as_of: LogIndex) -> Check {
+        let job = self.job(&job_id)?;
+        let aging = self.rules_of(&job.queue, as_of).aging_millis;
+        if self.stamp.saturating_sub(job.queued.1) >= aging {
+            return Ok(());
+        }
+        let passed_over = self.jobs.iter().find(|(id, other)| {
+            **id != job_id
+                && other.state == JobState::Queued
+                && other.queued.0 <= as_of
+                && other.priority > job.priority
+                && other.queue == job.queue
+                && other.fairness_key == job.fairness_key
+                && other.task.kind() == job.task.kind()
+        });
+        if let Some((id, other)) = passed_over {
+            return Err(format!(
+                "priority: job {job_id} (priority {}) started at entry {at}, picked as of entry {as_of}, while job {id} of the same queue {:?}, key {:?} and kind had waited since entry {} with priority {}",
+                job.priority, job.queue, job.fairness_key, other.queued.0, other.priority
+            ));
         }
         Ok(())
     }
@@ -652,6 +774,9 @@ impl Model {
             && row.partitions == job.partitions
             && row.timeout_millis == job.timeout_millis
             && row.partitions_asked == job.partitions_asked
+            && row.queue == job.queue
+            && row.priority == job.priority
+            && row.fairness_key.as_deref().unwrap_or("") == job.fairness_key
             && (job.state != JobState::RetryWait
                 || row.retry_delay_millis == job.retry_delay_millis);
         ensure!(

@@ -165,6 +165,9 @@ pub struct Scenario {
     /// fault aimed at the leader, and each hand-over, sets off a burst of reads from every
     /// client while leadership changes hands.
     pub group_ops: bool,
+    /// Jobs go to several queues, with priorities and hot and cold fairness keys, and an
+    /// operator pauses, resumes and re-tunes the queues while they run.
+    pub queues: bool,
     /// Faults at set times (milliseconds of simulated time), beside any drawn ones: how a
     /// test stages the situation a safety argument is about and lets the checker judge what
     /// follows. Empty in every drawn scenario.
@@ -399,6 +402,7 @@ impl Scenario {
             job_timeouts: false,
             reader_clients: 0,
             group_ops: false,
+            queues: false,
             script: Vec::new(),
         };
         // Network faults are drawn last so adding them did not reshuffle the draws above.
@@ -491,6 +495,8 @@ impl Scenario {
             scenario.coordinator.log_retained_entries = rng.range(2, 64);
         }
         scenario.group_ops = scenario.coordinators > 1 && rng.chance(0.5);
+        // Queues, drawn last of all.
+        scenario.queues = rng.chance(0.5);
         scenario
     }
 }

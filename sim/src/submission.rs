@@ -174,6 +174,16 @@ pub fn verdict(job: &JobSubmission, rules: &Rules) -> Verdict {
         .is_some_and(|k| k.is_empty() || k.len() > IDEMPOTENCY_KEY_BYTES_MAX)
     {
         invalid_request("an idempotency key not of 1 to 256 bytes")
+    } else if job.queue.as_deref().is_some_and(|q| !label_ok(q, 64)) {
+        invalid_request("a queue name not of 1 to 64 letters, digits and -_.:/")
+    } else if job.priority.is_some_and(|p| p > 9) {
+        invalid_request("a priority out of 0..=9")
+    } else if job
+        .fairness_key
+        .as_deref()
+        .is_some_and(|k| !label_ok(k, 128))
+    {
+        invalid_request("a fairness key not of 1 to 128 letters, digits and -_.:/")
     } else {
         None
     };
@@ -207,6 +217,17 @@ pub fn verdict(job: &JobSubmission, rules: &Rules) -> Verdict {
     }
 }
 
+/// A queue name or fairness key as the protocol defines them: 1 to `max` bytes of ASCII
+/// letters, digits and `-_.:/`, starting with a letter or a digit.
+fn label_ok(label: &str, max: usize) -> bool {
+    !label.is_empty()
+        && label.len() <= max
+        && label.as_bytes()[0].is_ascii_alphanumeric()
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:/".contains(&b))
+}
+
 /// The most jobs a batch may hold: `SUBMIT_BATCH_JOBS_MAX`, and no more than its reply holds.
 pub fn batch_jobs_max(rules: &Rules) -> usize {
     let fit = rules.max_frame_bytes.saturating_sub(ASSIGN_ENVELOPE_BYTES) / SUBMIT_RESULT_BYTES_MAX;
@@ -235,6 +256,18 @@ pub fn differences(job: &ModelJob, sent: &JobSubmission, rules: &Rules) -> Optio
         return Some(format!(
             "timeout is {:?} where this asks {:?}",
             job.timeout_millis, sent.timeout_millis
+        ));
+    }
+    let queue = sent
+        .queue
+        .as_deref()
+        .unwrap_or(herder_core::queues::DEFAULT_QUEUE);
+    let priority = sent.priority.unwrap_or(0);
+    let key = sent.fairness_key.as_deref().unwrap_or("");
+    if (job.queue.as_str(), job.priority, job.fairness_key.as_str()) != (queue, priority, key) {
+        return Some(format!(
+            "queue, priority and fairness key are {:?}, {}, {:?} where this asks {queue:?}, {priority}, {key:?}",
+            job.queue, job.priority, job.fairness_key
         ));
     }
     if is_data_parallel(&sent.task) {

@@ -183,6 +183,7 @@ fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
                 worker: worker(),
                 incarnation: Incarnation(1),
             },
+            as_of: herder_core::ids::LogIndex(0),
         },
         Command::Complete {
             job_id: job_id(1),
@@ -463,6 +464,7 @@ fn assign(lease: u8) -> Command {
             worker: worker(),
             incarnation: Incarnation(1),
         },
+        as_of: herder_core::ids::LogIndex(0),
     }
 }
 

@@ -79,7 +79,7 @@ impl JobTable {
                     follow_on,
                 )
             }
-            Command::Assign { job_id, lease } => self.apply_assign(*job_id, lease, follow_on),
+            Command::Assign { job_id, lease, .. } => self.apply_assign(*job_id, lease, follow_on),
             Command::SetQueue { queue, change } => self.apply_set_queue(queue, change),
             Command::Complete {
                 job_id,

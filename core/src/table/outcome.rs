@@ -138,6 +138,8 @@ pub enum Applied {
     QueueRefused {
         queue: String,
         reason: String,
+        /// The cause was `QUEUES_MAX` (not a setting out of bounds).
+        full: bool,
     },
     /// A `Submit` naming a new queue when the table already holds `QUEUES_MAX`: nothing was
     /// created.

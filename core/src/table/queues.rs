@@ -7,16 +7,17 @@ use crate::queues::{QueueChange, QueueSettings, QueueState};
 
 impl JobTable {
     pub(super) fn apply_set_queue(&mut self, queue: &str, change: &QueueChange) -> Applied {
-        let refused = |reason: String| Applied::QueueRefused {
+        let refused = |reason: String, full: bool| Applied::QueueRefused {
             queue: queue.to_owned(),
             reason,
+            full,
         };
         if let Err(reason) = crate::queues::check_queue_name(queue).and(change.check()) {
-            return refused(reason);
+            return refused(reason, false);
         }
         if !self.queues.contains_key(queue) {
             if let Err(reason) = self.create_queue(queue) {
-                return refused(reason);
+                return refused(reason, true);
             }
         }
         let state = self.queues.get_mut(queue).expect("created above");

@@ -273,7 +273,7 @@ impl Checker {
     /// A committed entry, before the model applies it: an `Assign` must name a worker process
     /// that registered the job's kind.
     pub fn check_committed(&self, entry: &LogEntry) -> Check {
-        let Command::Assign { job_id, lease } = &entry.command else {
+        let Command::Assign { job_id, lease, .. } = &entry.command else {
             return Ok(());
         };
         let Some(job) = self.model.jobs.get(job_id) else {
@@ -370,7 +370,7 @@ impl Checker {
             let Some(entry) = replica.log().get(index) else {
                 continue;
             };
-            let Command::Assign { job_id, lease } = &entry.command else {
+            let Command::Assign { job_id, lease, .. } = &entry.command else {
                 continue;
             };
             if entry.term != term {

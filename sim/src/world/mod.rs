@@ -841,7 +841,9 @@ impl World {
         if job.state.is_terminal() {
             return true;
         }
-        if !self.stranded(job.task.kind()) {
+        // A paused queue starts nothing: its queued jobs wait for an operator, for good.
+        let paused = model.rules_of(&job.queue, model.applied).paused;
+        if !self.stranded(job.task.kind()) && !paused {
             return false;
         }
         match job.state {

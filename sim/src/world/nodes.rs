@@ -976,7 +976,17 @@ impl World {
             | (Operation::Cancel { job_id }, ClientReply::CancelResult { job, .. }) => {
                 job.id == *job_id
             }
+            // A queue change is answered with that queue as the change left it.
+            (Operation::SetQueue { queue, change }, ClientReply::QueueSet { queue: view, .. }) => {
+                view.name == *queue
+                    && change.paused.is_none_or(|paused| view.paused == paused)
+                    && change.weight.is_none_or(|weight| view.weight == weight)
+                    && change
+                        .aging_millis
+                        .is_none_or(|aging| view.aging_millis == aging)
+            }
             (Operation::List { .. }, ClientReply::JobList { .. })
+            | (Operation::Queues, ClientReply::QueueList { .. })
             | (Operation::Workers, ClientReply::WorkerList { .. })
             | (Operation::Cluster, ClientReply::Cluster { .. })
             | (Operation::Purge { .. }, ClientReply::Purged { .. }) => true,

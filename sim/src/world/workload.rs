@@ -14,6 +14,7 @@ use herder_core::limits::{
     SUBMIT_BATCH_JOBS_MAX,
 };
 use herder_core::protocol::{JobSubmission, Partitions};
+use herder_core::queues::QueueChange;
 use herder_core::tasks::{TaskSpec, UserTask};
 use serde_json::json;
 
@@ -28,6 +29,9 @@ pub(super) const WAIT_MILLIS_MAX: u64 = 3_000;
 
 /// A small data-parallel task: a list of up to 40 numbers (some empty, some negative, some
 /// large primes), or a range of up to 50,000 numbers that may start below zero.
+/// The queues a seed with queues submits to and changes.
+const QUEUES: [&str; 3] = ["default", "emails", "reports"];
+
 fn random_parallel_spec(rng: &mut SimRng) -> TaskSpec {
     let numbers = |rng: &mut SimRng| {
         let len = rng.below(41) as usize;
@@ -120,7 +124,7 @@ fn batch_len(rng: &mut SimRng) -> u64 {
 /// Makes `job` fail one check of `SUBMIT` (docs/PROTOCOL.md, steps 1 to 6): an invalid task,
 /// or a request field out of range.
 fn spoil(rng: &mut SimRng, job: &mut JobSubmission) {
-    match rng.below(5) {
+    match rng.below(6) {
         0 => {
             if let Some((task, _)) = rng.pick(invalid_tasks()) {
                 job.task = task.clone();
@@ -145,12 +149,17 @@ fn spoil(rng: &mut SimRng, job: &mut JobSubmission) {
                 _ => JOB_TIMEOUT_MILLIS_MAX + rng.range(1, 1_000),
             })
         }
-        _ => {
+        4 => {
             job.idempotency_key = Some(match rng.below(2) {
                 0 => String::new(),
                 _ => "k".repeat(IDEMPOTENCY_KEY_BYTES_MAX + 1),
             })
         }
+        _ => match rng.below(3) {
+            0 => job.queue = Some("no spaces allowed".to_owned()),
+            1 => job.priority = Some(rng.range(10, 255) as u8),
+            _ => job.fairness_key = Some("k".repeat(129)),
+        },
     }
 }
 
@@ -245,6 +254,10 @@ impl World {
         if self.scenario.group_ops && self.clients[c].rng.chance(0.15) {
             return self.group_op(c);
         }
+        // (Drawn only in seeds with queues, so other seeds draw what they always drew.)
+        if self.scenario.queues && self.clients[c].rng.chance(0.04) {
+            return self.queue_op(c);
+        }
         let purge_ops = self.scenario.purge_ops;
         let batch_submits = self.scenario.batch_submits;
         let client = &mut self.clients[c];
@@ -302,6 +315,45 @@ impl World {
         }
     }
 
+    /// An operator's change to one of the workload's queues: mostly a pause or a resume, now
+    /// and then a new weight or a short ageing bound (so ageing happens within a seed).
+    fn queue_op(&mut self, c: usize) -> Operation {
+        let rng = &mut self.clients[c].rng;
+        let queue = (*rng.pick(&QUEUES).unwrap_or(&"default")).to_owned();
+        let change = match rng.below(10) {
+            0..=3 => QueueChange::pause(true),
+            4..=7 => QueueChange::pause(false),
+            8 => QueueChange {
+                weight: Some(rng.range(1, 5) as u32),
+                ..QueueChange::default()
+            },
+            _ => QueueChange {
+                aging_millis: Some(rng.range(50, 3_000)),
+                ..QueueChange::default()
+            },
+        };
+        self.count("client: a queue change sent");
+        Operation::SetQueue { queue, change }
+    }
+
+    /// Where a job of a seed with queues goes: one of the workload's queues, mostly the lowest
+    /// priority, and a fairness key that is mostly the one hot tenant.
+    fn placement(&mut self, c: usize, job: &mut JobSubmission) {
+        if !self.scenario.queues {
+            return;
+        }
+        let rng = &mut self.clients[c].rng;
+        job.queue = rng
+            .chance(0.7)
+            .then(|| (*rng.pick(&QUEUES).unwrap_or(&"default")).to_owned());
+        job.priority = rng.chance(0.4).then(|| rng.range(1, 9) as u8);
+        job.fairness_key = match rng.below(10) {
+            0..=3 => None,
+            4..=7 => Some("tenant-hot".to_owned()),
+            n => Some(format!("tenant-{n}")),
+        };
+    }
+
     /// One job to submit: now and then keyed (with one of four keys, mostly repeating what
     /// the key was first used for), now and then with a deadline of its own.
     fn next_submission(&mut self, c: usize) -> JobSubmission {
@@ -329,15 +381,15 @@ impl World {
             0 => Partitions::Auto,
             _ => Partitions::Count(rng.range(1, 5) as u32),
         });
-        JobSubmission {
+        let mut job = JobSubmission {
             timeout_millis,
             task: spec.to_json(),
             max_attempts: rng.chance(0.5).then(|| rng.range(1, 4) as u32),
             idempotency_key: key,
             partitions,
-            fairness_key: None,
-            priority: None,
-            queue: None,
-        }
+            ..JobSubmission::default()
+        };
+        self.placement(c, &mut job);
+        job
     }
 }

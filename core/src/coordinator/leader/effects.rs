@@ -141,8 +141,17 @@ impl LeaderState {
                 self.refuse_pending_submission(m, pending, ErrorCode::TooManyQueues, message);
             }
             Applied::QueueSet { queue } => self.on_queue_set(m, pending, &queue, None),
-            Applied::QueueRefused { queue, reason } => {
-                self.on_queue_set(m, pending, &queue, Some(reason))
+            Applied::QueueRefused {
+                queue,
+                reason,
+                full,
+            } => {
+                let code = if full {
+                    ErrorCode::TooManyQueues
+                } else {
+                    ErrorCode::InvalidRequest
+                };
+                self.on_queue_set(m, pending, &queue, Some((code, reason)))
             }
             Applied::NewLeader { .. }
             | Applied::PartitionCreated { .. }

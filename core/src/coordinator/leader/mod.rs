@@ -257,6 +257,7 @@ impl LeaderState {
             match pending {
                 Pending::Submit { to } => owed_submission(m, to),
                 Pending::Cancel { conn, request_id }
+                | Pending::SetQueue { conn, request_id }
                 | Pending::Purge {
                     conn, request_id, ..
                 } => m.send_client(conn, not_leader(request_id, true)),

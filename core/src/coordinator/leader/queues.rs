@@ -50,7 +50,7 @@ impl LeaderState {
         m: &mut Member,
         pending: Option<Pending>,
         queue: &str,
-        refused: Option<String>,
+        refused: Option<(ErrorCode, String)>,
     ) {
         if refused.is_none() {
             self.schedule(m);
@@ -58,8 +58,8 @@ impl LeaderState {
         let Some(Pending::SetQueue { conn, request_id }) = pending else {
             return;
         };
-        if let Some(message) = refused {
-            return m.client_error(conn, request_id, ErrorCode::InvalidRequest, message);
+        if let Some((code, message)) = refused {
+            return m.client_error(conn, request_id, code, message);
         }
         match m.table.queue_view(queue, m.wall_now()) {
             Some(queue) => m.send_client(conn, ClientReply::QueueSet { request_id, queue }),

@@ -169,7 +169,7 @@ impl LeaderState {
             _ => None,
         };
         self.fresh.applied(entry.index, submitted);
-        if let Command::Assign { job_id, lease } = &entry.command {
+        if let Command::Assign { job_id, lease, .. } = &entry.command {
             self.in_flight.remove(job_id);
             if let Applied::UnknownJob { .. } = applied {
                 // A fresh job's `Submit` created no job: the slot it was given is free again.
@@ -372,6 +372,15 @@ impl LeaderState {
             );
         }
         self.in_flight.add(job_id, lane);
-        self.propose(m, Command::Assign { job_id, lease }, None);
+        let as_of = m.table.applied_index();
+        self.propose(
+            m,
+            Command::Assign {
+                job_id,
+                lease,
+                as_of,
+            },
+            None,
+        );
     }
 }

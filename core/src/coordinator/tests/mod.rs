@@ -1019,6 +1019,7 @@ fn the_lease_check_lives_in_apply() {
         Command::Assign {
             job_id,
             lease: lease(10),
+            as_of: crate::ids::LogIndex(0),
         },
         Command::AttemptFailed {
             permanent: false,
@@ -1032,6 +1033,7 @@ fn the_lease_check_lives_in_apply() {
         Command::Assign {
             job_id,
             lease: lease(11),
+            as_of: crate::ids::LogIndex(0),
         },
     ];
     for (i, command) in commands.iter().enumerate() {

@@ -264,7 +264,11 @@ fn an_assignment_that_applies_after_a_pause_is_refused_by_the_table() {
         worker: WorkerId("w1".into()),
         incarnation: Incarnation(1),
     };
-    let assign = Command::Assign { job_id, lease };
+    let assign = Command::Assign {
+        job_id,
+        lease,
+        as_of: crate::ids::LogIndex(2),
+    };
     let at = crate::time::UnixMillis(1);
     table.apply(crate::ids::LogIndex(1), at, &submit);
     table.apply(crate::ids::LogIndex(2), at, &pause);
@@ -410,7 +414,6 @@ fn queues_and_their_passes_survive_a_restart() {
             queue: Some("light"),
             priority: Some(3),
             key: Some("t1"),
-            ..Place::default()
         });
     }
     h.drain_one_by_one("w1", busy, 3);

@@ -219,7 +219,9 @@ impl World {
                     partitions,
                     max_attempts,
                     timeout_millis,
-                    ..
+                    queue,
+                    priority,
+                    fairness_key,
                 } = &message
                 {
                     let committed = self.checker.model.applied;
@@ -235,9 +237,9 @@ impl World {
                         idempotency_key: idempotency_key.clone(),
                         partitions: *partitions,
                         timeout_millis: *timeout_millis,
-                        fairness_key: None,
-                        priority: None,
-                        queue: None,
+                        fairness_key: fairness_key.clone(),
+                        priority: *priority,
+                        queue: queue.clone(),
                     };
                     self.submit_jobs
                         .insert((conn, *request_id), (sent, committed));
@@ -434,6 +436,7 @@ fn writes(request: &ClientRequest) -> bool {
             | ClientRequest::SubmitBatch { .. }
             | ClientRequest::Cancel { .. }
             | ClientRequest::Purge { .. }
+            | ClientRequest::SetQueue { .. }
             | ClientRequest::TransferLeader { .. }
     )
 }
