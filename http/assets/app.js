@@ -118,8 +118,15 @@
     return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${time}`;
   }
 
+  /**
+   * A job id for a table cell. Job ids are time-ordered: their first characters are the
+   * submission time, shared by every job of the same minute, and their last ones are random.
+   * So the cell shows the end, which tells jobs apart; the full id is in the cell's title.
+   */
   function shortId(id) {
-    return id ? String(id).slice(0, 8) : DASH;
+    if (!id) return DASH;
+    const text = String(id);
+    return text.length > 12 ? `\u2026${text.slice(-8)}` : text;
   }
 
   /** A lease id for a table cell: numbers as they are, long ids (UUIDs) cut to 8 characters. */

@@ -98,7 +98,7 @@ impl Failure {
             CallError::Client(ClientError::Server { code, .. }) => match code {
                 ErrorCode::InvalidTask | ErrorCode::InvalidRequest => "invalid",
                 ErrorCode::JobNotFound => "not_found",
-                ErrorCode::IdempotencyConflict => "conflict",
+                ErrorCode::IdempotencyConflict | ErrorCode::TooManyQueues => "conflict",
                 _ => "server",
             },
             CallError::Invalid(_) | CallError::Client(ClientError::Unsendable { .. }) => "invalid",

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use herder_core::coordinator::Event;
 use herder_core::job::{AttemptEnd, JobState};
+use herder_core::protocol::QueueView;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -37,6 +38,8 @@ pub struct Observation {
     /// The member this one knows as leader (itself, if it leads), if any.
     pub leader: Option<String>,
     pub workers: Vec<WorkerObservation>,
+    /// Every queue: its settings and jobs by state (only a leader's table is current).
+    pub queues: Vec<QueueView>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +53,17 @@ pub struct WorkerObservation {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabel {
+    queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueStateLabel {
+    queue: String,
     state: &'static str,
 }
 
@@ -107,6 +121,11 @@ pub struct Metrics {
     worker_running: Family<WorkerLabel, Gauge>,
     worker_capacity: Family<WorkerLabel, Gauge>,
     workers: Family<StateLabel, Gauge>,
+    queue_jobs: Family<QueueStateLabel, Gauge>,
+    queue_starts: Family<QueueLabel, Counter>,
+    queue_paused: Family<QueueLabel, Gauge>,
+    queue_weight: Family<QueueLabel, Gauge>,
+    queue_oldest: Family<QueueLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     commit_seconds: Histogram,
     commit_records: Histogram,
 }
@@ -234,6 +253,31 @@ impl Metrics {
             "workers",
             "Workers the leader knows, alive or lost",
         );
+        let queue_jobs: Family<QueueStateLabel, Gauge> = registered(
+            &mut registry,
+            "queue_jobs",
+            "Jobs of each queue in each state (queued is the queue's depth)",
+        );
+        let queue_starts: Family<QueueLabel, Counter> = registered(
+            &mut registry,
+            "queue_starts",
+            "Attempts started from each queue while this member led (its rate is the queue's throughput)",
+        );
+        let queue_paused: Family<QueueLabel, Gauge> = registered(
+            &mut registry,
+            "queue_paused",
+            "1 while a queue is paused (nothing new starts from it)",
+        );
+        let queue_weight: Family<QueueLabel, Gauge> = registered(
+            &mut registry,
+            "queue_weight",
+            "Each queue's weight: its share of the workers against other busy queues",
+        );
+        let queue_oldest: Family<QueueLabel, Gauge<f64, std::sync::atomic::AtomicU64>> = registered(
+            &mut registry,
+            "queue_oldest_queued_seconds",
+            "How long each queue's longest-waiting queued job has waited (0 when none waits)",
+        );
         let commit_seconds = histogram(
             &mut registry,
             "storage_commit_seconds",
@@ -295,6 +339,11 @@ impl Metrics {
             worker_running,
             worker_capacity,
             workers,
+            queue_jobs,
+            queue_starts,
+            queue_paused,
+            queue_weight,
+            queue_oldest,
             commit_seconds,
             commit_records,
         }
@@ -309,8 +358,17 @@ impl Metrics {
             Event::SubmitRejected { .. } => {
                 self.rejected.inc();
             }
-            Event::JobAssigned { queued_millis, .. } => {
+            Event::JobAssigned {
+                queued_millis,
+                queue,
+                ..
+            } => {
                 self.assignments.inc();
+                self.queue_starts
+                    .get_or_create(&QueueLabel {
+                        queue: queue.clone(),
+                    })
+                    .inc();
                 if let Some(ms) = queued_millis {
                     self.queue_wait.observe(seconds(*ms));
                 }
@@ -411,6 +469,38 @@ impl Metrics {
                 .get_or_create(&label)
                 .set(i64::from(worker.capacity));
         }
+        // Queues are created by jobs and kept (at most `QUEUES_MAX`): each one is reported.
+        self.queue_jobs.clear();
+        self.queue_paused.clear();
+        self.queue_weight.clear();
+        self.queue_oldest.clear();
+        for queue in &now.queues {
+            let by_state = [
+                ("queued", queue.queued),
+                ("running", queue.running),
+                ("retry_wait", queue.retry_wait),
+            ];
+            for (state, count) in by_state {
+                self.queue_jobs
+                    .get_or_create(&QueueStateLabel {
+                        queue: queue.name.clone(),
+                        state,
+                    })
+                    .set(saturating_i64(count));
+            }
+            let label = QueueLabel {
+                queue: queue.name.clone(),
+            };
+            self.queue_paused
+                .get_or_create(&label)
+                .set(i64::from(queue.paused));
+            self.queue_weight
+                .get_or_create(&label)
+                .set(i64::from(queue.weight));
+            self.queue_oldest
+                .get_or_create(&label)
+                .set(seconds(queue.oldest_queued_millis.unwrap_or(0)));
+        }
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &self.registry);
@@ -465,6 +555,7 @@ mod tests {
             max_attempts: 3,
             lease_id: id::<LeaseId>(2),
             queued_millis: Some(1500),
+            queue: "emails".into(),
         });
         metrics.event(&Event::RetryScheduled {
             job_id,
@@ -496,6 +587,7 @@ mod tests {
         );
         assert!(text.contains("herder_queue_wait_seconds_count 1"));
         assert!(text.contains("herder_queue_wait_seconds_sum 1.5"));
+        assert!(text.contains("herder_queue_starts_total{queue=\"emails\"} 1"));
     }
 
     #[test]
@@ -536,6 +628,19 @@ mod tests {
                 running: 1,
                 heartbeat_age: Duration::from_millis(250),
             }],
+            queues: vec![QueueView {
+                name: "reports".into(),
+                weight: 3,
+                paused: true,
+                aging_millis: 60_000,
+                queued: 12,
+                running: 2,
+                retry_wait: 1,
+                completed: 40,
+                failed: 0,
+                cancelled: 0,
+                oldest_queued_millis: Some(2_500),
+            }],
         };
         let text = metrics.encode(&now);
         assert!(text.contains("herder_jobs{state=\"QUEUED\"} 4"));
@@ -543,9 +648,16 @@ mod tests {
         assert!(text.contains("herder_consensus_term 3"));
         assert!(text.contains("herder_commit_index 39"));
         assert!(text.contains("herder_worker_heartbeat_age_seconds{worker=\"w1\"} 0.25"));
+        assert!(text.contains("herder_queue_jobs{queue=\"reports\",state=\"queued\"} 12"));
+        assert!(text.contains("herder_queue_jobs{queue=\"reports\",state=\"running\"} 2"));
+        assert!(text.contains("herder_queue_paused{queue=\"reports\"} 1"));
+        assert!(text.contains("herder_queue_weight{queue=\"reports\"} 3"));
+        assert!(text.contains("herder_queue_oldest_queued_seconds{queue=\"reports\"} 2.5"));
         now.workers.clear();
+        now.queues.clear();
         let text = metrics.encode(&now);
         assert!(!text.contains("worker=\"w1\""), "{text}");
+        assert!(!text.contains("queue=\"reports\""), "{text}");
     }
 
     fn id<T: std::str::FromStr>(n: u64) -> T

@@ -276,6 +276,13 @@ async function main() {
       },
       sha,
     );
+    // Jobs submitted within the same minute share the start of their ids: the table shows
+    // the part that tells them apart.
+    const shown = await page.$$eval('#jobs tbody tr[data-job-id]', (rows) =>
+      rows.map((tr) => tr.cells[0].textContent.trim()));
+    if (shown.length > 1 && new Set(shown).size !== shown.length) {
+      fail(`the jobs table shows ids that look alike: ${shown.join(', ')}`);
+    }
     await page.locator('#state-filter').selectOption('');
   });
 

@@ -81,6 +81,8 @@ pub enum Event {
         lease_id: LeaseId,
         /// How long the job waited for this attempt, by the log's stamps (see `queued_millis`).
         queued_millis: Option<u64>,
+        /// The job's queue.
+        queue: String,
     },
     LeaseExpired {
         job_id: JobId,
@@ -272,11 +274,15 @@ impl fmt::Display for Event {
                 max_attempts,
                 lease_id,
                 queued_millis,
+                queue,
             } => {
                 write!(
                     f,
                     "Job assigned: jobId={job_id} workerId={worker} attempt={attempt}/{max_attempts} attemptId={lease_id}"
                 )?;
+                if !crate::queues::is_default_queue(queue) {
+                    write!(f, " queue={queue}")?;
+                }
                 match queued_millis {
                     Some(ms) => write!(f, " queuedMillis={ms}"),
                     None => Ok(()),

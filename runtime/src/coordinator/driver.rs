@@ -150,7 +150,9 @@ impl Driver {
             }
         }
         let replica = self.coordinator.replica();
+        let wall = self.clock.wall_at_epoch().at(now);
         Observation {
+            queues: self.coordinator.table().queue_views(wall),
             jobs_by_state,
             term: replica.term().0,
             last_index: replica.last_index().0,

@@ -96,6 +96,7 @@ impl LeaderState {
         };
         let max_attempts = job.max_attempts;
         let queued_millis = queued_millis(job);
+        let queue = job.queue.clone();
         self.arm_lease_deadline(m, &lease.worker, job_id, lease.id);
         m.event(Event::JobAssigned {
             job_id,
@@ -104,6 +105,7 @@ impl LeaderState {
             max_attempts,
             lease_id: lease.id,
             queued_millis,
+            queue,
         });
         m.send_worker(conn, message);
     }
