@@ -352,6 +352,9 @@ pub enum QueueAction {
         /// whatever their priority (500ms, 30s, 15m, 12h; new queues: 60s).
         #[arg(long, value_parser = crate::retention::parse_duration)]
         aging: Option<std::time::Duration>,
+        /// At most this many of its jobs run at once (0: no limit, the default).
+        #[arg(long)]
+        concurrency: Option<u32>,
     },
     /// Start nothing new from the queue: queued jobs stay, running ones finish.
     Pause {

@@ -708,11 +708,13 @@ pub async fn queue(args: QueueArgs) -> u8 {
             name,
             weight,
             aging,
+            concurrency,
         } => {
             let aging_millis = aging.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
             let change = QueueChange {
                 weight,
                 aging_millis,
+                concurrency,
                 ..QueueChange::default()
             };
             (name, change)

@@ -190,6 +190,7 @@ impl Operation {
                 weight: change.weight,
                 paused: change.paused,
                 aging_millis: change.aging_millis,
+                concurrency: change.concurrency,
             },
             Operation::Cluster => ClientRequest::Cluster { request_id },
             Operation::TransferLeader { to } => ClientRequest::TransferLeader { request_id, to },

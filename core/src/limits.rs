@@ -199,3 +199,5 @@ pub const FAIRNESS_KEY_BYTES_MAX: usize = 128;
 pub const PRIORITY_AGING_MILLIS_DEFAULT: u64 = 60_000;
 /// The longest ageing bound a queue may set.
 pub const PRIORITY_AGING_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// A queue's largest concurrency limit (its jobs running at once).
+pub const QUEUE_CONCURRENCY_MAX: u32 = 1_000_000;

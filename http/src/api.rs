@@ -476,6 +476,7 @@ struct QueueBody {
     weight: Option<u32>,
     paused: Option<bool>,
     aging_millis: Option<u64>,
+    concurrency: Option<u32>,
 }
 
 /// Changes the settings the body names (creating the queue if it is new); the others stay.
@@ -489,6 +490,7 @@ async fn set_queue(
         weight: request.weight,
         paused: request.paused,
         aging_millis: request.aging_millis,
+        concurrency: request.concurrency,
     };
     check_queue_name(&name)
         .and(change.check())

@@ -640,6 +640,7 @@ mod tests {
                 failed: 0,
                 cancelled: 0,
                 oldest_queued_millis: Some(2_500),
+                concurrency: Default::default(),
             }],
         };
         let text = metrics.encode(&now);

@@ -161,17 +161,20 @@ pub struct Model {
     pub queues: BTreeMap<String, Vec<(LogIndex, QueueRules)>>,
 }
 
-/// What the rules need of a queue's settings: whether it is paused, and its ageing bound.
+/// What the rules need of a queue's settings: whether it is paused, its ageing bound and how
+/// many of its jobs may run at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueRules {
     pub paused: bool,
     pub aging_millis: u64,
+    pub concurrency: Option<u32>,
 }
 
-/// A new queue's settings: running, and the documented ageing bound of 60 s.
+/// A new queue's settings: running, the documented ageing bound of 60 s, no limit.
 pub const NEW_QUEUE: QueueRules = QueueRules {
     paused: false,
     aging_millis: 60_000,
+    concurrency: None,
 };
 
 /// What a task must give on an attempt.
@@ -308,11 +311,17 @@ impl Model {
                 lease,
                 as_of,
             } => {
-                // A paused queue starts nothing.
+                // A paused queue starts nothing, and a queue at its concurrency limit nothing
+                // more (counting every attempt running, whichever leader started it).
                 let startable = self.jobs.get(job_id).is_some_and(|job| {
+                    let rules = self.rules_of(&job.queue, at);
+                    let running = self.running_in(&job.queue);
                     job.state == JobState::Queued
                         && job.attempt < job.max_attempts
-                        && !self.rules_of(&job.queue, at).paused
+                        && !rules.paused
+                        && rules
+                            .concurrency
+                            .is_none_or(|limit| running < u64::from(limit))
                 });
                 if startable {
                     self.check_priority(at, *job_id, *as_of)?;
@@ -619,6 +628,14 @@ impl Model {
         Ok(())
     }
 
+    /// Attempts running in `queue`: its jobs holding a lease.
+    pub fn running_in(&self, queue: &str) -> u64 {
+        self.jobs
+            .values()
+            .filter(|job| job.queue == queue && job.lease.is_some())
+            .count() as u64
+    }
+
     /// A queue's settings in effect once entry `at` has applied.
     pub fn rules_of(&self, queue: &str, at: LogIndex) -> QueueRules {
         self.queues
@@ -635,7 +652,8 @@ impl Model {
                 && change.aging_millis.is_none_or(|a| a >= 1)
                 && (change.weight.is_some()
                     || change.paused.is_some()
-                    || change.aging_millis.is_some()),
+                    || change.aging_millis.is_some()
+                    || change.concurrency.is_some()),
             "queues: entry {at} changes queue {queue:?} with settings out of bounds: {change:?}"
         );
         let mut rules = self.rules_of(queue, at);
@@ -644,6 +662,9 @@ impl Model {
         }
         if let Some(aging_millis) = change.aging_millis {
             rules.aging_millis = aging_millis;
+        }
+        if let Some(limit) = change.concurrency {
+            rules.concurrency = (limit > 0).then_some(limit);
         }
         self.queues
             .entry(queue.to_owned())

@@ -327,6 +327,9 @@ pub enum ClientRequest {
         paused: Option<bool>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         aging_millis: Option<u64>,
+        /// The most of its jobs that may run at once; 0 removes the limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        concurrency: Option<u32>,
     },
     /// The group as the answering coordinator sees it; any member answers.
     Cluster {
@@ -662,6 +665,9 @@ pub struct QueueView {
     pub paused: bool,
     /// A queued job waiting this long goes before the younger jobs of its fairness key.
     pub aging_millis: u64,
+    /// The most of its jobs that run at once (absent: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
     /// Its jobs by state (partitions counted as jobs).
     pub queued: u64,
     pub running: u64,

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::{
     FAIRNESS_KEY_BYTES_MAX, PRIORITY_AGING_MILLIS_DEFAULT, PRIORITY_AGING_MILLIS_MAX,
-    QUEUE_NAME_BYTES_MAX, QUEUE_WEIGHT_MAX,
+    QUEUE_CONCURRENCY_MAX, QUEUE_NAME_BYTES_MAX, QUEUE_WEIGHT_MAX,
 };
 
 pub use index::{JobQueue, Placement};
@@ -68,6 +68,10 @@ pub struct QueueSettings {
     pub paused: bool,
     /// A job queued at least this long goes before the younger jobs of its lane.
     pub aging_millis: u64,
+    /// At most this many of its jobs run at once (`None`: no limit). The table refuses a start
+    /// beyond it, whichever leader proposed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
 }
 
 impl Default for QueueSettings {
@@ -76,6 +80,7 @@ impl Default for QueueSettings {
             weight: 1,
             paused: false,
             aging_millis: PRIORITY_AGING_MILLIS_DEFAULT,
+            concurrency: None,
         }
     }
 }
@@ -102,6 +107,9 @@ pub struct QueueChange {
     pub paused: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aging_millis: Option<u64>,
+    /// The most of its jobs that may run at once; `0` removes the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
 }
 
 impl QueueChange {
@@ -114,6 +122,13 @@ impl QueueChange {
             if !(1..=QUEUE_WEIGHT_MAX).contains(&weight) {
                 return Err(format!(
                     "weight must be between 1 and {QUEUE_WEIGHT_MAX} (got {weight})"
+                ));
+            }
+        }
+        if let Some(limit) = self.concurrency {
+            if limit > QUEUE_CONCURRENCY_MAX {
+                return Err(format!(
+                    "concurrency must be between 1 and {QUEUE_CONCURRENCY_MAX}, or 0 for no limit (got {limit})"
                 ));
             }
         }
@@ -144,6 +159,9 @@ impl QueueChange {
         }
         if let Some(millis) = self.aging_millis {
             settings.aging_millis = millis;
+        }
+        if let Some(limit) = self.concurrency {
+            settings.concurrency = (limit > 0).then_some(limit);
         }
     }
 }

@@ -17,7 +17,7 @@ impl JobTable {
         lease: &Lease,
         follow_on: &mut Vec<Applied>,
     ) -> Applied {
-        let Some(job) = self.jobs.get_mut(&job_id) else {
+        let Some(job) = self.jobs.get(&job_id) else {
             return Applied::UnknownJob { job_id };
         };
         // A paused queue starts nothing: an assignment proposed before the pause applied, and
@@ -26,12 +26,19 @@ impl JobTable {
             .queues
             .get(&job.queue)
             .is_some_and(|queue| queue.settings.paused);
-        if job.state != JobState::Queued || !job.attempts_remain() || paused {
+        // Nor beyond its concurrency limit, counting every attempt running (a deposed leader's
+        // too): the count and the limit are both in the table.
+        let full = self.queue_full(&job.queue, 0);
+        if job.state != JobState::Queued || !job.attempts_remain() || paused || full {
             return Applied::AssignSkipped {
                 job_id,
                 lease: lease.clone(),
             };
         }
+        let job = self
+            .jobs
+            .get_mut(&job_id)
+            .unwrap_or_else(|| panic!("job {job_id} vanished during apply"));
         let started = self.queue.start(job.queue_seq, &job.placement());
         let Some((removed, retag)) = started else {
             panic!("queued job {job_id} was not at its queue position");
@@ -59,6 +66,7 @@ impl JobTable {
             });
         }
         let entry_at = self.entry_at;
+        self.attempt_started(job_id);
         let job = self.job_mut(job_id);
         assert!(job.lease.is_none(), "queued job {job_id} holds a lease");
         transition(job, JobState::Running);
@@ -133,6 +141,8 @@ impl JobTable {
             Err(stale) => return stale,
         };
         let at = self.entry_at;
+        // The settled attempt gives its lease up, and its queue runs one fewer.
+        self.attempt_left(job_id);
         let job = self.job_mut(job_id);
         close_attempt(job, lease.id, at, AttemptEnd::Completed, None);
         transition(job, JobState::Completed);
@@ -156,6 +166,8 @@ impl JobTable {
             Err(stale) => return stale,
         };
         let at = self.entry_at;
+        // The settled attempt gives its lease up, and its queue runs one fewer.
+        self.attempt_left(job_id);
         let job = self.job_mut(job_id);
         close_attempt(job, lease_id, at, kind.end(), Some(cause));
         job.lease = None;
@@ -187,6 +199,8 @@ impl JobTable {
             Err(stale) => return stale,
         };
         let at = self.entry_at;
+        // The settled attempt gives its lease up, and its queue runs one fewer.
+        self.attempt_left(job_id);
         let job = self.job_mut(job_id);
         assert!(job.attempt.0 >= 1, "running job {job_id} with attempt 0");
         close_attempt(job, lease_id, at, AttemptEnd::Released, None);
@@ -214,6 +228,8 @@ impl JobTable {
             Err(stale) => return stale,
         };
         let at = self.entry_at;
+        // The settled attempt gives its lease up, and its queue runs one fewer.
+        self.attempt_left(job_id);
         let job = self.job_mut(job_id);
         let cause = format!(
             "attempt {} on worker {} was interrupted by a coordinator restart and could not be re-adopted",

@@ -48,6 +48,9 @@ impl JobTable {
             close_attempt(job, lease.id, self.entry_at, AttemptEnd::Cancelled, None);
         }
         job.error = Some(why.to_owned());
+        if revoked.is_some() {
+            self.attempt_left(job_id);
+        }
         self.job_ended();
         Some(Applied::Cancelled {
             job_id,

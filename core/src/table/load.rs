@@ -74,6 +74,9 @@ impl JobTable {
             if !job.state.is_terminal() {
                 table.active += 1;
             }
+            if job.lease.is_some() {
+                *table.running_in.entry(job.queue.clone()).or_default() += 1;
+            }
             if job.partition_of.is_none() {
                 table.by_submission.insert(job.submitted_at, id);
                 if job.state.is_terminal() {

@@ -71,6 +71,9 @@ pub struct JobTable {
     queues: BTreeMap<String, QueueState>,
     /// Queues whose row changed since the coordinator last took them (to persist them).
     queues_changed: BTreeSet<String>,
+    /// Attempts running (jobs holding a lease) in each queue that has one: what a queue's
+    /// concurrency limit counts, whichever leader started them.
+    running_in: BTreeMap<String, u64>,
     /// Jobs enqueued so far by the entry being applied. A queue position is the entry's index
     /// times `QUEUE_POSITIONS_PER_ENTRY` plus this: a function of the log alone, so a table
     /// rebuilt from rows (whatever was purged) hands out exactly the positions a table that
@@ -153,6 +156,51 @@ impl JobTable {
 
     pub fn queue_count(&self) -> usize {
         self.queues.len()
+    }
+
+    /// Attempts running in `queue` now.
+    pub fn running_in(&self, queue: &str) -> u64 {
+        self.running_in.get(queue).copied().unwrap_or(0)
+    }
+
+    /// Whether `queue` runs as many attempts as its concurrency limit allows (or more, after
+    /// the limit was lowered), counting `starting` more on their way.
+    pub fn queue_full(&self, queue: &str, starting: u64) -> bool {
+        self.queues
+            .get(queue)
+            .and_then(|q| q.settings.concurrency)
+            .is_some_and(|limit| {
+                self.running_in(queue).saturating_add(starting) >= u64::from(limit)
+            })
+    }
+
+    /// An attempt of `job_id` took a lease: its queue runs one more.
+    pub(super) fn attempt_started(&mut self, job_id: JobId) {
+        let Some(job) = self.jobs.get(&job_id) else {
+            panic!("job {job_id} vanished during apply");
+        };
+        let queue = &job.queue;
+        match self.running_in.get_mut(queue) {
+            Some(count) => *count += 1,
+            None => {
+                let queue = queue.clone();
+                self.running_in.insert(queue, 1);
+            }
+        }
+    }
+
+    /// An attempt of `job_id` gave its lease up: its queue runs one fewer.
+    pub(super) fn attempt_left(&mut self, job_id: JobId) {
+        let Some(job) = self.jobs.get(&job_id) else {
+            panic!("job {job_id} vanished during apply");
+        };
+        let Some(count) = self.running_in.get_mut(&job.queue) else {
+            panic!("an attempt of job {job_id} ended with none counted running in its queue");
+        };
+        *count -= 1;
+        if *count == 0 {
+            self.running_in.remove(&job.queue);
+        }
     }
 
     /// The queues whose rows changed since the last call, to be persisted.

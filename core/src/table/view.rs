@@ -66,6 +66,7 @@ impl JobTable {
                     weight: queue.settings.weight,
                     paused: queue.settings.paused,
                     aging_millis: queue.settings.aging_millis,
+                    concurrency: queue.settings.concurrency,
                     queued,
                     running,
                     retry_wait,

@@ -984,6 +984,9 @@ impl World {
                     && change
                         .aging_millis
                         .is_none_or(|aging| view.aging_millis == aging)
+                    && change
+                        .concurrency
+                        .is_none_or(|limit| view.concurrency == (limit > 0).then_some(limit))
             }
             (Operation::List { .. }, ClientReply::JobList { .. })
             | (Operation::Queues, ClientReply::QueueList { .. })

@@ -315,16 +315,21 @@ impl World {
         }
     }
 
-    /// An operator's change to one of the workload's queues: mostly a pause or a resume, now
-    /// and then a new weight or a short ageing bound (so ageing happens within a seed).
+    /// An operator's change to one of the workload's queues: mostly a pause or a resume, or a
+    /// concurrency limit of 1 or 2 (or none), now and then a new weight or a short ageing bound
+    /// (so ageing happens within a seed).
     fn queue_op(&mut self, c: usize) -> Operation {
         let rng = &mut self.clients[c].rng;
         let queue = (*rng.pick(&QUEUES).unwrap_or(&"default")).to_owned();
         let change = match rng.below(10) {
-            0..=3 => QueueChange::pause(true),
-            4..=7 => QueueChange::pause(false),
-            8 => QueueChange {
+            0..=2 => QueueChange::pause(true),
+            3..=5 => QueueChange::pause(false),
+            6 => QueueChange {
                 weight: Some(rng.range(1, 5) as u32),
+                ..QueueChange::default()
+            },
+            7..=8 => QueueChange {
+                concurrency: Some(rng.range(0, 3) as u32),
                 ..QueueChange::default()
             },
             _ => QueueChange {

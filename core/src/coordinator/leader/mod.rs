@@ -532,11 +532,13 @@ impl LeaderState {
                 weight,
                 paused,
                 aging_millis,
+                concurrency,
             } => {
                 let change = QueueChange {
                     weight,
                     paused,
                     aging_millis,
+                    concurrency,
                 };
                 self.set_queue(m, (conn, request_id), queue, change)
             }

@@ -266,10 +266,11 @@ impl LeaderState {
             let Some(queue) = table.queue_state(name) else {
                 panic!("jobs are queued in {name:?}, which the table does not hold");
             };
-            if queue.settings.paused {
+            let in_flight = self.in_flight.in_queue(name) as u64;
+            // Paused, or running its limit once the starts on their way are counted.
+            if queue.settings.paused || table.queue_full(name, in_flight) {
                 continue;
             }
-            let in_flight = self.in_flight.in_queue(name) as u64;
             let pass = queue
                 .pass
                 .saturating_add(in_flight.saturating_mul(queue.settings.stride()));
@@ -294,7 +295,9 @@ impl LeaderState {
             let job = &self.fresh.0[i];
             let lane = job.lane.clone();
             let (job_id, place) = (job.job_id, (lane.kind.clone(), lane.queue.clone()));
+            let in_flight = self.in_flight.in_queue(&lane.queue) as u64;
             if full.contains(&place)
+                || m.table.queue_full(&lane.queue, in_flight)
                 || m.table
                     .queue_state(&lane.queue)
                     .is_some_and(|q| q.settings.paused)

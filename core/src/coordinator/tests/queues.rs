@@ -49,6 +49,7 @@ impl Harness {
             weight: change.weight,
             paused: change.paused,
             aging_millis: change.aging_millis,
+            concurrency: change.concurrency,
         });
         self.reply_to(request_id)
     }
@@ -433,4 +434,141 @@ fn queues_and_their_passes_survive_a_restart() {
     };
     assert_eq!(waited(h.queue_views()), waited(before));
     h.check();
+}
+
+#[test]
+fn a_queue_runs_at_most_its_concurrency_and_starts_more_as_attempts_end() {
+    let mut h = Harness::new();
+    h.register("w1", 4);
+    let reply = h.set_queue(
+        "reports",
+        QueueChange {
+            concurrency: Some(2),
+            ..QueueChange::default()
+        },
+    );
+    assert!(
+        matches!(reply, ClientReply::QueueSet { ref queue, .. } if queue.concurrency == Some(2)),
+        "{reply:?}"
+    );
+    let jobs: Vec<JobId> = (0..4)
+        .map(|_| {
+            h.submit_placed(Place {
+                queue: Some("reports"),
+                ..Place::default()
+            })
+        })
+        .collect();
+    let other = h.submit_placed(Place::default());
+    let started = h.assignments("w1");
+    let ids: Vec<JobId> = started.iter().map(|a| a.0).collect();
+    assert_eq!(
+        ids,
+        vec![jobs[0], jobs[1], other],
+        "two of the queue, and the other queue's job"
+    );
+    assert_eq!(h.c.table().running_in("reports"), 2);
+    h.succeed("w1", started[0].0, started[0].1);
+    let next: Vec<JobId> = h.assignments("w1").iter().map(|a| a.0).collect();
+    assert_eq!(next, vec![jobs[2]], "one ended, one more starts");
+    // Lifting the limit starts the rest at once.
+    h.set_queue(
+        "reports",
+        QueueChange {
+            concurrency: Some(0),
+            ..QueueChange::default()
+        },
+    );
+    let rest: Vec<JobId> = h.assignments("w1").iter().map(|a| a.0).collect();
+    assert_eq!(rest, vec![jobs[3]]);
+    h.check();
+}
+
+#[test]
+fn a_start_beyond_the_limit_is_refused_by_the_table_whoever_proposed_it() {
+    let mut table = crate::table::JobTable::new();
+    let at = crate::time::UnixMillis(1);
+    let job = |n: u128| JobId(uuid::Uuid::from_u128(n));
+    let mut index = 0;
+    let mut apply = |table: &mut crate::table::JobTable, command: Command| {
+        index += 1;
+        table.apply(crate::ids::LogIndex(index), at, &command)
+    };
+    apply(
+        &mut table,
+        Command::SetQueue {
+            queue: "q".to_owned(),
+            change: QueueChange {
+                concurrency: Some(1),
+                ..QueueChange::default()
+            },
+        },
+    );
+    for n in 1..=2 {
+        apply(
+            &mut table,
+            Command::Submit {
+                job_id: job(n),
+                task: TaskSpec::Sleep { milliseconds: 1 },
+                max_attempts: 3,
+                idempotency_key: None,
+                max_active_jobs: 10,
+                partitions: Vec::new(),
+                partitions_asked: None,
+                timeout_millis: None,
+                submitted_by: None,
+                queue: "q".to_owned(),
+                priority: 0,
+                fairness_key: None,
+            },
+        );
+    }
+    let lease = |n: u128| Lease {
+        id: LeaseId(uuid::Uuid::from_u128(100 + n)),
+        worker: WorkerId("w1".into()),
+        incarnation: Incarnation(1),
+    };
+    // Two leaders each started one (the second a deposed one whose entry still committed).
+    let first = apply(
+        &mut table,
+        Command::Assign {
+            job_id: job(1),
+            lease: lease(1),
+            as_of: crate::ids::LogIndex(3),
+        },
+    );
+    let second = apply(
+        &mut table,
+        Command::Assign {
+            job_id: job(2),
+            lease: lease(2),
+            as_of: crate::ids::LogIndex(3),
+        },
+    );
+    assert!(
+        matches!(first.applied, Applied::Assigned { .. }),
+        "{first:?}"
+    );
+    assert!(
+        matches!(second.applied, Applied::AssignSkipped { .. }),
+        "{second:?}"
+    );
+    assert_eq!(table.running_in("q"), 1);
+    table.check_invariants().expect("consistent");
+    // The first ends: the count drops, and the second may start.
+    apply(&mut table, Command::Cancel { job_id: job(1) });
+    assert_eq!(table.running_in("q"), 0);
+    let again = apply(
+        &mut table,
+        Command::Assign {
+            job_id: job(2),
+            lease: lease(3),
+            as_of: crate::ids::LogIndex(6),
+        },
+    );
+    assert!(
+        matches!(again.applied, Applied::Assigned { .. }),
+        "{again:?}"
+    );
+    table.check_invariants().expect("consistent");
 }
