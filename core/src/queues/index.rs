@@ -7,6 +7,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::ids::JobId;
 use crate::time::UnixMillis;
@@ -54,14 +55,16 @@ struct KindQueues {
 struct Lanes {
     /// Each lane under the tag of the smallest turn it holds (ties by key: a lane's place
     /// must not depend on which of its jobs holds the turn, which a start may change).
-    by_turn: BTreeSet<(u64, String)>,
+    /// (The key is shared with its lane, so moving a lane allocates nothing.)
+    by_turn: BTreeSet<(u64, Arc<str>)>,
     lanes: BTreeMap<String, Lane>,
     jobs: usize,
 }
 
 /// The queued jobs of one `(kind, queue, fairness key)`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Lane {
+    key: Arc<str>,
     /// By queue position: first in, first out (ageing looks at the front).
     jobs: BTreeMap<u64, Queued>,
     /// Highest priority first, then by position.
@@ -131,7 +134,13 @@ impl JobQueue {
         }
         let lanes = of_kind.queues.get_mut(p.queue).expect("inserted above");
         if !lanes.lanes.contains_key(p.key) {
-            lanes.lanes.insert(p.key.to_owned(), Lane::default());
+            let lane = Lane {
+                key: Arc::from(p.key),
+                jobs: BTreeMap::new(),
+                ranked: BTreeSet::new(),
+                turns: BTreeSet::new(),
+            };
+            lanes.lanes.insert(p.key.to_owned(), lane);
         }
         let lane = lanes.lanes.get_mut(p.key).expect("inserted above");
         let before = lane.turns.first().map(|turn| turn.0);
@@ -150,9 +159,9 @@ impl JobQueue {
         lanes.jobs += 1;
         if before != Some(after) {
             if let Some(before) = before {
-                lanes.by_turn.remove(&(before, p.key.to_owned()));
+                lanes.by_turn.remove(&(before, lane.key.clone()));
             }
-            lanes.by_turn.insert((after, p.key.to_owned()));
+            lanes.by_turn.insert((after, lane.key.clone()));
         }
         true
     }
@@ -211,9 +220,9 @@ impl JobQueue {
         let emptied = lane.jobs.is_empty();
         lanes.jobs -= 1;
         if after != Some(first.0) {
-            assert!(lanes.by_turn.remove(&(first.0, p.key.to_owned())));
+            assert!(lanes.by_turn.remove(&(first.0, lane.key.clone())));
             if let Some(after) = after {
-                lanes.by_turn.insert((after, p.key.to_owned()));
+                lanes.by_turn.insert((after, lane.key.clone()));
             }
         }
         if emptied {
@@ -319,7 +328,7 @@ impl JobQueue {
         let lanes = self.lanes(kind, queue)?;
         let mut best: Option<(u64, &str)> = None;
         for (tag, key) in &lanes.by_turn {
-            let lane = &lanes.lanes[key];
+            let lane = &lanes.lanes[key.as_ref()];
             let consumed = lane_in_flight(key);
             let turn = if consumed == 0 {
                 *tag
@@ -329,7 +338,7 @@ impl JobQueue {
                     None => continue, // every job of the lane is on its way to a worker
                 }
             };
-            if best.is_none_or(|best| (turn, key.as_str()) < best) {
+            if best.is_none_or(|best| (turn, key.as_ref()) < best) {
                 best = Some((turn, key));
             }
             if consumed == 0 {
@@ -341,6 +350,13 @@ impl JobQueue {
         let waiting = |(_, q): &(&u64, &Queued)| !in_flight(q.job_id);
         let oldest = lane.jobs.iter().find(waiting)?.1;
         if now.0.saturating_sub(oldest.queued_at.0) >= aging_millis {
+            return Some(oldest.job_id);
+        }
+        // One priority in the whole lane (the usual case): the order by rank is the order by
+        // position, whose first waiting job was just found.
+        let highest = lane.ranked.first().map(|(Reverse(p), _)| *p);
+        let lowest = lane.ranked.last().map(|(Reverse(p), _)| *p);
+        if highest == lowest {
             return Some(oldest.job_id);
         }
         lane.ranked
@@ -373,7 +389,9 @@ impl JobQueue {
                 for (key, lane) in &lanes.lanes {
                     check_lane(lane)
                         .map_err(|e| format!("lane {kind:?}/{queue:?}/{key:?}: {e}"))?;
-                    if !lanes.by_turn.contains(&(lane.place(), key.clone())) {
+                    if !lanes.by_turn.contains(&(lane.place(), lane.key.clone()))
+                        || *lane.key != **key
+                    {
                         return Err(format!(
                             "lane {kind:?}/{queue:?}/{key:?} is not filed under its first turn"
                         ));

@@ -17,7 +17,8 @@
 //! applies, after the `Submit` before it in the log. If that `Submit` created no job (an
 //! idempotent answer, a refusal at apply), the `Assign` finds no job and its slot is freed.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::LeaderState;
 use crate::command::{Command, LogEntry};
@@ -91,9 +92,28 @@ pub(super) struct Lane {
 /// workers can hold.
 #[derive(Debug, Default)]
 pub(super) struct InFlight {
-    jobs: BTreeMap<JobId, Lane>,
+    /// Asked of every job a pick passes over, so a hash set (job ids are random enough to be
+    /// their own hash; nothing iterates it, so its order cannot leak into a decision).
+    jobs: HashMap<JobId, Lane, BuildHasherDefault<JobIdHasher>>,
     by_queue: BTreeMap<String, usize>,
-    by_lane: BTreeMap<Lane, usize>,
+    /// Kind, then queue, then key: looked up by borrowed names, with no allocation per pick.
+    by_lane: BTreeMap<String, BTreeMap<String, BTreeMap<String, usize>>>,
+}
+
+/// Hashes a job id by its last eight bytes, which are random in every id Herder draws.
+#[derive(Default)]
+pub(super) struct JobIdHasher(u64);
+
+impl Hasher for JobIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes.iter().rev().take(8).rev() {
+            self.0 = (self.0 << 8) | u64::from(byte);
+        }
+    }
 }
 
 impl InFlight {
@@ -106,20 +126,25 @@ impl InFlight {
     }
 
     fn in_lane(&self, kind: &str, queue: &str, key: &str) -> usize {
-        if self.by_lane.is_empty() {
-            return 0;
-        }
-        let lane = Lane {
-            kind: kind.to_owned(),
-            queue: queue.to_owned(),
-            key: key.to_owned(),
-        };
-        self.by_lane.get(&lane).copied().unwrap_or(0)
+        self.by_lane
+            .get(kind)
+            .and_then(|queues| queues.get(queue))
+            .and_then(|keys| keys.get(key))
+            .copied()
+            .unwrap_or(0)
     }
 
     fn add(&mut self, job_id: JobId, lane: Lane) {
-        *self.by_queue.entry(lane.queue.clone()).or_default() += 1;
-        *self.by_lane.entry(lane.clone()).or_default() += 1;
+        count_up(&mut self.by_queue, &lane.queue);
+        let queues = match self.by_lane.get_mut(&lane.kind) {
+            Some(queues) => queues,
+            None => self.by_lane.entry(lane.kind.clone()).or_default(),
+        };
+        let keys = match queues.get_mut(&lane.queue) {
+            Some(keys) => keys,
+            None => queues.entry(lane.queue.clone()).or_default(),
+        };
+        count_up(keys, &lane.key);
         let earlier = self.jobs.insert(job_id, lane);
         assert!(
             earlier.is_none(),
@@ -133,13 +158,30 @@ impl InFlight {
             panic!("an assignment of {job_id} applied that this leader did not count in flight");
         };
         decrement(&mut self.by_queue, &lane.queue);
-        decrement(&mut self.by_lane, &lane);
+        let queues = self.by_lane.get_mut(&lane.kind);
+        let keys = queues.and_then(|queues| queues.get_mut(&lane.queue));
+        let Some(keys) = keys else {
+            panic!("nothing counted in flight in lane {lane:?}");
+        };
+        decrement(keys, &lane.key);
+        if keys.is_empty() {
+            let queues = self.by_lane.get_mut(&lane.kind).expect("looked up above");
+            queues.remove(&lane.queue);
+            if queues.is_empty() {
+                self.by_lane.remove(&lane.kind);
+            }
+        }
     }
 
     /// The counts are the counts of the jobs.
     pub(super) fn debug_check(&self) {
         if cfg!(debug_assertions) {
-            let lanes: usize = self.by_lane.values().sum();
+            let lanes: usize = self
+                .by_lane
+                .values()
+                .flat_map(BTreeMap::values)
+                .flat_map(BTreeMap::values)
+                .sum();
             let queues: usize = self.by_queue.values().sum();
             assert!(
                 lanes == self.jobs.len() && queues == self.jobs.len(),
@@ -150,7 +192,17 @@ impl InFlight {
     }
 }
 
-fn decrement<K: Ord + std::fmt::Debug>(counts: &mut BTreeMap<K, usize>, key: &K) {
+/// One more under `key`, allocating its name only the first time.
+fn count_up(counts: &mut BTreeMap<String, usize>, key: &str) {
+    match counts.get_mut(key) {
+        Some(count) => *count += 1,
+        None => {
+            counts.insert(key.to_owned(), 1);
+        }
+    }
+}
+
+fn decrement(counts: &mut BTreeMap<String, usize>, key: &str) {
     let count = counts
         .get_mut(key)
         .unwrap_or_else(|| panic!("nothing counted in flight under {key:?}"));
@@ -195,7 +247,13 @@ impl LeaderState {
         for worker in self.registry.with_free_slots() {
             for kind in &worker.tasks {
                 if m.table.queue_index().has_kind(kind) {
-                    *room.entry(kind.clone()).or_default() += worker.free_slots() as usize;
+                    let free = worker.free_slots() as usize;
+                    match room.get_mut(kind.as_str()) {
+                        Some(room) => *room += free,
+                        None => {
+                            room.insert(kind.clone(), free);
+                        }
+                    }
                 }
             }
         }
