@@ -6,7 +6,7 @@
 //! Prints nanoseconds per step for a queue of 100,000 jobs held by 1 key, by 10,000 keys, by
 //! 100,000 keys (plus one heavy key), and with 64 assignments in flight the pick must pass.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use herder_core::ids::JobId;
@@ -45,7 +45,7 @@ impl Bench {
     }
 
     /// One step: pick past `in_flight` jobs of the first lanes, start the pick, queue another.
-    fn step(&mut self, in_flight: &[JobId], lane_counts: &BTreeMap<String, usize>) {
+    fn step(&mut self, in_flight: &HashSet<JobId>, lane_counts: &BTreeMap<String, usize>) {
         let job = self
             .queue
             .pick(
@@ -87,7 +87,7 @@ fn measure(name: &str, keys: usize, heavy: bool, in_flight: usize) {
         bench.push(n % keys.max(1));
     }
     // Assignments in flight: the first jobs the table would start, counted by lane.
-    let mut flying = Vec::new();
+    let mut flying = HashSet::new();
     let mut lane_counts: BTreeMap<String, usize> = BTreeMap::new();
     for _ in 0..in_flight {
         let job = bench
@@ -103,7 +103,7 @@ fn measure(name: &str, keys: usize, heavy: bool, in_flight: usize) {
             .expect("jobs are queued");
         let key = bench.placed[&job].1;
         *lane_counts.entry(bench.keys[key].clone()).or_default() += 1;
-        flying.push(job);
+        flying.insert(job);
     }
     let started = Instant::now();
     for _ in 0..STEPS {
