@@ -413,6 +413,87 @@
   }
 
   // ---------------------------------------------------------------------------------------
+  // Queues: the table, and each queue's depth and finishing rate over the last two minutes,
+  // sampled at every poll and kept in the page (nothing is stored on the server for it).
+
+  const QUEUE_HISTORY_MS = 120000;
+  const queueHistory = new Map();
+
+  async function loadQueues() {
+    const data = await api('GET', '/queues');
+    renderQueues((data && data.queues) || []);
+  }
+
+  /** Remembers this poll's sample of each queue and forgets samples older than the window. */
+  function sampleQueues(queues, now) {
+    for (const q of queues) {
+      const finished = (Number(q.completed) || 0) + (Number(q.failed) || 0) + (Number(q.cancelled) || 0);
+      const samples = queueHistory.get(q.name) || [];
+      samples.push({ at: now, depth: Number(q.queued) || 0, finished });
+      while (samples.length > 0 && samples[0].at < now - QUEUE_HISTORY_MS) samples.shift();
+      queueHistory.set(q.name, samples);
+    }
+  }
+
+  /** Jobs finished per second between consecutive samples (retention may lower the count: never below 0). */
+  function rates(samples) {
+    const out = [];
+    for (let i = 1; i < samples.length; i += 1) {
+      const seconds = (samples[i].at - samples[i - 1].at) / 1000;
+      if (seconds > 0) out.push({ at: samples[i].at, value: Math.max(0, samples[i].finished - samples[i - 1].finished) / seconds });
+    }
+    return out;
+  }
+
+  /** A small line chart of `points` ({at, value}) over the window ending now. */
+  function sparkline(points, now, cls, label) {
+    const width = 160;
+    const height = 28;
+    const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+    svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+    svg.setAttribute('class', `spark ${cls}`);
+    svg.setAttribute('role', 'img');
+    const top = Math.max(1, ...points.map((p) => p.value));
+    const last = points.length ? points[points.length - 1].value : 0;
+    svg.setAttribute('aria-label', `${label}: ${Math.round(last * 10) / 10} now, at most ${Math.round(top * 10) / 10}`);
+    const line = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
+    const coords = points.map((p) => {
+      const x = width - ((now - p.at) / QUEUE_HISTORY_MS) * width;
+      const y = height - 1 - (p.value / top) * (height - 2);
+      return `${x.toFixed(1)},${y.toFixed(1)}`;
+    });
+    line.setAttribute('points', coords.join(' '));
+    svg.appendChild(line);
+    return svg;
+  }
+
+  function renderQueues(queues) {
+    const now = Date.now();
+    sampleQueues(queues, now);
+    const sorted = [...queues].sort((a, b) => naturalCompare(a.name, b.name));
+    const tbody = $('queues').tBodies[0];
+    const rows = sorted.map((q) => {
+      const samples = queueHistory.get(q.name) || [];
+      const depth = samples.map((s) => ({ at: s.at, value: s.depth }));
+      return el('tr', { data: { queue: q.name, paused: Boolean(q.paused) } },
+        el('td', { className: 'mono', text: q.name }),
+        el('td', {}, el('span', { className: `badge ${q.paused ? 'worker-draining' : 'worker-alive'}`, text: q.paused ? 'paused' : 'active' })),
+        el('td', { className: 'num mono', text: String(q.weight ?? DASH) }),
+        el('td', { className: 'num mono', text: q.concurrency ? String(q.concurrency) : DASH }),
+        el('td', { className: 'num mono queued', text: String(q.queued ?? 0) }),
+        el('td', { className: 'num mono', text: String(q.running ?? 0) }),
+        el('td', { className: 'num', text: q.oldest_queued_millis === undefined || q.oldest_queued_millis === null ? DASH : fmtDuration(q.oldest_queued_millis) }),
+        el('td', {}, sparkline(depth, now, 'spark-depth', `${q.name} depth`)),
+        el('td', {}, sparkline(rates(samples), now, 'spark-rate', `${q.name} finished per second`)),
+      );
+    });
+    fill(tbody, ...rows);
+    $('queues-empty').hidden = sorted.length > 0;
+    const paused = sorted.filter((q) => q.paused).length;
+    setText($('queues-count'), paused ? `${sorted.length} (${paused} paused)` : String(sorted.length));
+  }
+
+  // ---------------------------------------------------------------------------------------
   // Jobs list
 
   function jobsQuery() {
@@ -880,7 +961,7 @@
   }
 
   async function refresh() {
-    const sources = [['cluster', loadCluster], ['workers', loadWorkers], ['jobs', loadJobs], ['detail', loadDetail]];
+    const sources = [['cluster', loadCluster], ['workers', loadWorkers], ['queues', loadQueues], ['jobs', loadJobs], ['detail', loadDetail]];
     const results = await Promise.allSettled(sources.map(([, load]) => load()));
     results.forEach((r, i) => {
       const name = sources[i][0];

@@ -264,6 +264,17 @@ async function main() {
     cleanupJobs.delete(newId);
   });
 
+  await step('the queues panel lists the default queue with its charts', async () => {
+    await waitInPage(
+      'a row for the default queue with a depth chart and a rate chart',
+      () => {
+        const row = document.querySelector('#queues tr[data-queue="default"]');
+        return row !== null && row.querySelectorAll('svg.spark polyline').length === 2;
+      },
+      null,
+    );
+  });
+
   await step('the state filter narrows the table', async () => {
     await page.locator('#state-filter').selectOption('COMPLETED');
     await waitInPage(
