@@ -159,6 +159,8 @@ pub struct Model {
     stamp: u64,
     /// Each queue's settings as operators changed them, entry by entry.
     pub queues: BTreeMap<String, Vec<(LogIndex, QueueRules)>>,
+    /// The last entry that assigned each job, whether or not it started it.
+    pub last_assign: HashMap<JobId, LogIndex>,
 }
 
 /// What the rules need of a queue's settings: whether it is paused, its ageing bound and how
@@ -326,6 +328,7 @@ impl Model {
                 if startable {
                     self.check_priority(at, *job_id, *as_of)?;
                 }
+                self.last_assign.insert(*job_id, at);
                 if let Some(job) = self.jobs.get_mut(job_id) {
                     if startable {
                         job.state = JobState::Running;
@@ -676,7 +679,9 @@ impl Model {
     /// Priority within a queue and fairness key: the job an `Assign` at `at` starts, picked by
     /// a leader whose table had applied `as_of`, must not pass over a job of its queue, key and
     /// kind with a higher priority that had been queued since `as_of` or earlier (that leader
-    /// saw it) and still is — unless it had itself waited its queue's ageing bound.
+    /// saw it) and still is — unless it had itself waited its queue's ageing bound, or the other
+    /// job's own assignment was on its way then (an `Assign` of it after `as_of`, which the
+    /// table refused when it applied: a pause or a limit came first).
     fn check_priority(&self, at: LogIndex, job_id: JobId, as_of: LogIndex) -> Check {
         let job = self.job(&job_id)?;
         let aging = self.rules_of(&job.queue, as_of).aging_millis;
@@ -687,6 +692,10 @@ impl Model {
             **id != job_id
                 && other.state == JobState::Queued
                 && other.queued.0 <= as_of
+                && !self
+                    .last_assign
+                    .get(id)
+                    .is_some_and(|assigned| *assigned > as_of && *assigned < at)
                 && other.priority > job.priority
                 && other.queue == job.queue
                 && other.fairness_key == job.fairness_key

@@ -6,8 +6,8 @@
 //! 1. **Across queues, by weight.** Each queue has a *pass*, replicated in the job table: every
 //!    start in the queue advances it by `STRIDE / weight`, and the next start goes to the queue
 //!    with the smallest pass among those with a job a free worker can run (stride scheduling).
-//!    A queue that had nothing queued rejoins at the smallest pass of the busy queues, so idle
-//!    time is not banked as credit.
+//!    A queue that had nothing queued, or is resumed, rejoins at the smallest pass of the queues
+//!    competing for starts (queued, not paused, below their limit), so idle time is not banked.
 //! 2. **Across fairness keys within a queue, equally.** The jobs of one key form a *lane*; each
 //!    job holds a *turn* (a tag), handed out when it is queued: one more than the last turn of
 //!    its lane, or, for a lane that was empty, the smallest turn of the queue. The next start

@@ -261,6 +261,13 @@ impl JobTable {
     pub(super) fn place_in_queue(&mut self, job_id: JobId) {
         let seq = self.take_queue_seq();
         let at = self.entry_at;
+        let Some(job) = self.jobs.get(&job_id) else {
+            panic!("job {job_id} vanished during apply");
+        };
+        if self.queue.depth(&job.queue) == 0 {
+            let queue = job.queue.clone();
+            self.rejoin(&queue);
+        }
         let job = self
             .jobs
             .get_mut(&job_id)
@@ -270,24 +277,6 @@ impl JobTable {
             JobState::Queued,
             "placing a job that is not queued"
         );
-        if self.queue.depth(&job.queue) == 0 {
-            let floor = self
-                .queue
-                .busy_queues()
-                .filter_map(|name| self.queues.get(name))
-                .map(|q| q.pass)
-                .min();
-            let state = self.queues.get_mut(&job.queue).unwrap_or_else(|| {
-                panic!(
-                    "job {job_id} names queue {:?}, which the table does not hold",
-                    job.queue
-                )
-            });
-            if let Some(floor) = floor.filter(|floor| *floor > state.pass) {
-                state.pass = floor;
-                self.queues_changed.insert(job.queue.clone());
-            }
-        }
         job.queue_seq = seq;
         job.queued_at = at;
         job.turn = self.queue.next_tag(&job.placement());
@@ -305,6 +294,31 @@ impl JobTable {
         let seq = self.applied.0.saturating_mul(QUEUE_POSITIONS_PER_ENTRY) + self.enqueued_in_entry;
         self.enqueued_in_entry += 1;
         seq
+    }
+
+    /// The smallest pass among the queues other than `except` that compete for starts now:
+    /// with a job queued, not paused and below their concurrency limit.
+    pub(super) fn floor_pass(&self, except: &str) -> Option<u64> {
+        self.queue
+            .busy_queues()
+            .filter(|name| *name != except)
+            .filter_map(|name| self.queues.get(name))
+            .filter(|q| !q.settings.paused && !self.queue_full(&q.name, 0))
+            .map(|q| q.pass)
+            .min()
+    }
+
+    /// `queue` starts competing again (its first job queued, or it was resumed): it rejoins at
+    /// the floor of the others, so time it spent idle or paused is not banked as credit.
+    pub(super) fn rejoin(&mut self, queue: &str) {
+        let floor = self.floor_pass(queue);
+        let Some(state) = self.queues.get_mut(queue) else {
+            panic!("queue {queue:?} rejoins, and the table does not hold it");
+        };
+        if let Some(floor) = floor.filter(|floor| *floor > state.pass) {
+            state.pass = floor;
+            self.queues_changed.insert(queue.to_owned());
+        }
     }
 
     /// A job became terminal: it frees its admission slot. The counter counts non-terminal jobs,

@@ -21,8 +21,12 @@ impl JobTable {
             }
         }
         let state = self.queues.get_mut(queue).expect("created above");
+        let resumed = state.settings.paused && change.paused == Some(false);
         change.apply_to(&mut state.settings);
         self.queues_changed.insert(queue.to_owned());
+        if resumed {
+            self.rejoin(queue);
+        }
         Applied::QueueSet {
             queue: queue.to_owned(),
         }
@@ -51,13 +55,7 @@ impl JobTable {
                 "the cluster holds its maximum of {QUEUES_MAX} queues"
             ));
         }
-        let pass = self
-            .queue
-            .busy_queues()
-            .filter_map(|name| self.queues.get(name))
-            .map(|q| q.pass)
-            .min()
-            .unwrap_or(0);
+        let pass = self.floor_pass(queue).unwrap_or(0);
         self.queues.insert(
             queue.to_owned(),
             QueueState {

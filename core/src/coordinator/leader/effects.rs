@@ -22,7 +22,7 @@ impl LeaderState {
     ) {
         let at = (entry.term, entry.index);
         let pending = self.pending.remove(&at);
-        self.scheduling_applied(entry, &outcome.applied);
+        self.scheduling_applied(entry, &outcome);
         if let (Command::Purge { job_ids }, Applied::Purged { purged, .. }) =
             (&entry.command, &outcome.applied)
         {

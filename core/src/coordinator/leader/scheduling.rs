@@ -26,7 +26,7 @@ use crate::coordinator::member::Member;
 use crate::coordinator::WorkerEntry;
 use crate::ids::{Incarnation, JobId, LeaseId, LogIndex, WorkerId};
 use crate::job::Lease;
-use crate::table::{Applied, JobTable};
+use crate::table::{Applied, JobTable, Outcome};
 
 /// A plain job whose `Submit` this leader proposed at `at` and which has not applied yet.
 #[derive(Clone, Debug)]
@@ -94,7 +94,10 @@ pub(super) struct Lane {
 pub(super) struct InFlight {
     /// Asked of every job a pick passes over, so a hash set (job ids are random enough to be
     /// their own hash; nothing iterates it, so its order cannot leak into a decision).
-    jobs: HashMap<JobId, Lane, BuildHasherDefault<JobIdHasher>>,
+    /// With each, whether it is counted in its lane: a job is, exactly while it is queued there
+    /// (a fresh job once its `Submit` applied, and not after a cancel took it out), so a pick
+    /// never counts a turn the lane does not hold.
+    jobs: HashMap<JobId, (Lane, bool), BuildHasherDefault<JobIdHasher>>,
     by_queue: BTreeMap<String, usize>,
     /// Kind, then queue, then key: looked up by borrowed names, with no allocation per pick.
     by_lane: BTreeMap<String, BTreeMap<String, BTreeMap<String, usize>>>,
@@ -134,8 +137,43 @@ impl InFlight {
             .unwrap_or(0)
     }
 
-    fn add(&mut self, job_id: JobId, lane: Lane) {
+    /// An assignment of `job_id` was proposed; `queued` says whether the job is queued in its
+    /// lane now (a fresh job is not yet).
+    fn add(&mut self, job_id: JobId, lane: Lane, queued: bool) {
         count_up(&mut self.by_queue, &lane.queue);
+        if queued {
+            self.count_in_lane(&lane);
+        }
+        let earlier = self.jobs.insert(job_id, (lane, queued));
+        assert!(
+            earlier.is_none(),
+            "job {job_id} assigned while an assignment of it is in flight"
+        );
+    }
+
+    /// A job with an assignment in flight entered its lane (its `Submit` applied).
+    fn entered_lane(&mut self, job_id: &JobId) {
+        if let Some((lane, counted)) = self.jobs.get_mut(job_id) {
+            if !*counted {
+                *counted = true;
+                let lane = lane.clone();
+                self.count_in_lane(&lane);
+            }
+        }
+    }
+
+    /// A job with an assignment in flight left its lane without starting (a cancel).
+    fn left_lane(&mut self, job_id: &JobId) {
+        if let Some((lane, counted)) = self.jobs.get_mut(job_id) {
+            if *counted {
+                *counted = false;
+                let lane = lane.clone();
+                self.uncount_in_lane(&lane);
+            }
+        }
+    }
+
+    fn count_in_lane(&mut self, lane: &Lane) {
         let queues = match self.by_lane.get_mut(&lane.kind) {
             Some(queues) => queues,
             None => self.by_lane.entry(lane.kind.clone()).or_default(),
@@ -145,19 +183,20 @@ impl InFlight {
             None => queues.entry(lane.queue.clone()).or_default(),
         };
         count_up(keys, &lane.key);
-        let earlier = self.jobs.insert(job_id, lane);
-        assert!(
-            earlier.is_none(),
-            "job {job_id} assigned while an assignment of it is in flight"
-        );
     }
 
     /// The assignment of `job_id` applied (or found no job).
     fn remove(&mut self, job_id: &JobId) {
-        let Some(lane) = self.jobs.remove(job_id) else {
+        let Some((lane, counted)) = self.jobs.remove(job_id) else {
             panic!("an assignment of {job_id} applied that this leader did not count in flight");
         };
         decrement(&mut self.by_queue, &lane.queue);
+        if counted {
+            self.uncount_in_lane(&lane);
+        }
+    }
+
+    fn uncount_in_lane(&mut self, lane: &Lane) {
         let queues = self.by_lane.get_mut(&lane.kind);
         let keys = queues.and_then(|queues| queues.get_mut(&lane.queue));
         let Some(keys) = keys else {
@@ -183,8 +222,9 @@ impl InFlight {
                 .flat_map(BTreeMap::values)
                 .sum();
             let queues: usize = self.by_queue.values().sum();
+            let counted = self.jobs.values().filter(|(_, counted)| *counted).count();
             assert!(
-                lanes == self.jobs.len() && queues == self.jobs.len(),
+                lanes == counted && queues == self.jobs.len(),
                 "{} assignments in flight, counted {lanes} by lane and {queues} by queue",
                 self.jobs.len()
             );
@@ -215,12 +255,22 @@ fn decrement(counts: &mut BTreeMap<String, usize>, key: &str) {
 impl LeaderState {
     /// An entry applied: a job whose `Submit` applied is no longer fresh, and an `Assign` is no
     /// longer in flight (if it found no job, the slot it was given is free again).
-    pub(super) fn scheduling_applied(&mut self, entry: &LogEntry, applied: &Applied) {
+    pub(super) fn scheduling_applied(&mut self, entry: &LogEntry, outcome: &Outcome) {
+        let applied = &outcome.applied;
         let submitted = match &entry.command {
             Command::Submit { job_id, .. } => Some(*job_id),
             _ => None,
         };
         self.fresh.applied(entry.index, submitted);
+        // A job whose assignment is on its way entered its lane (a fresh job's `Submit`), or
+        // left it without starting (cancelled, alone or with its data-parallel job).
+        for change in std::iter::once(applied).chain(&outcome.follow_on) {
+            match change {
+                Applied::Submitted { job_id } => self.in_flight.entered_lane(job_id),
+                Applied::Cancelled { job_id, .. } => self.in_flight.left_lane(job_id),
+                _ => {}
+            }
+        }
         if let Command::Assign { job_id, lease, .. } = &entry.command {
             self.in_flight.remove(job_id);
             if let Applied::UnknownJob { .. } = applied {
@@ -432,7 +482,12 @@ impl LeaderState {
                 entry.prefetch
             );
         }
-        self.in_flight.add(job_id, lane);
+        // A fresh job is not in the table yet: it enters its lane when its `Submit` applies.
+        let queued = m
+            .table
+            .get(&job_id)
+            .is_some_and(|job| job.state == crate::job::JobState::Queued);
+        self.in_flight.add(job_id, lane, queued);
         let as_of = m.table.applied_index();
         self.propose(
             m,

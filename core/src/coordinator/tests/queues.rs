@@ -572,3 +572,61 @@ fn a_start_beyond_the_limit_is_refused_by_the_table_whoever_proposed_it() {
     );
     table.check_invariants().expect("consistent");
 }
+
+#[test]
+fn a_queue_that_cannot_start_does_not_hold_back_the_pass_a_newcomer_joins_at() {
+    let mut h = Harness::new();
+    let mut busy = one_busy_slot(&mut h);
+    h.set_queue("held", QueueChange::pause(true));
+    h.submit_placed(Place {
+        queue: Some("held"),
+        ..Place::default()
+    });
+    let mut queue_of = BTreeMap::new();
+    for _ in 0..15 {
+        queue_of.insert(
+            h.submit_placed(Place {
+                queue: Some("a"),
+                ..Place::default()
+            }),
+            "a",
+        );
+    }
+    let first = h.drain_one_by_one("w1", busy, 15);
+    busy = (
+        *first.last().expect("15 starts"),
+        h.job(*first.last().expect("15"))
+            .lease
+            .as_ref()
+            .expect("running")
+            .id,
+    );
+    for _ in 0..10 {
+        queue_of.insert(
+            h.submit_placed(Place {
+                queue: Some("a"),
+                ..Place::default()
+            }),
+            "a",
+        );
+        queue_of.insert(
+            h.submit_placed(Place {
+                queue: Some("c"),
+                ..Place::default()
+            }),
+            "c",
+        );
+    }
+    let next = h.drain_one_by_one("w1", busy, 10);
+    let to_c = next
+        .iter()
+        .filter(|job| queue_of.get(*job) == Some(&"c"))
+        .count();
+    // The newcomer joins at the pass of the queues that compete (not the paused one's): the two
+    // share the starts, give or take one.
+    assert!(
+        (4..=6).contains(&to_c),
+        "c got {to_c} of 10 starts: {next:?}"
+    );
+    h.check();
+}
