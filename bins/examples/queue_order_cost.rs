@@ -44,10 +44,9 @@ impl Bench {
         self.placed.insert(job, (self.next, key));
     }
 
-    /// One step: pick past `in_flight` jobs of the first lanes, start the pick, queue another.
-    fn step(&mut self, in_flight: &HashSet<JobId>, lane_counts: &BTreeMap<String, usize>) {
-        let job = self
-            .queue
+    /// The next job of the queue, passing over `in_flight` (counted by lane in `lane_counts`).
+    fn pick(&self, in_flight: &HashSet<JobId>, lane_counts: &BTreeMap<String, usize>) -> JobId {
+        self.queue
             .pick(
                 "sleep",
                 "default",
@@ -56,7 +55,12 @@ impl Bench {
                 |key| lane_counts.get(key).copied().unwrap_or(0),
                 |job| in_flight.contains(&job),
             )
-            .expect("jobs are queued");
+            .expect("jobs are queued")
+    }
+
+    /// One step: pick past `in_flight` jobs of the first lanes, start the pick, queue another.
+    fn step(&mut self, in_flight: &HashSet<JobId>, lane_counts: &BTreeMap<String, usize>) {
+        let job = self.pick(in_flight, lane_counts);
         let (seq, key) = self.placed.remove(&job).expect("placed");
         self.queue
             .start(seq, &place(&self.keys, key))
@@ -90,17 +94,7 @@ fn measure(name: &str, keys: usize, heavy: bool, in_flight: usize) {
     let mut flying = HashSet::new();
     let mut lane_counts: BTreeMap<String, usize> = BTreeMap::new();
     for _ in 0..in_flight {
-        let job = bench
-            .queue
-            .pick(
-                "sleep",
-                "default",
-                UnixMillis(0),
-                u64::MAX,
-                |key| lane_counts.get(key).copied().unwrap_or(0),
-                |job| flying.contains(&job),
-            )
-            .expect("jobs are queued");
+        let job = bench.pick(&flying, &lane_counts);
         let key = bench.placed[&job].1;
         *lane_counts.entry(bench.keys[key].clone()).or_default() += 1;
         flying.insert(job);

@@ -83,6 +83,24 @@ impl Harness {
     }
 }
 
+/// The log entry submitting a short sleep as `job_id` into `queue` (admission room for 10).
+fn plain_submit(job_id: JobId, queue: &str) -> Command {
+    Command::Submit {
+        job_id,
+        task: TaskSpec::Sleep { milliseconds: 1 },
+        max_attempts: 3,
+        idempotency_key: None,
+        max_active_jobs: 10,
+        partitions: Vec::new(),
+        partitions_asked: None,
+        timeout_millis: None,
+        submitted_by: None,
+        queue: queue.to_owned(),
+        priority: 0,
+        fairness_key: None,
+    }
+}
+
 /// A worker with one slot, busy with a first job; returns that job's attempt.
 fn one_busy_slot(h: &mut Harness) -> (JobId, LeaseId) {
     h.register("w1", 1);
@@ -242,20 +260,7 @@ fn a_paused_queue_starts_nothing_until_resumed_and_its_jobs_stay_queued() {
 fn an_assignment_that_applies_after_a_pause_is_refused_by_the_table() {
     let mut table = crate::table::JobTable::new();
     let job_id = JobId(uuid::Uuid::from_u128(1));
-    let submit = Command::Submit {
-        job_id,
-        task: TaskSpec::Sleep { milliseconds: 1 },
-        max_attempts: 3,
-        idempotency_key: None,
-        max_active_jobs: 10,
-        partitions: Vec::new(),
-        partitions_asked: None,
-        timeout_millis: None,
-        submitted_by: None,
-        queue: "q".to_owned(),
-        priority: 0,
-        fairness_key: None,
-    };
+    let submit = plain_submit(job_id, "q");
     let pause = Command::SetQueue {
         queue: "q".to_owned(),
         change: QueueChange::pause(true),
@@ -373,20 +378,7 @@ fn a_queue_beyond_the_maximum_is_refused_with_its_own_code() {
         assert!(matches!(outcome.applied, Applied::QueueSet { .. }));
     }
     let next = crate::ids::LogIndex(crate::limits::QUEUES_MAX as u64 + 1);
-    let submit = Command::Submit {
-        job_id: JobId(uuid::Uuid::from_u128(1)),
-        task: TaskSpec::Sleep { milliseconds: 1 },
-        max_attempts: 3,
-        idempotency_key: None,
-        max_active_jobs: 10,
-        partitions: Vec::new(),
-        partitions_asked: None,
-        timeout_millis: None,
-        submitted_by: None,
-        queue: "one-too-many".to_owned(),
-        priority: 0,
-        fairness_key: None,
-    };
+    let submit = plain_submit(JobId(uuid::Uuid::from_u128(1)), "one-too-many");
     let outcome = table.apply(next, at, &submit);
     assert!(
         matches!(outcome.applied, Applied::TooManyQueues { .. }),
@@ -505,23 +497,7 @@ fn a_start_beyond_the_limit_is_refused_by_the_table_whoever_proposed_it() {
         },
     );
     for n in 1..=2 {
-        apply(
-            &mut table,
-            Command::Submit {
-                job_id: job(n),
-                task: TaskSpec::Sleep { milliseconds: 1 },
-                max_attempts: 3,
-                idempotency_key: None,
-                max_active_jobs: 10,
-                partitions: Vec::new(),
-                partitions_asked: None,
-                timeout_millis: None,
-                submitted_by: None,
-                queue: "q".to_owned(),
-                priority: 0,
-                fairness_key: None,
-            },
-        );
+        apply(&mut table, plain_submit(job(n), "q"));
     }
     let lease = |n: u128| Lease {
         id: LeaseId(uuid::Uuid::from_u128(100 + n)),
