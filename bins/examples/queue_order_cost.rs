@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use herder_core::ids::JobId;
-use herder_core::queues::{JobQueue, Placement};
+use herder_core::queues::{Ageing, JobQueue, Placement};
 use herder_core::time::UnixMillis;
 
 const JOBS: u64 = 100_000;
@@ -50,9 +50,12 @@ impl Bench {
             .pick(
                 "sleep",
                 "default",
-                UnixMillis(0),
-                u64::MAX,
+                Ageing {
+                    now: UnixMillis(0),
+                    bound_millis: u64::MAX,
+                },
                 |key| lane_counts.get(key).copied().unwrap_or(0),
+                |_| false,
                 |job| in_flight.contains(&job),
             )
             .expect("jobs are queued")

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use herder_core::queues::RateLimit;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -355,6 +356,18 @@ pub enum QueueAction {
         /// At most this many of its jobs run at once (0: no limit, the default).
         #[arg(long)]
         concurrency: Option<u32>,
+        /// At most this many of its jobs with one fairness key run at once (0: no limit, the
+        /// default; jobs without a key are not counted).
+        #[arg(long)]
+        key_concurrency: Option<u32>,
+        /// At most N starts per period, as N/PERIOD (10/1s, 500/1m; 0 removes the limit).
+        /// Bursts up to N; a new limit starts with a full bucket.
+        #[arg(long, value_parser = parse_rate)]
+        rate: Option<RateLimit>,
+        /// At most this many of its jobs unfinished at once; further submissions are refused,
+        /// retryably, naming the queue (0: no limit, the default).
+        #[arg(long)]
+        max_active_jobs: Option<u64>,
     },
     /// Start nothing new from the queue: queued jobs stay, running ones finish.
     Pause {
@@ -795,4 +808,28 @@ pub struct DevArgs {
     pub exec: ExecArgs,
     #[command(flatten)]
     pub tuning: CoordinatorTuning,
+}
+
+/// `N/PERIOD` (`10/1s`, `500/1m`), or `0` to remove a rate limit.
+pub fn parse_rate(text: &str) -> Result<RateLimit, String> {
+    if text.trim() == "0" {
+        return Ok(RateLimit {
+            starts: 0,
+            per_millis: 1000,
+        });
+    }
+    let (starts, period) = text
+        .split_once('/')
+        .ok_or_else(|| format!("a rate is N/PERIOD, such as 10/1s (got {text:?})"))?;
+    let starts: u32 = starts
+        .trim()
+        .parse()
+        .map_err(|_| format!("the starts of a rate are a whole number (got {starts:?})"))?;
+    let period = crate::retention::parse_duration(period.trim())?;
+    let rate = RateLimit {
+        starts,
+        per_millis: u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
+    };
+    rate.check()?;
+    Ok(rate)
 }

@@ -192,7 +192,7 @@ pub fn queues_for_people(queues: &[QueueView]) -> String {
         return "No queues yet: a queue is created by its first job.\n".into();
     }
     let mut out = format!(
-        "{:<24} {:>6} {:<7} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>12}\n",
+        "{:<24} {:>6} {:<7} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>12}  {}\n",
         "QUEUE",
         "WEIGHT",
         "STATE",
@@ -202,7 +202,8 @@ pub fn queues_for_people(queues: &[QueueView]) -> String {
         "COMPLETED",
         "FAILED",
         "CANCELLED",
-        "OLDEST WAIT"
+        "OLDEST WAIT",
+        "LIMITS"
     );
     for q in queues {
         let state = if q.paused { "paused" } else { "active" };
@@ -211,7 +212,7 @@ pub fn queues_for_people(queues: &[QueueView]) -> String {
             |ms| format!("{:.1}s", ms as f64 / 1000.0),
         );
         out += &format!(
-            "{:<24} {:>6} {:<7} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>12}\n",
+            "{:<24} {:>6} {:<7} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>12}  {}\n",
             q.name,
             q.weight,
             state,
@@ -221,10 +222,53 @@ pub fn queues_for_people(queues: &[QueueView]) -> String {
             q.completed,
             q.failed,
             q.cancelled,
-            oldest
+            oldest,
+            limits_for_people(q)
         );
     }
     out
+}
+
+/// A queue's limits in a few words: `running<=4 per-key<=1 rate=30/60s unfinished<=1000`,
+/// or `-` for none.
+fn limits_for_people(q: &QueueView) -> String {
+    let mut limits = Vec::new();
+    if let Some(n) = q.concurrency {
+        limits.push(format!("running<={n}"));
+    }
+    if let Some(n) = q.key_concurrency {
+        limits.push(format!("per-key<={n}"));
+    }
+    if let Some(rate) = q.rate {
+        limits.push(format!(
+            "rate={}/{}",
+            rate.starts,
+            period_for_people(rate.per_millis)
+        ));
+    }
+    if let Some(n) = q.max_active_jobs {
+        limits.push(format!("unfinished<={n}"));
+    }
+    if limits.is_empty() {
+        "-".to_owned()
+    } else {
+        limits.join(" ")
+    }
+}
+
+/// A period in the largest whole unit that spells it: `1s`, `5m`, `1500ms`.
+fn period_for_people(millis: u64) -> String {
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if millis % size == 0 {
+            return format!("{}{unit}", millis / size);
+        }
+    }
+    format!("{millis}ms")
 }
 
 /// The kinds a worker serves, with the eight built-in defaults folded into one word.

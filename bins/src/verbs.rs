@@ -709,13 +709,19 @@ pub async fn queue(args: QueueArgs) -> u8 {
             weight,
             aging,
             concurrency,
+            key_concurrency,
+            rate,
+            max_active_jobs,
         } => {
             let aging_millis = aging.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
             let change = QueueChange {
                 weight,
                 aging_millis,
                 concurrency,
-                ..QueueChange::default()
+                key_concurrency,
+                rate,
+                max_active_jobs,
+                paused: None,
             };
             (name, change)
         }

@@ -184,14 +184,9 @@ impl Operation {
             },
             Operation::Workers => ClientRequest::Workers { request_id },
             Operation::Queues => ClientRequest::Queues { request_id },
-            Operation::SetQueue { queue, change } => ClientRequest::SetQueue {
-                request_id,
-                queue,
-                weight: change.weight,
-                paused: change.paused,
-                aging_millis: change.aging_millis,
-                concurrency: change.concurrency,
-            },
+            Operation::SetQueue { queue, change } => {
+                ClientRequest::set_queue(request_id, queue, change)
+            }
             Operation::Cluster => ClientRequest::Cluster { request_id },
             Operation::TransferLeader { to } => ClientRequest::TransferLeader { request_id, to },
             Operation::Purge {
@@ -608,6 +603,7 @@ impl Client {
         }
         match reply {
             ClientReply::SubmitRejected {
+                queue: None,
                 retryable,
                 active_jobs,
                 max_active_jobs,
@@ -885,6 +881,7 @@ mod tests {
         let op = c.start(Instant::ZERO, submit(None));
         let (attempt, _) = connected(&mut c, Instant::ZERO);
         let rejected = ClientReply::SubmitRejected {
+            queue: None,
             request_id: RequestId(op.0),
             retryable: true,
             active_jobs: 3,
@@ -926,6 +923,7 @@ mod tests {
             Instant::ZERO,
             attempt,
             ClientReply::SubmitRejected {
+                queue: None,
                 request_id: RequestId(op.0),
                 retryable: false,
                 active_jobs: 1,

@@ -201,3 +201,9 @@ pub const PRIORITY_AGING_MILLIS_DEFAULT: u64 = 60_000;
 pub const PRIORITY_AGING_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;
 /// A queue's largest concurrency limit (its jobs running at once).
 pub const QUEUE_CONCURRENCY_MAX: u32 = 1_000_000;
+/// The most starts a rate limit may allow per period.
+pub const QUEUE_RATE_STARTS_MAX: u32 = 1_000_000;
+/// The longest period a rate limit may count starts over: a day.
+pub const QUEUE_RATE_PERIOD_MILLIS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// The highest admission limit a queue may be given (the global limit bounds it anyway).
+pub const QUEUE_MAX_ACTIVE_JOBS_MAX: u64 = 100_000_000;

@@ -645,16 +645,26 @@ fn client_reply() -> impl Strategy<Value = ClientReply> {
             any::<u64>(),
             any::<u64>(),
             any::<u64>(),
+            proptest::option::of(text()),
             text()
         )
             .prop_map(
-                |(request_id, retryable, active_jobs, admitting_jobs, max_active_jobs, message)| {
+                |(
+                    request_id,
+                    retryable,
+                    active_jobs,
+                    admitting_jobs,
+                    max_active_jobs,
+                    queue,
+                    message,
+                )| {
                     ClientReply::SubmitRejected {
                         request_id,
                         retryable,
                         active_jobs,
                         admitting_jobs,
                         max_active_jobs,
+                        queue,
                         message,
                     }
                 }
@@ -1640,6 +1650,7 @@ fn client_reply_wire_forms() {
             active_jobs: 8,
             admitting_jobs: 2,
             max_active_jobs: 10,
+            queue: None,
             message: "full".into(),
         },
         json!({
@@ -1650,6 +1661,27 @@ fn client_reply_wire_forms() {
             "admitting_jobs": 2,
             "max_active_jobs": 10,
             "message": "full",
+        }),
+    );
+    assert_wire_form(
+        ClientReply::SubmitRejected {
+            request_id: RequestId(6),
+            retryable: true,
+            active_jobs: 4,
+            admitting_jobs: 0,
+            max_active_jobs: 4,
+            queue: Some("reports".into()),
+            message: "queue full".into(),
+        },
+        json!({
+            "type": "SUBMIT_REJECTED",
+            "request_id": 6,
+            "retryable": true,
+            "active_jobs": 4,
+            "admitting_jobs": 0,
+            "max_active_jobs": 4,
+            "queue": "reports",
+            "message": "queue full",
         }),
     );
     assert_wire_form(

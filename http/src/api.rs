@@ -20,7 +20,7 @@ use herder_core::job::JobState;
 use herder_core::limits::FRAME_BYTES_MAX_DEFAULT;
 use herder_core::limits::{GROUP_MEMBERS_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
 use herder_core::protocol::{ClusterView, ErrorCode, JobSubmission, Partitions};
-use herder_core::queues::{check_queue_name, QueueChange};
+use herder_core::queues::{check_queue_name, QueueChange, RateLimit};
 use herder_runtime::auth::Tokens;
 use herder_runtime::client::CallError;
 use herder_runtime::coordinator::Observer;
@@ -477,6 +477,9 @@ struct QueueBody {
     paused: Option<bool>,
     aging_millis: Option<u64>,
     concurrency: Option<u32>,
+    key_concurrency: Option<u32>,
+    rate: Option<RateLimit>,
+    max_active_jobs: Option<u64>,
 }
 
 /// Changes the settings the body names (creating the queue if it is new); the others stay.
@@ -491,6 +494,9 @@ async fn set_queue(
         paused: request.paused,
         aging_millis: request.aging_millis,
         concurrency: request.concurrency,
+        key_concurrency: request.key_concurrency,
+        rate: request.rate,
+        max_active_jobs: request.max_active_jobs,
     };
     check_queue_name(&name)
         .and(change.check())

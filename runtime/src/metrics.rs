@@ -12,6 +12,7 @@ use std::time::Duration;
 use herder_core::coordinator::Event;
 use herder_core::job::{AttemptEnd, JobState};
 use herder_core::protocol::QueueView;
+use herder_core::queues::HeldBack;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -59,6 +60,12 @@ struct StateLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueLabel {
     queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLimitLabel {
+    queue: String,
+    limit: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -126,6 +133,8 @@ pub struct Metrics {
     queue_paused: Family<QueueLabel, Gauge>,
     queue_weight: Family<QueueLabel, Gauge>,
     queue_oldest: Family<QueueLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    queue_limits: Family<QueueLimitLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    queue_limit_hits: Family<QueueLimitLabel, Counter>,
     commit_seconds: Histogram,
     commit_records: Histogram,
 }
@@ -278,6 +287,17 @@ impl Metrics {
             "queue_oldest_queued_seconds",
             "How long each queue's longest-waiting queued job has waited (0 when none waits)",
         );
+        let queue_limits: Family<QueueLimitLabel, Gauge<f64, std::sync::atomic::AtomicU64>> =
+            registered(
+                &mut registry,
+                "queue_limit",
+                "Each limit a queue sets: concurrency, key_concurrency, max_active_jobs, and rate as starts per second (absent: no limit)",
+            );
+        let queue_limit_hits: Family<QueueLimitLabel, Counter> = registered(
+            &mut registry,
+            "queue_limit_hits",
+            "Times a queue's limit began holding its work back while this member led (concurrency, key_concurrency, rate), and submissions its max_active_jobs refused",
+        );
         let commit_seconds = histogram(
             &mut registry,
             "storage_commit_seconds",
@@ -344,6 +364,8 @@ impl Metrics {
             queue_paused,
             queue_weight,
             queue_oldest,
+            queue_limits,
+            queue_limit_hits,
             commit_seconds,
             commit_records,
         }
@@ -357,6 +379,13 @@ impl Metrics {
             }
             Event::SubmitRejected { .. } => {
                 self.rejected.inc();
+            }
+            Event::QueueSubmitRejected { queue, .. } => {
+                self.rejected.inc();
+                self.limit_hit(queue, "max_active_jobs");
+            }
+            Event::QueueHeldBack { queue, rule } if *rule != HeldBack::Paused => {
+                self.limit_hit(queue, rule.label());
             }
             Event::JobAssigned {
                 queued_millis,
@@ -420,6 +449,15 @@ impl Metrics {
         }
     }
 
+    fn limit_hit(&self, queue: &str, limit: &'static str) {
+        self.queue_limit_hits
+            .get_or_create(&QueueLimitLabel {
+                queue: queue.to_owned(),
+                limit,
+            })
+            .inc();
+    }
+
     /// One group commit: how long it took and how many records it wrote.
     pub fn storage_commit(&self, took: Duration, records: usize) {
         self.commit_seconds.observe(took.as_secs_f64());
@@ -474,7 +512,29 @@ impl Metrics {
         self.queue_paused.clear();
         self.queue_weight.clear();
         self.queue_oldest.clear();
+        self.queue_limits.clear();
         for queue in &now.queues {
+            let limits = [
+                ("concurrency", queue.concurrency.map(f64::from)),
+                ("key_concurrency", queue.key_concurrency.map(f64::from)),
+                ("max_active_jobs", queue.max_active_jobs.map(|n| n as f64)),
+                (
+                    "rate",
+                    queue
+                        .rate
+                        .map(|r| f64::from(r.starts) * 1000.0 / r.per_millis as f64),
+                ),
+            ];
+            for (limit, value) in limits {
+                if let Some(value) = value {
+                    self.queue_limits
+                        .get_or_create(&QueueLimitLabel {
+                            queue: queue.name.clone(),
+                            limit,
+                        })
+                        .set(value);
+                }
+            }
             let by_state = [
                 ("queued", queue.queued),
                 ("running", queue.running),
@@ -539,6 +599,7 @@ fn histogram(
 mod tests {
     use super::*;
     use herder_core::ids::{Attempt, JobId, LeaseId, WorkerId};
+    use herder_core::queues::RateLimit;
 
     fn sample_line<'a>(text: &'a str, name: &str) -> Option<&'a str> {
         text.lines().find(|line| line.starts_with(name))
@@ -573,7 +634,27 @@ mod tests {
             cause: "boom".into(),
             ended: AttemptEnd::TaskFailed,
         });
+        for rule in HeldBack::ALL {
+            metrics.event(&Event::QueueHeldBack {
+                queue: "emails".into(),
+                rule,
+            });
+        }
+        metrics.event(&Event::QueueSubmitRejected {
+            queue: "emails".into(),
+            active_jobs: 5,
+            max_active_jobs: 5,
+        });
         let text = metrics.encode(&Observation::default());
+        for limit in ["concurrency", "key_concurrency", "rate", "max_active_jobs"] {
+            let line =
+                format!("herder_queue_limit_hits_total{{queue=\"emails\",limit=\"{limit}\"}} 1");
+            assert!(text.contains(&line), "missing {line} in\n{text}");
+        }
+        assert!(
+            !text.contains("limit=\"paused\""),
+            "a pause is not a limit hit"
+        );
         assert_eq!(
             sample_line(&text, "herder_assignments_total"),
             Some("herder_assignments_total 1")
@@ -640,7 +721,13 @@ mod tests {
                 failed: 0,
                 cancelled: 0,
                 oldest_queued_millis: Some(2_500),
-                concurrency: Default::default(),
+                concurrency: Some(4),
+                key_concurrency: None,
+                rate: Some(RateLimit {
+                    starts: 30,
+                    per_millis: 60_000,
+                }),
+                max_active_jobs: None,
             }],
         };
         let text = metrics.encode(&now);
@@ -654,6 +741,9 @@ mod tests {
         assert!(text.contains("herder_queue_paused{queue=\"reports\"} 1"));
         assert!(text.contains("herder_queue_weight{queue=\"reports\"} 3"));
         assert!(text.contains("herder_queue_oldest_queued_seconds{queue=\"reports\"} 2.5"));
+        assert!(text.contains("herder_queue_limit{queue=\"reports\",limit=\"concurrency\"} 4"));
+        assert!(text.contains("herder_queue_limit{queue=\"reports\",limit=\"rate\"} 0.5"));
+        assert!(!text.contains("limit=\"key_concurrency\""), "{text}");
         now.workers.clear();
         now.queues.clear();
         let text = metrics.encode(&now);

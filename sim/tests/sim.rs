@@ -755,6 +755,7 @@ fn the_checker_judges_the_errors_a_submission_gets() {
     )
     .expect("fits");
     let rejected = ClientReply::SubmitRejected {
+        queue: None,
         request_id: RequestId(1),
         retryable: true,
         active_jobs: 1,
@@ -827,6 +828,7 @@ fn the_checker_judges_the_errors_a_submission_gets() {
     let jobs = [bad_task.clone(), other.clone()];
     let lines = [
         SubmitResult::Rejected {
+            queue: None,
             retryable: true,
             active_jobs: 4,
             admitting_jobs: 0,

@@ -44,6 +44,18 @@ pub enum Event {
         admitting_jobs: u64,
         max_active_jobs: u64,
     },
+    /// A queue's admission limit refused a submission.
+    QueueSubmitRejected {
+        queue: String,
+        active_jobs: u64,
+        max_active_jobs: u64,
+    },
+    /// A rule of `queue` began holding its jobs back while work waited (paused, or a limit
+    /// reached); once per time it begins.
+    QueueHeldBack {
+        queue: String,
+        rule: crate::queues::HeldBack,
+    },
     /// A data-parallel job was split: `partitions` child jobs were queued.
     JobSplit {
         job_id: JobId,
@@ -250,6 +262,19 @@ impl fmt::Display for Event {
             } => write!(
                 f,
                 "Submission rejected: active={active_jobs} admitting={admitting_jobs} maxActiveJobs={max_active_jobs}"
+            ),
+            Event::QueueSubmitRejected {
+                queue,
+                active_jobs,
+                max_active_jobs,
+            } => write!(
+                f,
+                "Submission rejected by its queue: queue={queue} active={active_jobs} maxActiveJobs={max_active_jobs}"
+            ),
+            Event::QueueHeldBack { queue, rule } => write!(
+                f,
+                "Queue held back: queue={queue} rule={}",
+                rule.label()
             ),
             Event::WorkerRegistered {
                 worker,

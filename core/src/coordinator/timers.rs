@@ -23,6 +23,8 @@ pub enum Timer {
     WaitTimeout(ConnectionId, RequestId, JobId),
     /// Time to check whether retention has terminal jobs to purge.
     RetentionSweep,
+    /// A rate-limited queue's next token is due: schedule again.
+    RateDue,
 }
 
 /// Names one armed timer so it can be disarmed.

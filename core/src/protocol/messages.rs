@@ -8,6 +8,7 @@ use crate::ids::{
     Attempt, Incarnation, JobId, LeaseId, LogIndex, NodeId, RequestId, Term, WorkerId,
 };
 use crate::job::{AttemptRecord, JobState, PartitionOf};
+use crate::queues::{QueueChange, RateLimit};
 pub use crate::tasks::Partitions;
 use crate::tasks::{TaskOutput, TaskSpec};
 
@@ -330,6 +331,15 @@ pub enum ClientRequest {
         /// The most of its jobs that may run at once; 0 removes the limit.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         concurrency: Option<u32>,
+        /// The most of its jobs with one fairness key that may run at once; 0 removes it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key_concurrency: Option<u32>,
+        /// At most `starts` starts per `per_millis`, from a full bucket; `starts: 0` removes it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate: Option<RateLimit>,
+        /// The most of its jobs that may be unfinished at once; 0 removes the limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_active_jobs: Option<u64>,
     },
     /// The group as the answering coordinator sees it; any member answers.
     Cluster {
@@ -382,6 +392,30 @@ impl ClientRequest {
             | ClientRequest::SetQueue { request_id, .. }
             | ClientRequest::Queues { request_id }
             | ClientRequest::Workers { request_id } => *request_id,
+        }
+    }
+
+    /// `SET_QUEUE` carrying `change`.
+    pub fn set_queue(request_id: RequestId, queue: String, change: QueueChange) -> ClientRequest {
+        let QueueChange {
+            weight,
+            paused,
+            aging_millis,
+            concurrency,
+            key_concurrency,
+            rate,
+            max_active_jobs,
+        } = change;
+        ClientRequest::SetQueue {
+            request_id,
+            queue,
+            weight,
+            paused,
+            aging_millis,
+            concurrency,
+            key_concurrency,
+            rate,
+            max_active_jobs,
         }
     }
 }
@@ -440,6 +474,10 @@ pub enum SubmitResult {
         active_jobs: u64,
         admitting_jobs: u64,
         max_active_jobs: u64,
+        /// Set when the limit reached is this queue's rather than the cluster's; the counts
+        /// are then the queue's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<String>,
         message: String,
     },
     /// It was refused for another reason (an idempotency conflict, say).
@@ -468,6 +506,10 @@ pub enum ClientReply {
         #[serde(default)]
         admitting_jobs: u64,
         max_active_jobs: u64,
+        /// Set when the limit reached is this queue's rather than the cluster's; the counts
+        /// are then the queue's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<String>,
         message: String,
     },
     /// Reply to `SUBMIT_BATCH`: one result per job, in the order they were sent.
@@ -668,6 +710,16 @@ pub struct QueueView {
     /// The most of its jobs that run at once (absent: no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// The most of its jobs with one fairness key that run at once (absent: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_concurrency: Option<u32>,
+    /// At most so many starts per period (absent: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateLimit>,
+    /// The most of its jobs unfinished at once; beyond it submissions are refused (absent:
+    /// only the cluster's limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_active_jobs: Option<u64>,
     /// Its jobs by state (partitions counted as jobs).
     pub queued: u64,
     pub running: u64,

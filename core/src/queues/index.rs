@@ -24,6 +24,14 @@ pub struct Placement<'a> {
     pub queued_at: UnixMillis,
 }
 
+/// When a pick happens, and its queue's ageing bound: a job queued at least `bound_millis`
+/// before `now` goes before the younger jobs of its lane.
+#[derive(Clone, Copy, Debug)]
+pub struct Ageing {
+    pub now: UnixMillis,
+    pub bound_millis: u64,
+}
+
 /// A turn: its tag, then the queue position of the job holding it (rows written before turns
 /// existed all hold tag 0, so the position is what keeps turns distinct).
 type Turn = (u64, u64);
@@ -312,22 +320,29 @@ impl JobQueue {
             .min()
     }
 
-    /// The next job to start in `(kind, queue)` at `now`, passing over the jobs `in_flight`
+    /// The next job to start in `(kind, queue)` at `ageing.now`, passing over the jobs `in_flight`
     /// says already have an assignment on the way: the lane holding the smallest turn once
-    /// each lane's assignments in flight (`lane_in_flight`) have consumed theirs, and in it the
-    /// oldest job if it has waited `aging_millis`, else the highest priority, oldest first.
+    /// each lane's assignments in flight (`lane_in_flight`) have consumed theirs, among the
+    /// lanes `lane_held` does not hold back (a key at its limit), and in it the oldest job if
+    /// it has waited `ageing.bound_millis`, else the highest priority, oldest first.
+    ///
+    /// Lanes held back are walked past; a key is held back only while it runs jobs, so they
+    /// are at most the attempts running, never all the keys.
     pub fn pick(
         &self,
         kind: &str,
         queue: &str,
-        now: UnixMillis,
-        aging_millis: u64,
+        ageing: Ageing,
         lane_in_flight: impl Fn(&str) -> usize,
+        mut lane_held: impl FnMut(&str) -> bool,
         in_flight: impl Fn(JobId) -> bool,
     ) -> Option<JobId> {
         let lanes = self.lanes(kind, queue)?;
         let mut best: Option<(u64, &str)> = None;
         for (tag, key) in &lanes.by_turn {
+            if lane_held(key) {
+                continue;
+            }
             let lane = &lanes.lanes[key.as_ref()];
             let consumed = lane_in_flight(key);
             let turn = if consumed == 0 {
@@ -349,7 +364,7 @@ impl JobQueue {
         let lane = &lanes.lanes[best?.1];
         let waiting = |(_, q): &(&u64, &Queued)| !in_flight(q.job_id);
         let oldest = lane.jobs.iter().find(waiting)?.1;
-        if now.0.saturating_sub(oldest.queued_at.0) >= aging_millis {
+        if ageing.now.0.saturating_sub(oldest.queued_at.0) >= ageing.bound_millis {
             return Some(oldest.job_id);
         }
         // One priority in the whole lane (the usual case): the order by rank is the order by

@@ -28,15 +28,17 @@
 //! free worker can run never holds up the jobs behind it.
 
 pub mod index;
+pub mod rate;
 
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{
     FAIRNESS_KEY_BYTES_MAX, PRIORITY_AGING_MILLIS_DEFAULT, PRIORITY_AGING_MILLIS_MAX,
-    QUEUE_CONCURRENCY_MAX, QUEUE_NAME_BYTES_MAX, QUEUE_WEIGHT_MAX,
+    QUEUE_CONCURRENCY_MAX, QUEUE_MAX_ACTIVE_JOBS_MAX, QUEUE_NAME_BYTES_MAX, QUEUE_WEIGHT_MAX,
 };
 
-pub use index::{JobQueue, Placement};
+pub use index::{Ageing, JobQueue, Placement};
+pub use rate::RateLimit;
 
 /// The queue of a job that names none.
 pub const DEFAULT_QUEUE: &str = "default";
@@ -58,6 +60,37 @@ pub const PRIORITY_MAX: u8 = 9;
 /// rounding error under one part in 720,000.
 pub const STRIDE: u64 = 720_720_000;
 
+/// A queue rule that holds a queued job back from starting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HeldBack {
+    Paused,
+    /// The queue runs its concurrency limit.
+    Concurrency,
+    /// The job's fairness key runs the queue's per-key limit.
+    KeyConcurrency,
+    /// The queue's rate bucket has no token.
+    Rate,
+}
+
+impl HeldBack {
+    pub const ALL: [HeldBack; 4] = [
+        HeldBack::Paused,
+        HeldBack::Concurrency,
+        HeldBack::KeyConcurrency,
+        HeldBack::Rate,
+    ];
+
+    /// Its name in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            HeldBack::Paused => "paused",
+            HeldBack::Concurrency => "concurrency",
+            HeldBack::KeyConcurrency => "key_concurrency",
+            HeldBack::Rate => "rate",
+        }
+    }
+}
+
 /// What an operator sets on a queue; replicated, so every member schedules alike.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueSettings {
@@ -72,6 +105,18 @@ pub struct QueueSettings {
     /// beyond it, whichever leader proposed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// At most this many of its jobs with one fairness key run at once (jobs without a key
+    /// are not counted under it). Refused at apply like `concurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_concurrency: Option<u32>,
+    /// At most so many starts per period (see [`rate`]). Refused at apply, by entry stamps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateLimit>,
+    /// At most this many of its jobs unfinished (queued, waiting to retry or running) at
+    /// once: a submission beyond it is refused, retryably, naming the queue. Beside the
+    /// cluster's own admission limit, never above it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_active_jobs: Option<u64>,
 }
 
 impl Default for QueueSettings {
@@ -81,6 +126,9 @@ impl Default for QueueSettings {
             paused: false,
             aging_millis: PRIORITY_AGING_MILLIS_DEFAULT,
             concurrency: None,
+            key_concurrency: None,
+            rate: None,
+            max_active_jobs: None,
         }
     }
 }
@@ -110,6 +158,15 @@ pub struct QueueChange {
     /// The most of its jobs that may run at once; `0` removes the limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// The most of its jobs with one fairness key that may run at once; `0` removes the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_concurrency: Option<u32>,
+    /// A new rate limit, with a full bucket; `starts: 0` removes the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateLimit>,
+    /// The most of its jobs that may be unfinished at once; `0` removes the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_active_jobs: Option<u64>,
 }
 
 impl QueueChange {
@@ -125,10 +182,23 @@ impl QueueChange {
                 ));
             }
         }
-        if let Some(limit) = self.concurrency {
-            if limit > QUEUE_CONCURRENCY_MAX {
+        for (what, limit) in [
+            ("concurrency", self.concurrency),
+            ("key_concurrency", self.key_concurrency),
+        ] {
+            if let Some(limit) = limit.filter(|limit| *limit > QUEUE_CONCURRENCY_MAX) {
                 return Err(format!(
-                    "concurrency must be between 1 and {QUEUE_CONCURRENCY_MAX}, or 0 for no limit (got {limit})"
+                    "{what} must be between 1 and {QUEUE_CONCURRENCY_MAX}, or 0 for no limit (got {limit})"
+                ));
+            }
+        }
+        if let Some(rate) = self.rate.filter(|rate| rate.starts > 0) {
+            rate.check()?;
+        }
+        if let Some(limit) = self.max_active_jobs {
+            if limit > QUEUE_MAX_ACTIVE_JOBS_MAX {
+                return Err(format!(
+                    "max_active_jobs must be between 1 and {QUEUE_MAX_ACTIVE_JOBS_MAX}, or 0 for no limit (got {limit})"
                 ));
             }
         }
@@ -150,7 +220,9 @@ impl QueueChange {
         }
     }
 
-    pub fn apply_to(&self, settings: &mut QueueSettings) {
+    /// Sets what the change names in `settings`; `true` if it set a rate limit (or removed
+    /// one), whose bucket then starts full.
+    pub fn apply_to(&self, settings: &mut QueueSettings) -> bool {
         if let Some(weight) = self.weight {
             settings.weight = weight;
         }
@@ -163,6 +235,17 @@ impl QueueChange {
         if let Some(limit) = self.concurrency {
             settings.concurrency = (limit > 0).then_some(limit);
         }
+        if let Some(limit) = self.key_concurrency {
+            settings.key_concurrency = (limit > 0).then_some(limit);
+        }
+        if let Some(limit) = self.max_active_jobs {
+            settings.max_active_jobs = (limit > 0).then_some(limit);
+        }
+        if let Some(rate) = self.rate {
+            settings.rate = (rate.starts > 0).then_some(rate);
+            return true;
+        }
+        false
     }
 }
 
@@ -173,6 +256,14 @@ pub struct QueueState {
     pub settings: QueueSettings,
     /// Stride scheduling's pass: where the queue stands in the weighted share of starts.
     pub pass: u64,
+    /// The rate limit's bucket: its theoretical arrival time in microseconds since the epoch
+    /// (see [`rate`]); `0` is a full bucket.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rate_tat_micros: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Whether `name` may name a queue: 1 to [`QUEUE_NAME_BYTES_MAX`] bytes of ASCII letters,

@@ -6,11 +6,33 @@ use super::{transition, Applied, JobTable, StaleReason};
 use crate::ids::{Attempt, JobId, LeaseId};
 use crate::job::{AttemptEnd, AttemptRecord, FailureKind, Job, JobState, Lease};
 use crate::limits::{ATTEMPT_HISTORY_ERROR_BYTES_MAX, ATTEMPT_HISTORY_MAX};
+use crate::queues::HeldBack;
 use crate::tasks::TaskOutput;
 use crate::text::prefix_within;
 use crate::time::UnixMillis;
 
 impl JobTable {
+    /// Which of its queue's rules holds `job` back from starting now, if one does: its queue
+    /// is paused, runs its concurrency limit, runs its per-key limit for the job's key, or
+    /// has no token in its rate bucket at this entry's stamp. Every attempt running counts,
+    /// whichever leader started it: the counts and the limits are all in the table.
+    pub(super) fn held_back(&self, job: &Job) -> Option<HeldBack> {
+        let queue = self.queues.get(&job.queue)?;
+        if queue.settings.paused {
+            return Some(HeldBack::Paused);
+        }
+        if self.queue_full(&job.queue, 0) {
+            return Some(HeldBack::Concurrency);
+        }
+        if self.key_full(&job.queue, job.fairness_key.as_deref(), 0) {
+            return Some(HeldBack::KeyConcurrency);
+        }
+        let rate = queue.settings.rate?;
+        rate.admit(queue.rate_tat_micros, self.entry_at)
+            .is_none()
+            .then_some(HeldBack::Rate)
+    }
+
     pub(super) fn apply_assign(
         &mut self,
         job_id: JobId,
@@ -20,16 +42,10 @@ impl JobTable {
         let Some(job) = self.jobs.get(&job_id) else {
             return Applied::UnknownJob { job_id };
         };
-        // A paused queue starts nothing: an assignment proposed before the pause applied, and
-        // applied after it, is refused here, where no leader can skip the check.
-        let paused = self
-            .queues
-            .get(&job.queue)
-            .is_some_and(|queue| queue.settings.paused);
-        // Nor beyond its concurrency limit, counting every attempt running (a deposed leader's
-        // too): the count and the limit are both in the table.
-        let full = self.queue_full(&job.queue, 0);
-        if job.state != JobState::Queued || !job.attempts_remain() || paused || full {
+        // A queue's rules are checked here, where no leader can skip them: an assignment
+        // proposed before a pause or a lower limit applied, and applied after it, is refused.
+        if job.state != JobState::Queued || !job.attempts_remain() || self.held_back(job).is_some()
+        {
             return Applied::AssignSkipped {
                 job_id,
                 lease: lease.clone(),
@@ -56,6 +72,12 @@ impl JobTable {
             )
         });
         queue.pass = queue.pass.saturating_add(queue.settings.stride());
+        if let Some(rate) = queue.settings.rate {
+            let Some(tat) = rate.admit(queue.rate_tat_micros, self.entry_at) else {
+                panic!("job {job_id} started beyond its queue's rate limit (checked above)");
+            };
+            queue.rate_tat_micros = tat;
+        }
         if !self.queues_changed.contains(&job.queue) {
             self.queues_changed.insert(job.queue.clone());
         }
@@ -149,7 +171,7 @@ impl JobTable {
         job.lease = None;
         job.result = Some(output.clone());
         job.error = None;
-        self.job_ended();
+        self.job_ended(job_id);
         Applied::Completed { job_id, lease }
     }
 
@@ -184,7 +206,7 @@ impl JobTable {
             }
         } else {
             transition(job, JobState::Failed);
-            self.job_ended();
+            self.job_ended(job_id);
             Applied::FailedPermanently {
                 job_id,
                 lease,
@@ -244,7 +266,7 @@ impl JobTable {
         } else {
             // The final-attempt rule: the interrupted attempt counts, and it was the last one.
             transition(job, JobState::Failed);
-            self.job_ended();
+            self.job_ended(job_id);
             Applied::FailedPermanently {
                 job_id,
                 lease,

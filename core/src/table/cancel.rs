@@ -51,7 +51,7 @@ impl JobTable {
         if revoked.is_some() {
             self.attempt_left(job_id);
         }
-        self.job_ended();
+        self.job_ended(job_id);
         Some(Applied::Cancelled {
             job_id,
             previous,

@@ -48,7 +48,7 @@ impl JobTable {
                 transition(job, JobState::Completed);
                 job.result = Some(output);
                 job.error = None;
-                self.job_ended();
+                self.job_ended(parent);
                 follow_on.push(Applied::ParentCompleted { job_id: parent });
             }
             Err(error) => self.fail_parent(parent, error, follow_on),
@@ -85,7 +85,7 @@ impl JobTable {
         let job = self.job_mut(parent);
         transition(job, JobState::Failed);
         job.error = Some(error.clone());
-        self.job_ended();
+        self.job_ended(parent);
         follow_on.push(Applied::ParentFailed {
             job_id: parent,
             error,

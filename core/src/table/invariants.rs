@@ -16,13 +16,9 @@ impl JobTable {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut active = 0;
         let mut queued = BTreeSet::new();
-        let mut running_in: std::collections::BTreeMap<&str, u64> = Default::default();
         let mut finished = BTreeSet::new();
         for job in self.jobs.values() {
             check_row(job).map_err(|detail| format!("job {}: {detail}", job.id))?;
-            if job.lease.is_some() {
-                *running_in.entry(job.queue.as_str()).or_default() += 1;
-            }
             if !job.state.is_terminal() {
                 active += 1;
             } else if job.partition_of.is_none() {
@@ -62,14 +58,11 @@ impl JobTable {
                 self.active, active
             ));
         }
-        let counted: std::collections::BTreeMap<&str, u64> = self
-            .running_in
-            .iter()
-            .map(|(queue, n)| (queue.as_str(), *n))
-            .collect();
-        if counted != running_in {
+        let usage = super::QueueUsage::of_rows(self.jobs.values());
+        if usage != self.usage {
             return Err(format!(
-                "attempts running by queue are counted {counted:?} but the rows hold {running_in:?}"
+                "queue usage is counted {:?} but the rows hold {usage:?}",
+                self.usage
             ));
         }
         self.queue.check()?;

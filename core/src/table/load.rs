@@ -44,6 +44,7 @@ impl JobTable {
                         name: job.queue.clone(),
                         settings: QueueSettings::default(),
                         pass: 0,
+                        rate_tat_micros: 0,
                     },
                 );
             }
@@ -73,9 +74,6 @@ impl JobTable {
             }
             if !job.state.is_terminal() {
                 table.active += 1;
-            }
-            if job.lease.is_some() {
-                *table.running_in.entry(job.queue.clone()).or_default() += 1;
             }
             if job.partition_of.is_none() {
                 table.by_submission.insert(job.submitted_at, id);
@@ -118,6 +116,7 @@ impl JobTable {
                 }
             }
         }
+        table.usage = super::QueueUsage::of_rows(table.jobs.values());
         Ok(table)
     }
 }

@@ -43,6 +43,7 @@ use crate::limits::QUEUE_POSITIONS_PER_ENTRY;
 use crate::queues::{JobQueue, QueueState};
 use crate::tasks::{Partitions, TaskSpec};
 use crate::time::UnixMillis;
+use usage::QueueUsage;
 
 mod apply;
 mod attempts;
@@ -55,6 +56,7 @@ mod purge;
 mod queues;
 mod snapshot;
 mod submit;
+mod usage;
 mod view;
 
 pub use outcome::{Applied, Outcome, StaleReason, TableError};
@@ -71,9 +73,8 @@ pub struct JobTable {
     queues: BTreeMap<String, QueueState>,
     /// Queues whose row changed since the coordinator last took them (to persist them).
     queues_changed: BTreeSet<String>,
-    /// Attempts running (jobs holding a lease) in each queue that has one: what a queue's
-    /// concurrency limit counts, whichever leader started them.
-    running_in: BTreeMap<String, u64>,
+    /// What each queue runs and holds unfinished, against its limits.
+    usage: QueueUsage,
     /// Jobs enqueued so far by the entry being applied. A queue position is the entry's index
     /// times `QUEUE_POSITIONS_PER_ENTRY` plus this: a function of the log alone, so a table
     /// rebuilt from rows (whatever was purged) hands out exactly the positions a table that
@@ -160,7 +161,17 @@ impl JobTable {
 
     /// Attempts running in `queue` now.
     pub fn running_in(&self, queue: &str) -> u64 {
-        self.running_in.get(queue).copied().unwrap_or(0)
+        self.usage.running(queue)
+    }
+
+    /// Jobs of `queue` not yet terminal.
+    pub fn active_in(&self, queue: &str) -> u64 {
+        self.usage.active(queue)
+    }
+
+    /// Attempts of `queue` with fairness key `key` running now.
+    pub fn running_with_key(&self, queue: &str, key: &str) -> u64 {
+        self.usage.running_with_key(queue, key)
     }
 
     /// Whether `queue` runs as many attempts as its concurrency limit allows (or more, after
@@ -174,33 +185,34 @@ impl JobTable {
             })
     }
 
-    /// An attempt of `job_id` took a lease: its queue runs one more.
+    /// Whether `key` runs as many attempts in `queue` as the queue's per-key limit allows,
+    /// counting `starting` more on their way. Jobs without a key are not limited by it.
+    pub fn key_full(&self, queue: &str, key: Option<&str>, starting: u64) -> bool {
+        let Some(key) = key else {
+            return false;
+        };
+        self.queues
+            .get(queue)
+            .and_then(|q| q.settings.key_concurrency)
+            .is_some_and(|limit| {
+                self.running_with_key(queue, key).saturating_add(starting) >= u64::from(limit)
+            })
+    }
+
+    /// An attempt of `job_id` took a lease: its queue (and key) runs one more.
     pub(super) fn attempt_started(&mut self, job_id: JobId) {
         let Some(job) = self.jobs.get(&job_id) else {
             panic!("job {job_id} vanished during apply");
         };
-        let queue = &job.queue;
-        match self.running_in.get_mut(queue) {
-            Some(count) => *count += 1,
-            None => {
-                let queue = queue.clone();
-                self.running_in.insert(queue, 1);
-            }
-        }
+        self.usage.started(job);
     }
 
-    /// An attempt of `job_id` gave its lease up: its queue runs one fewer.
+    /// An attempt of `job_id` gave its lease up: its queue (and key) runs one fewer.
     pub(super) fn attempt_left(&mut self, job_id: JobId) {
         let Some(job) = self.jobs.get(&job_id) else {
             panic!("job {job_id} vanished during apply");
         };
-        let Some(count) = self.running_in.get_mut(&job.queue) else {
-            panic!("an attempt of job {job_id} ended with none counted running in its queue");
-        };
-        *count -= 1;
-        if *count == 0 {
-            self.running_in.remove(&job.queue);
-        }
+        self.usage.left(job);
     }
 
     /// The queues whose rows changed since the last call, to be persisted.
@@ -324,11 +336,15 @@ impl JobTable {
     /// A job became terminal: it frees its admission slot. The counter counts non-terminal jobs,
     /// so it cannot be zero here; checked in every build, since a wrapped counter would admit
     /// without bound.
-    pub(super) fn job_ended(&mut self) {
+    pub(super) fn job_ended(&mut self, job_id: JobId) {
         self.active = self
             .active
             .checked_sub(1)
             .unwrap_or_else(|| panic!("a job ended with no job counted as active"));
+        let Some(job) = self.jobs.get(&job_id) else {
+            panic!("job {job_id} vanished during apply");
+        };
+        self.usage.ended(job);
     }
 
     pub(super) fn job_mut(&mut self, job_id: JobId) -> &mut Job {

@@ -51,7 +51,7 @@ pub enum Applied {
         attempt: Attempt,
     },
     /// The job was no longer queued when the assignment applied (e.g. cancelled meanwhile), or
-    /// its queue was paused by then.
+    /// a rule of its queue held it back by then (paused, a limit reached).
     AssignSkipped {
         job_id: JobId,
         lease: Lease,
@@ -143,6 +143,14 @@ pub enum Applied {
     },
     /// A `Submit` naming a new queue when the table already holds `QUEUES_MAX`: nothing was
     /// created.
+    /// Its queue holds `active_jobs` unfinished jobs and admits at most `max_active_jobs`;
+    /// nothing was created.
+    QueueAdmissionRejected {
+        job_id: JobId,
+        queue: String,
+        active_jobs: u64,
+        max_active_jobs: u64,
+    },
     TooManyQueues {
         job_id: JobId,
         queues: u64,
@@ -203,6 +211,7 @@ impl Applied {
             Applied::IdempotentReplay { .. }
             | Applied::IdempotencyConflict { .. }
             | Applied::AdmissionRejected { .. }
+            | Applied::QueueAdmissionRejected { .. }
             | Applied::AssignSkipped { .. }
             | Applied::CancelTooLate { .. }
             | Applied::Stale { .. }

@@ -22,7 +22,10 @@ impl JobTable {
         }
         let state = self.queues.get_mut(queue).expect("created above");
         let resumed = state.settings.paused && change.paused == Some(false);
-        change.apply_to(&mut state.settings);
+        if change.apply_to(&mut state.settings) {
+            // A rate limit set (or removed) starts from a full bucket.
+            state.rate_tat_micros = 0;
+        }
         self.queues_changed.insert(queue.to_owned());
         if resumed {
             self.rejoin(queue);
@@ -32,15 +35,34 @@ impl JobTable {
         }
     }
 
-    /// A `Submit` for `job_id` may name `queue`: it exists, or there is room to create it.
-    pub(super) fn admit_queue(&self, job_id: JobId, queue: &str) -> Result<(), Applied> {
-        if self.queues.contains_key(queue) || self.queues.len() < QUEUES_MAX {
-            Ok(())
-        } else {
-            Err(Applied::TooManyQueues {
+    /// A `Submit` for `job_id` taking `slots` jobs may name `queue`: it exists, or there is
+    /// room to create it, and its unfinished jobs stay within its admission limit.
+    pub(super) fn admit_queue(
+        &self,
+        job_id: JobId,
+        queue: &str,
+        slots: u64,
+    ) -> Result<(), Applied> {
+        let Some(state) = self.queues.get(queue) else {
+            if self.queues.len() < QUEUES_MAX {
+                return Ok(());
+            }
+            return Err(Applied::TooManyQueues {
                 job_id,
                 queues: self.queues.len() as u64,
-            })
+            });
+        };
+        let active_jobs = self.active_in(queue);
+        match state.settings.max_active_jobs {
+            Some(limit) if active_jobs.saturating_add(slots) > limit => {
+                Err(Applied::QueueAdmissionRejected {
+                    job_id,
+                    queue: queue.to_owned(),
+                    active_jobs,
+                    max_active_jobs: limit,
+                })
+            }
+            _ => Ok(()),
         }
     }
 
@@ -62,6 +84,7 @@ impl JobTable {
                 name: queue.to_owned(),
                 settings: QueueSettings::default(),
                 pass,
+                rate_tat_micros: 0,
             },
         );
         self.queues_changed.insert(queue.to_owned());

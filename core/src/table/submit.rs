@@ -98,7 +98,7 @@ impl JobTable {
                 max_active_jobs,
             });
         }
-        self.admit_queue(job_id, options.queue)?;
+        self.admit_queue(job_id, options.queue, slots)?;
         if let Some(taken) = std::iter::once(&job_id)
             .chain(partitions)
             .find(|id| self.jobs.contains_key(id))
@@ -158,6 +158,7 @@ impl JobTable {
         let mut job = new_job(job_id, options.task.clone(), 0);
         job.idempotency_key = submission.idempotency_key.clone();
         self.active += 1;
+        self.usage.admitted(&job);
         if !options.task.is_data_parallel() {
             self.jobs.insert(job_id, job);
             self.place_in_queue(job_id);
@@ -177,9 +178,10 @@ impl JobTable {
                 parent: job_id,
                 index,
             });
+            self.active += 1;
+            self.usage.admitted(&partition);
             self.jobs.insert(child, partition);
             self.place_in_queue(child);
-            self.active += 1;
             follow_on.push(Applied::PartitionCreated {
                 job_id: child,
                 parent: job_id,

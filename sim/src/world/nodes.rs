@@ -13,6 +13,7 @@ use herder_core::protocol::{
     AttemptOutcome, CancelReason, ClientReply, CoordinatorToWorker, ErrorCode, JobSubmission,
     SubmitResult, WorkerToCoordinator,
 };
+use herder_core::queues::HeldBack;
 use herder_core::tasks::{self, TaskSpec};
 use herder_core::time::{Instant, UnixMillis};
 use herder_core::worker::{TaskAssignment, Worker, WorkerConfig, WorkerEvent, WorkerOutput};
@@ -295,6 +296,13 @@ fn event_name(event: &Event) -> &'static str {
         Event::JobSubmitted { .. } => "coordinator: job submitted",
         Event::JobsPurged { .. } => "coordinator: jobs purged",
         Event::SubmitRejected { .. } => "coordinator: submit rejected (admission)",
+        Event::QueueSubmitRejected { .. } => "coordinator: submit rejected (its queue's limit)",
+        Event::QueueHeldBack { rule, .. } => match rule {
+            HeldBack::Paused => "coordinator: queue held back (paused)",
+            HeldBack::Concurrency => "coordinator: queue held back (concurrency limit)",
+            HeldBack::KeyConcurrency => "coordinator: queue held back (per-key limit)",
+            HeldBack::Rate => "coordinator: queue held back (rate limit)",
+        },
         Event::WorkerRegistered {
             reconnect: true, ..
         } => "coordinator: worker reconnected",

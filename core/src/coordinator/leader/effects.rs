@@ -83,6 +83,16 @@ impl LeaderState {
                     self.reject_submission(m, to, active_jobs, admitting, max_active_jobs);
                 }
             }
+            Applied::QueueAdmissionRejected {
+                queue,
+                active_jobs,
+                max_active_jobs,
+                ..
+            } => {
+                if let Some(Pending::Submit { to }) = pending {
+                    self.reject_for_queue(m, to, queue, active_jobs, max_active_jobs);
+                }
+            }
             Applied::UnknownJob { job_id } => self.on_unknown_job(m, pending, job_id),
             Applied::Assigned {
                 job_id,

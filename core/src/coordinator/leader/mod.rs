@@ -126,10 +126,8 @@ pub(super) struct LeaderState {
     /// Proposal `(term, index)` -> whom to answer when exactly that entry applies. An entry of
     /// another term at the same index is not ours and answers nobody here.
     pending: BTreeMap<(Term, LogIndex), Pending>,
-    /// Jobs with an `Assign` in flight (queued, or fresh: their `Submit` not yet applied).
-    in_flight: scheduling::InFlight,
-    /// Plain jobs whose `Submit` is in flight, not yet assigned.
-    fresh: scheduling::FreshJobs,
+    /// Assignments in flight, fresh jobs, and what held queues back.
+    scheduling: scheduling::Scheduling,
     /// Running attempts: settling, deadlines, progress, re-adoption.
     attempts: attempts::Attempts,
     /// Parked waits for jobs to finish.
@@ -156,8 +154,7 @@ impl LeaderState {
             registry: Registry::default(),
             timers: TimerQueue::default(),
             pending: BTreeMap::new(),
-            in_flight: scheduling::InFlight::default(),
-            fresh: scheduling::FreshJobs::default(),
+            scheduling: scheduling::Scheduling::default(),
             attempts: attempts::Attempts::default(),
             waits: waits::Waits::default(),
             next_registration: 0,
@@ -359,6 +356,7 @@ impl LeaderState {
                     self.time_out_waiter(m, conn, request_id, job_id)
                 }
                 Timer::RetentionSweep => self.retention_sweep(m),
+                Timer::RateDue => self.rate_due(m.now),
             }
         }
         self.schedule(m);
@@ -533,12 +531,18 @@ impl LeaderState {
                 paused,
                 aging_millis,
                 concurrency,
+                key_concurrency,
+                rate,
+                max_active_jobs,
             } => {
                 let change = QueueChange {
                     weight,
                     paused,
                     aging_millis,
                     concurrency,
+                    key_concurrency,
+                    rate,
+                    max_active_jobs,
                 };
                 self.set_queue(m, (conn, request_id), queue, change)
             }

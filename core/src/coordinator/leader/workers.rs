@@ -317,7 +317,7 @@ impl LeaderState {
             .leases
             .iter()
             .filter(|(lease_id, job_id)| {
-                !held.contains(lease_id) && !self.in_flight.contains(job_id)
+                !held.contains(lease_id) && !self.scheduling.in_flight.contains(job_id)
             })
             .map(|(&lease_id, &job_id)| (lease_id, job_id))
             .collect();

@@ -43,14 +43,11 @@ impl Harness {
 
     fn set_queue(&mut self, queue: &str, change: QueueChange) -> ClientReply {
         let request_id = self.request_id();
-        self.client_says(ClientRequest::SetQueue {
+        self.client_says(ClientRequest::set_queue(
             request_id,
-            queue: queue.to_owned(),
-            weight: change.weight,
-            paused: change.paused,
-            aging_millis: change.aging_millis,
-            concurrency: change.concurrency,
-        });
+            queue.to_owned(),
+            change,
+        ));
         self.reply_to(request_id)
     }
 
@@ -606,3 +603,5 @@ fn a_queue_that_cannot_start_does_not_hold_back_the_pass_a_newcomer_joins_at() {
     );
     h.check();
 }
+
+mod limits;

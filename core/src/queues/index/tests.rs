@@ -43,9 +43,17 @@ impl Fixture {
     }
 
     fn next_start(&mut self, now: u64, aging: u64) -> Option<JobId> {
-        let job = self
-            .queue
-            .pick("sleep", "default", UnixMillis(now), aging, |_| 0, |_| false)?;
+        let job = self.queue.pick(
+            "sleep",
+            "default",
+            Ageing {
+                now: UnixMillis(now),
+                bound_millis: aging,
+            },
+            |_| 0,
+            |_| false,
+            |_| false,
+        )?;
         let (seq, key, priority, queued_at) = self.placed.remove(&job).expect("placed");
         let (started, _) = self
             .queue
@@ -150,14 +158,28 @@ fn picking_past_assignments_in_flight_matches_starting_them() {
         };
         loop {
             let lane_count = |key: &str| in_flight.values().filter(|k| *k == key).count();
-            let ahead = f
-                .queue
-                .pick("sleep", "default", now, aging, lane_count, |job| {
-                    in_flight.contains_key(&job)
-                });
-            let after = applied
-                .queue
-                .pick("sleep", "default", now, aging, |_| 0, |_| false);
+            let ahead = f.queue.pick(
+                "sleep",
+                "default",
+                Ageing {
+                    now,
+                    bound_millis: aging,
+                },
+                lane_count,
+                |_| false,
+                |job| in_flight.contains_key(&job),
+            );
+            let after = applied.queue.pick(
+                "sleep",
+                "default",
+                Ageing {
+                    now,
+                    bound_millis: aging,
+                },
+                |_| 0,
+                |_| false,
+                |_| false,
+            );
             assert_eq!(ahead, after, "picked ahead of the applies differs");
             let Some(job) = after else { break };
             applied.next_start(now.0, aging);
@@ -179,10 +201,17 @@ fn a_rebuilt_index_continues_exactly_where_the_live_one_was() {
             let p = &f.placed[&job];
             let tag = f.queue.lanes("sleep", "default").expect("queued").lanes[&p.1].jobs[&seq].tag;
             tags.insert(job, tag);
-        } else if let Some(job) =
-            f.queue
-                .pick("sleep", "default", UnixMillis(step), 300, |_| 0, |_| false)
-        {
+        } else if let Some(job) = f.queue.pick(
+            "sleep",
+            "default",
+            Ageing {
+                now: UnixMillis(step),
+                bound_millis: 300,
+            },
+            |_| 0,
+            |_| false,
+            |_| false,
+        ) {
             let (seq, key, priority, queued_at) = f.placed.remove(&job).expect("placed");
             let (_, retag) = f
                 .queue
@@ -202,9 +231,28 @@ fn a_rebuilt_index_continues_exactly_where_the_live_one_was() {
             rebuilt.check().expect("rebuilt consistent");
             for now in [step, step + 1_000] {
                 assert_eq!(
-                    rebuilt.pick("sleep", "default", UnixMillis(now), 300, |_| 0, |_| false),
-                    f.queue
-                        .pick("sleep", "default", UnixMillis(now), 300, |_| 0, |_| false)
+                    rebuilt.pick(
+                        "sleep",
+                        "default",
+                        Ageing {
+                            now: UnixMillis(now),
+                            bound_millis: 300
+                        },
+                        |_| 0,
+                        |_| false,
+                        |_| false
+                    ),
+                    f.queue.pick(
+                        "sleep",
+                        "default",
+                        Ageing {
+                            now: UnixMillis(now),
+                            bound_millis: 300
+                        },
+                        |_| 0,
+                        |_| false,
+                        |_| false
+                    )
                 );
             }
             let probe = at("fresh-key", 0, step);

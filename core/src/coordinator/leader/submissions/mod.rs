@@ -160,6 +160,7 @@ impl LeaderState {
                         active_jobs: m.table.active_jobs(),
                         admitting_jobs: self.admitting.slots(),
                         max_active_jobs: m.config.max_active_jobs,
+                        queue: None,
                         message,
                     };
                     self.answer_submission(m, resend.to, rejected);
@@ -244,7 +245,7 @@ impl LeaderState {
         self.admitting
             .proposed((proposal.term, proposal.index), slots, key);
         if let Some(lane) = fresh {
-            self.fresh.proposed(FreshJob {
+            self.scheduling.fresh.proposed(FreshJob {
                 at: proposal.index,
                 job_id,
                 lane,
@@ -374,9 +375,39 @@ impl LeaderState {
             active_jobs,
             admitting_jobs,
             max_active_jobs,
+            queue: None,
             message: format!(
                 "coordinator is at its limit of {max_active_jobs} active jobs ({active_jobs} active, {admitting_jobs} being admitted); retry later"
             ),
+        };
+        self.answer_submission(m, to, rejected);
+    }
+
+    /// Refuses a submission, retryably, because its queue holds `active_jobs` unfinished jobs
+    /// of the `max_active_jobs` it admits.
+    pub(super) fn reject_for_queue(
+        &mut self,
+        m: &mut Member,
+        to: SubmitTo,
+        queue: String,
+        active_jobs: u64,
+        max_active_jobs: u64,
+    ) {
+        m.event(Event::QueueSubmitRejected {
+            queue: queue.clone(),
+            active_jobs,
+            max_active_jobs,
+        });
+        let message = format!(
+            "queue {queue:?} is at its limit of {max_active_jobs} unfinished jobs ({active_jobs} unfinished); retry later"
+        );
+        let rejected = SubmitResult::Rejected {
+            retryable: true,
+            active_jobs,
+            admitting_jobs: 0,
+            max_active_jobs,
+            queue: Some(queue),
+            message,
         };
         self.answer_submission(m, to, rejected);
     }
@@ -398,6 +429,7 @@ impl LeaderState {
                         active_jobs,
                         admitting_jobs,
                         max_active_jobs,
+                        queue,
                         message,
                     } => ClientReply::SubmitRejected {
                         request_id,
@@ -405,6 +437,7 @@ impl LeaderState {
                         active_jobs,
                         admitting_jobs,
                         max_active_jobs,
+                        queue,
                         message,
                     },
                     SubmitResult::Error { code, message } => {
