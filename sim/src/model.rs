@@ -161,15 +161,22 @@ pub struct Model {
     pub queues: BTreeMap<String, Vec<(LogIndex, QueueRules)>>,
     /// The last entry that assigned each job, whether or not it started it.
     pub last_assign: HashMap<JobId, LogIndex>,
+    /// Each rate-limited queue's starts since its limit was last set, by entry stamp.
+    rate_starts: HashMap<String, Vec<u64>>,
 }
 
-/// What the rules need of a queue's settings: whether it is paused, its ageing bound and how
-/// many of its jobs may run at once.
+/// What the rules need of a queue's settings: whether it is paused, its ageing bound, how
+/// many of its jobs may run at once (in all, and per fairness key), how many may start per
+/// period, and how many may be unfinished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueRules {
     pub paused: bool,
     pub aging_millis: u64,
     pub concurrency: Option<u32>,
+    pub key_concurrency: Option<u32>,
+    /// At most `.0` starts per `.1` milliseconds.
+    pub rate: Option<(u32, u64)>,
+    pub max_active_jobs: Option<u64>,
 }
 
 /// A new queue's settings: running, the documented ageing bound of 60 s, no limit.
@@ -177,6 +184,9 @@ pub const NEW_QUEUE: QueueRules = QueueRules {
     paused: false,
     aging_millis: 60_000,
     concurrency: None,
+    key_concurrency: None,
+    rate: None,
+    max_active_jobs: None,
 };
 
 /// What a task must give on an attempt.
@@ -313,18 +323,30 @@ impl Model {
                 lease,
                 as_of,
             } => {
-                // A paused queue starts nothing, and a queue at its concurrency limit nothing
-                // more (counting every attempt running, whichever leader started it).
+                // A paused queue starts nothing, and a queue at one of its limits nothing more
+                // (counting every attempt running, whichever leader started it).
                 let startable = self.jobs.get(job_id).is_some_and(|job| {
-                    let rules = self.rules_of(&job.queue, at);
-                    let running = self.running_in(&job.queue);
                     job.state == JobState::Queued
                         && job.attempt < job.max_attempts
-                        && !rules.paused
-                        && rules
-                            .concurrency
-                            .is_none_or(|limit| running < u64::from(limit))
+                        && self.within_queue_rules(at, job)
                 });
+                if startable {
+                    let queue = self.job(job_id)?.queue.clone();
+                    if let Some((starts, per_millis)) = self.rules_of(&queue, at).rate {
+                        let stamp = self.stamp;
+                        let history = self.rate_starts.entry(queue).or_default();
+                        history.push(stamp);
+                        // A start followed by the next at least one interval later never
+                        // binds again: the later one's run is longer by one start and by at
+                        // least that interval. Dropped, so the history stays short.
+                        let interval = (per_millis * 1000).div_ceil(u64::from(starts));
+                        while history.len() > 1
+                            && (history[1].saturating_sub(history[0])) * 1000 >= interval
+                        {
+                            history.remove(0);
+                        }
+                    }
+                }
                 if startable {
                     self.check_priority(at, *job_id, *as_of)?;
                 }
@@ -586,6 +608,11 @@ impl Model {
         if !valid {
             return Ok(()); // refused: nothing is created
         }
+        // Nor beyond its queue's admission limit, counting the queue's unfinished jobs.
+        let queue_limit = self.rules_of(&queue, at).max_active_jobs;
+        if queue_limit.is_some_and(|limit| self.unfinished_in(&queue) + slots > limit) {
+            return Ok(());
+        }
         ensure!(
             covers_exactly_once(task, &pieces),
             "job {job_id}: its {} pieces do not cover its input exactly once",
@@ -639,6 +666,63 @@ impl Model {
             .count() as u64
     }
 
+    /// Attempts of `queue` with fairness key `key` running now.
+    fn running_with_key(&self, queue: &str, key: &str) -> u64 {
+        self.jobs
+            .values()
+            .filter(|job| job.queue == queue && job.fairness_key == key && job.lease.is_some())
+            .count() as u64
+    }
+
+    /// Jobs of `queue` not yet terminal.
+    fn unfinished_in(&self, queue: &str) -> u64 {
+        self.jobs
+            .values()
+            .filter(|job| job.queue == queue && !job.state.is_terminal())
+            .count() as u64
+    }
+
+    /// Whether `job`'s queue lets it start at entry `at`, by the rules in effect there: not
+    /// paused; fewer running than its concurrency limit, and than its per-key limit among the
+    /// jobs with the same key; and a start now keeps every run of its starts since the rate
+    /// was set within the rate. The rate rule, in the model's own terms: the starts from the
+    /// `k`-th on, this one included, number `n`; spaced at the steady interval
+    /// (`period / starts`, rounded up to the microsecond) they would span `n` intervals, which
+    /// may exceed the time they took by at most one period (the burst of a full bucket).
+    fn within_queue_rules(&self, at: LogIndex, job: &ModelJob) -> bool {
+        let rules = self.rules_of(&job.queue, at);
+        if rules.paused {
+            return false;
+        }
+        if rules
+            .concurrency
+            .is_some_and(|limit| self.running_in(&job.queue) >= u64::from(limit))
+        {
+            return false;
+        }
+        if !job.fairness_key.is_empty()
+            && rules.key_concurrency.is_some_and(|limit| {
+                self.running_with_key(&job.queue, &job.fairness_key) >= u64::from(limit)
+            })
+        {
+            return false;
+        }
+        let Some((starts, per_millis)) = rules.rate else {
+            return true;
+        };
+        let period = i128::from(per_millis) * 1000;
+        let interval = (period + i128::from(starts) - 1) / i128::from(starts);
+        let earlier = self
+            .rate_starts
+            .get(&job.queue)
+            .map_or(&[][..], Vec::as_slice);
+        let now = i128::from(self.stamp) * 1000;
+        earlier.iter().enumerate().all(|(k, stamp)| {
+            let n = (earlier.len() - k + 1) as i128;
+            n * interval <= now - i128::from(*stamp) * 1000 + period
+        })
+    }
+
     /// A queue's settings in effect once entry `at` has applied.
     pub fn rules_of(&self, queue: &str, at: LogIndex) -> QueueRules {
         self.queues
@@ -653,10 +737,16 @@ impl Model {
         ensure!(
             change.weight.is_none_or(|w| (1..=1000).contains(&w))
                 && change.aging_millis.is_none_or(|a| a >= 1)
+                && change
+                    .rate
+                    .is_none_or(|r| r.starts == 0 || r.per_millis >= 1)
                 && (change.weight.is_some()
                     || change.paused.is_some()
                     || change.aging_millis.is_some()
-                    || change.concurrency.is_some()),
+                    || change.concurrency.is_some()
+                    || change.key_concurrency.is_some()
+                    || change.rate.is_some()
+                    || change.max_active_jobs.is_some()),
             "queues: entry {at} changes queue {queue:?} with settings out of bounds: {change:?}"
         );
         let mut rules = self.rules_of(queue, at);
@@ -668,6 +758,17 @@ impl Model {
         }
         if let Some(limit) = change.concurrency {
             rules.concurrency = (limit > 0).then_some(limit);
+        }
+        if let Some(limit) = change.key_concurrency {
+            rules.key_concurrency = (limit > 0).then_some(limit);
+        }
+        if let Some(limit) = change.max_active_jobs {
+            rules.max_active_jobs = (limit > 0).then_some(limit);
+        }
+        if let Some(rate) = change.rate {
+            // A rate set anew counts starts from here, with a full bucket.
+            rules.rate = (rate.starts > 0).then_some((rate.starts, rate.per_millis));
+            self.rate_starts.remove(queue);
         }
         self.queues
             .entry(queue.to_owned())

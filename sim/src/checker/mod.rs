@@ -805,6 +805,11 @@ impl Checker {
                 job_id, existing, ..
             } => self.check_accepted(c, job_id, *existing, key)?,
             ClientReply::SubmitRejected {
+                max_active_jobs,
+                queue: Some(queue),
+                ..
+            } => self.check_queue_rejected(queue, *max_active_jobs)?,
+            ClientReply::SubmitRejected {
                 active_jobs,
                 admitting_jobs,
                 max_active_jobs,
@@ -904,6 +909,24 @@ impl Checker {
             );
         }
         self.acked.insert(*job_id);
+        Ok(())
+    }
+
+    /// A submission refused by its queue's admission limit: the rules gave the queue that
+    /// limit. Whether it was right to refuse is the model's to judge when the entry applies:
+    /// it counts the queue's unfinished jobs itself, and a job the table refused but the rules
+    /// admitted (or the other way round) is a difference between the two.
+    fn check_queue_rejected(&self, queue: &str, max_active_jobs: u64) -> Check {
+        // (Set by an entry applied before the refusal; a later one may have changed it since.)
+        let set = self.model.queues.get(queue).is_some_and(|changes| {
+            changes
+                .iter()
+                .any(|(_, rules)| rules.max_active_jobs == Some(max_active_jobs))
+        });
+        ensure!(
+            set,
+            "SUBMIT_REJECTED by queue {queue:?} at a limit of {max_active_jobs}, which the rules never gave it"
+        );
         Ok(())
     }
 
@@ -1152,6 +1175,18 @@ impl Checker {
                 SubmitResult::Accepted { job_id, existing } => {
                     self.check_accepted(c, job_id, *existing, *key)?;
                     self.check_options(subject, job_id, sent)?;
+                }
+                SubmitResult::Rejected {
+                    max_active_jobs,
+                    queue: Some(queue),
+                    ..
+                } => {
+                    ensure!(
+                        sent.queue.as_deref().unwrap_or(herder_core::queues::DEFAULT_QUEUE) == queue,
+                        "{subject}: refused by the limit of queue {queue:?}, but it was sent to {:?}",
+                        sent.queue
+                    );
+                    self.check_queue_rejected(queue, *max_active_jobs)?
                 }
                 SubmitResult::Rejected {
                     active_jobs,

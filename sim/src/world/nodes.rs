@@ -963,6 +963,14 @@ impl World {
                     Some(&job.task) == submitted.as_ref() && job.timeout_millis == *timeout_millis
                 })
             }
+            // A refusal by a queue's limit names the queue the job was sent to.
+            (Operation::Submit(submission), ClientReply::SubmitRejected { queue, .. }) => {
+                let sent_to = submission
+                    .queue
+                    .as_deref()
+                    .unwrap_or(herder_core::queues::DEFAULT_QUEUE);
+                queue.as_deref().is_none_or(|queue| queue == sent_to)
+            }
             (Operation::SubmitBatch { jobs }, ClientReply::SubmitBatchResult { results, .. }) => {
                 results.len() == jobs.len()
                     && jobs
@@ -995,6 +1003,15 @@ impl World {
                     && change
                         .concurrency
                         .is_none_or(|limit| view.concurrency == (limit > 0).then_some(limit))
+                    && change
+                        .key_concurrency
+                        .is_none_or(|limit| view.key_concurrency == (limit > 0).then_some(limit))
+                    && change
+                        .max_active_jobs
+                        .is_none_or(|limit| view.max_active_jobs == (limit > 0).then_some(limit))
+                    && change
+                        .rate
+                        .is_none_or(|rate| view.rate == (rate.starts > 0).then_some(rate))
             }
             (Operation::List { .. }, ClientReply::JobList { .. })
             | (Operation::Queues, ClientReply::QueueList { .. })

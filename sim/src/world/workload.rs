@@ -14,7 +14,7 @@ use herder_core::limits::{
     SUBMIT_BATCH_JOBS_MAX,
 };
 use herder_core::protocol::{JobSubmission, Partitions};
-use herder_core::queues::QueueChange;
+use herder_core::queues::{QueueChange, RateLimit};
 use herder_core::tasks::{TaskSpec, UserTask};
 use serde_json::json;
 
@@ -255,7 +255,7 @@ impl World {
             return self.group_op(c);
         }
         // (Drawn only in seeds with queues, so other seeds draw what they always drew.)
-        if self.scenario.queues && self.clients[c].rng.chance(0.04) {
+        if self.scenario.queues && self.clients[c].rng.chance(0.06) {
             return self.queue_op(c);
         }
         let purge_ops = self.scenario.purge_ops;
@@ -316,27 +316,40 @@ impl World {
     }
 
     /// An operator's change to one of the workload's queues: mostly a pause or a resume, or a
-    /// concurrency limit of 1 or 2 (or none), now and then a new weight or a short ageing bound
-    /// (so ageing happens within a seed).
+    /// limit — concurrency or per-key concurrency of 1 or 2 (or none), a rate of 1 to 3 starts
+    /// per 200 ms to 1.5 s (or none), an admission limit of 1 to 6 unfinished jobs (or none) —
+    /// now and then a new weight or a short ageing bound (so ageing happens within a seed).
     fn queue_op(&mut self, c: usize) -> Operation {
         let rng = &mut self.clients[c].rng;
         let queue = (*rng.pick(&QUEUES).unwrap_or(&"default")).to_owned();
-        let change = match rng.below(10) {
-            0..=2 => QueueChange::pause(true),
-            3..=5 => QueueChange::pause(false),
-            6 => QueueChange {
-                weight: Some(rng.range(1, 5) as u32),
-                ..QueueChange::default()
-            },
-            7..=8 => QueueChange {
-                concurrency: Some(rng.range(0, 3) as u32),
-                ..QueueChange::default()
-            },
-            _ => QueueChange {
-                aging_millis: Some(rng.range(50, 3_000)),
-                ..QueueChange::default()
-            },
-        };
+        let mut change = QueueChange::default();
+        match rng.below(14) {
+            0..=1 => change.paused = Some(true),
+            2..=3 => change.paused = Some(false),
+            4 => change.weight = Some(rng.range(1, 5) as u32),
+            5..=6 => change.concurrency = Some(rng.range(0, 3) as u32),
+            7..=8 => change.key_concurrency = Some(rng.range(0, 3) as u32),
+            9..=10 => {
+                let starts = if rng.below(4) == 0 {
+                    0
+                } else {
+                    rng.range(1, 4) as u32
+                };
+                change.rate = Some(RateLimit {
+                    starts,
+                    per_millis: rng.range(200, 1_501),
+                });
+            }
+            11..=12 => {
+                let limit = if rng.below(3) == 0 {
+                    0
+                } else {
+                    rng.range(1, 7)
+                };
+                change.max_active_jobs = Some(limit);
+            }
+            _ => change.aging_millis = Some(rng.range(50, 3_000)),
+        }
         self.count("client: a queue change sent");
         Operation::SetQueue { queue, change }
     }
