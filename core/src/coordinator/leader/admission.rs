@@ -37,6 +37,8 @@ impl ParkedResend {
 struct InFlight {
     /// Admission slots it takes: the job and each partition.
     slots: u64,
+    /// The queue it goes to.
+    queue: String,
     key: Option<ScopedKey>,
     resends: Vec<ParkedResend>,
 }
@@ -44,8 +46,9 @@ struct InFlight {
 #[derive(Default)]
 pub(super) struct Admitting {
     entries: BTreeMap<At, InFlight>,
-    /// Sum of `slots` over `entries`.
+    /// Sum of `slots` over `entries`, in all and by queue.
     slots: u64,
+    by_queue: BTreeMap<String, u64>,
     keys: BTreeMap<ScopedKey, At>,
     resends: usize,
 }
@@ -56,8 +59,13 @@ impl Admitting {
         self.slots
     }
 
-    /// A submission was proposed at `at`.
-    pub(super) fn proposed(&mut self, at: At, slots: u64, key: Option<ScopedKey>) {
+    /// Admission slots of `queue` taken by submissions proposed and not yet applied.
+    pub(super) fn queue_slots(&self, queue: &str) -> u64 {
+        self.by_queue.get(queue).copied().unwrap_or(0)
+    }
+
+    /// A submission to `queue` was proposed at `at`.
+    pub(super) fn proposed(&mut self, at: At, slots: u64, key: Option<ScopedKey>, queue: String) {
         if let Some(key) = &key {
             let earlier = self.keys.insert(key.clone(), at);
             assert!(
@@ -69,12 +77,14 @@ impl Admitting {
             at,
             InFlight {
                 slots,
+                queue: queue.clone(),
                 key,
                 resends: Vec::new(),
             },
         );
         assert!(earlier.is_none(), "two submissions proposed at {at:?}");
         self.slots += slots;
+        *self.by_queue.entry(queue).or_default() += slots;
     }
 
     /// Where the in-flight submission bound to `key` is, if there is one.
@@ -103,6 +113,16 @@ impl Admitting {
             return Vec::new();
         };
         self.slots -= entry.slots;
+        let Some(in_queue) = self.by_queue.get_mut(&entry.queue) else {
+            panic!(
+                "a submission to {:?} applied with none counted in flight there",
+                entry.queue
+            );
+        };
+        *in_queue -= entry.slots;
+        if *in_queue == 0 {
+            self.by_queue.remove(&entry.queue);
+        }
         if let Some(key) = &entry.key {
             self.keys.remove(key);
         }

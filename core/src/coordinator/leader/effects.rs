@@ -90,7 +90,8 @@ impl LeaderState {
                 ..
             } => {
                 if let Some(Pending::Submit { to }) = pending {
-                    self.reject_for_queue(m, to, queue, active_jobs, max_active_jobs);
+                    let admitting = self.admitting.queue_slots(&queue);
+                    self.reject_for_queue(m, to, queue, (active_jobs, admitting), max_active_jobs);
                 }
             }
             Applied::UnknownJob { job_id } => self.on_unknown_job(m, pending, job_id),

@@ -190,6 +190,23 @@ impl LeaderState {
             }
             return self.reject_submission(m, to, active, admitting, limit);
         }
+        // So does its queue's admission limit, if it has one.
+        let queue = &checked.queue;
+        let queue_limit = m
+            .table
+            .queue_state(queue)
+            .and_then(|q| q.settings.max_active_jobs);
+        if let Some(limit) = queue_limit {
+            let active = m.table.active_in(queue);
+            let admitting = self.admitting.queue_slots(queue);
+            if active.saturating_add(admitting).saturating_add(slots) > limit {
+                if !confirmed && m.reads_need_confirmation() {
+                    return self.confirm_submission(m, to, submission);
+                }
+                let queue = queue.clone();
+                return self.reject_for_queue(m, to, queue, (active, admitting), limit);
+            }
+        }
         self.propose_submission(m, to, submission, checked, (pieces, slots));
     }
 
@@ -224,6 +241,7 @@ impl LeaderState {
             key: checked.fairness_key.clone().unwrap_or_default(),
         });
         let priority = checked.priority;
+        let queue = checked.queue.clone();
         let proposal = self.propose(
             m,
             Command::Submit {
@@ -243,7 +261,7 @@ impl LeaderState {
             Some(Pending::Submit { to }),
         );
         self.admitting
-            .proposed((proposal.term, proposal.index), slots, key);
+            .proposed((proposal.term, proposal.index), slots, key, queue);
         if let Some(lane) = fresh {
             self.scheduling.fresh.proposed(FreshJob {
                 at: proposal.index,
@@ -384,13 +402,13 @@ impl LeaderState {
     }
 
     /// Refuses a submission, retryably, because its queue holds `active_jobs` unfinished jobs
-    /// of the `max_active_jobs` it admits.
+    /// and `admitting_jobs` more being written, of the `max_active_jobs` it admits.
     pub(super) fn reject_for_queue(
         &mut self,
         m: &mut Member,
         to: SubmitTo,
         queue: String,
-        active_jobs: u64,
+        (active_jobs, admitting_jobs): (u64, u64),
         max_active_jobs: u64,
     ) {
         m.event(Event::QueueSubmitRejected {
@@ -399,12 +417,12 @@ impl LeaderState {
             max_active_jobs,
         });
         let message = format!(
-            "queue {queue:?} is at its limit of {max_active_jobs} unfinished jobs ({active_jobs} unfinished); retry later"
+            "queue {queue:?} is at its limit of {max_active_jobs} unfinished jobs ({active_jobs} unfinished, {admitting_jobs} being admitted); retry later"
         );
         let rejected = SubmitResult::Rejected {
             retryable: true,
             active_jobs,
-            admitting_jobs: 0,
+            admitting_jobs,
             max_active_jobs,
             queue: Some(queue),
             message,

@@ -211,3 +211,36 @@ fn the_table_refuses_a_start_past_a_key_limit_or_the_rate_whoever_proposed_it() 
     );
     rebuilt.check_invariants().expect("consistent");
 }
+
+#[test]
+fn the_table_refuses_a_submission_its_queue_has_no_room_for_whoever_proposed_it() {
+    let mut table = crate::table::JobTable::new();
+    let job = |n: u128| JobId(uuid::Uuid::from_u128(n));
+    let at = crate::time::UnixMillis(1);
+    let change = QueueChange {
+        max_active_jobs: Some(1),
+        ..QueueChange::default()
+    };
+    let set = Command::SetQueue {
+        queue: "q".to_owned(),
+        change,
+    };
+    table.apply(crate::ids::LogIndex(1), at, &set);
+    let first = table.apply(crate::ids::LogIndex(2), at, &plain_submit(job(1), "q"));
+    let second = table.apply(crate::ids::LogIndex(3), at, &plain_submit(job(2), "q"));
+    let elsewhere = table.apply(crate::ids::LogIndex(4), at, &plain_submit(job(3), "other"));
+    assert!(
+        matches!(first.applied, Applied::Submitted { .. }),
+        "{first:?}"
+    );
+    assert!(
+        matches!(
+            second.applied,
+            Applied::QueueAdmissionRejected { ref queue, active_jobs: 1, max_active_jobs: 1, .. } if queue == "q"
+        ),
+        "{second:?}"
+    );
+    assert!(table.get(&job(2)).is_none(), "nothing was created");
+    assert!(matches!(elsewhere.applied, Applied::Submitted { .. }));
+    table.check_invariants().expect("consistent");
+}
