@@ -32,6 +32,10 @@
 # to show the suite works; its figures mean nothing).
 # PREFETCH applies to the suite's workers too.
 #   SUITE=targets RUNS=3 PREFETCH=16 ./scripts/bench-throughput.sh
+# SPREADS spreads the jobs over queues and fairness keys, one configuration per word: `none`
+# (every job in the default queue, no key), `queues=N` (round-robin over N queues) or `keys=N`
+# (round-robin over N fairness keys of the default queue); the summary has a row per spread.
+#   TOPOLOGIES=single SPREADS="none queues=100 keys=10000" BATCH=100 ./scripts/bench-throughput.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 ensure_built
@@ -49,6 +53,7 @@ PREFETCH="${PREFETCH:-0}"
 OUT="${OUT:-}"
 MAX_ACTIVE="${MAX_ACTIVE:-1000000}"
 SUITE="${SUITE:-}"
+SPREADS="${SPREADS:-none}"
 SMOKE="${SMOKE:-}"
 TLS="${TLS:-}"
 WORKER_ADDR="127.0.0.1:${BENCH_WORKER_PORT:-27070}"
@@ -257,17 +262,25 @@ fi
 for jobs in $JOBS; do
     for pipeline in $PIPELINES; do
         for run in $(seq "$RUNS"); do
-            for topology in $TOPOLOGIES; do
-                STARTED_PIDS=()
-                ROLES=()
-                start_topology "$topology"
-                load=(--pipeline "$pipeline" --batch "$BATCH")
-                [ -n "$RATE" ] && load=(--rate "$RATE")
-                python3 "$HERDER_ROOT/scripts/bench-run.py" "$topology" "$run" "${ROLES[@]}" -- \
-                    "$HERDER_BIN" bench --jobs "$jobs" --concurrency "$CONCURRENCY" \
-                    "${load[@]}" --task sha256 --text herder \
-                    --coordinator "$CLIENT_ADDR" --json | tee -a "$results"
-                cleanup_started
+            for spread in $SPREADS; do
+                case "$spread" in
+                    none) placed=() ;;
+                    queues=*) placed=(--queues "${spread#queues=}") ;;
+                    keys=*) placed=(--fairness-keys "${spread#keys=}") ;;
+                    *) echo "unknown spread $spread (none, queues=N, keys=N)" >&2; exit 2 ;;
+                esac
+                for topology in $TOPOLOGIES; do
+                    STARTED_PIDS=()
+                    ROLES=()
+                    start_topology "$topology"
+                    load=(--pipeline "$pipeline" --batch "$BATCH")
+                    [ -n "$RATE" ] && load=(--rate "$RATE")
+                    python3 "$HERDER_ROOT/scripts/bench-run.py" "$topology" "$run" "${ROLES[@]}" -- \
+                        "$HERDER_BIN" bench --jobs "$jobs" --concurrency "$CONCURRENCY" \
+                        "${load[@]}" ${placed[@]+"${placed[@]}"} --task sha256 --text herder \
+                        --coordinator "$CLIENT_ADDR" --json | tee -a "$results"
+                    cleanup_started
+                done
             done
         done
     done
@@ -278,15 +291,16 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 medians = {}
 for r in rows:
-    medians.setdefault((r["topology"], r["jobs"], r["pipeline"], r.get("batch", 1), r["concurrency"]), []).append(
+    spread = f"q{r.get('queues', 0)}/k{r.get('fairness_keys', 0)}"
+    medians.setdefault((r["topology"], r["jobs"], r["pipeline"], r.get("batch", 1), r["concurrency"], spread), []).append(
         r["throughput_jobs_per_second"])
-print(f"{'topology':<9} {'jobs':>6} {'conc':>4} {'pipe':>4} {'batch':>5}  {'runs (jobs/s)':<28} {'median':>8}  vs single")
-for (topology, jobs, pipeline, batch, conc), values in sorted(medians.items()):
+print(f"{'topology':<9} {'jobs':>6} {'conc':>4} {'pipe':>4} {'batch':>5} {'spread':>10}  {'runs (jobs/s)':<28} {'median':>8}  vs single")
+for (topology, jobs, pipeline, batch, conc, spread), values in sorted(medians.items()):
     median = statistics.median(values)
-    single = medians.get(("single", jobs, pipeline, batch, conc))
+    single = medians.get(("single", jobs, pipeline, batch, conc, spread))
     ratio = f"{median / statistics.median(single):.2f}" if single and topology != "single" else "-"
     runs = " ".join(f"{v:.0f}" for v in values)
-    print(f"{topology:<9} {jobs:>6} {conc:>4} {pipeline:>4} {batch:>5}  {runs:<28} {median:>8.0f}  {ratio}")
+    print(f"{topology:<9} {jobs:>6} {conc:>4} {pipeline:>4} {batch:>5} {spread:>10}  {runs:<28} {median:>8.0f}  {ratio}")
 EOF
 )
 echo "$summary"

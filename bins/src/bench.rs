@@ -106,6 +106,7 @@ pub async fn run(args: BenchArgs) -> u8 {
         .then(|| spawn_progress_bar(progress.clone(), args.jobs));
     let started = Instant::now();
     let mut connections = JoinSet::new();
+    let mut first_job = 0;
     for c in 0..u64::from(args.concurrency) {
         let share = args.jobs / u64::from(args.concurrency)
             + u64::from(c < args.jobs % u64::from(args.concurrency));
@@ -128,7 +129,13 @@ pub async fn run(args: BenchArgs) -> u8 {
             max_attempts: args.max_attempts,
             pace,
             wait: !args.no_wait,
+            spread: Spread {
+                queues: args.queues,
+                keys: args.fairness_keys,
+            },
+            first_job,
         };
+        first_job += share;
         connections.spawn(async move { run_connection(client, task, load, progress).await });
     }
     let mut outcomes = Vec::new();
@@ -166,6 +173,27 @@ struct Load {
     pace: Option<(Instant, Duration)>,
     /// Wait for each accepted job to be terminal (otherwise it counts once acknowledged).
     wait: bool,
+    /// Where the jobs go, and the number of this connection's first job (jobs are numbered
+    /// across connections, so the spread covers every queue and key).
+    spread: Spread,
+    first_job: u64,
+}
+
+/// Jobs spread round-robin over `queues` queues (`bench-0`, `bench-1`, ...) and `keys`
+/// fairness keys (`tenant-0`, ...); 0 queues is the default queue, 0 keys no key.
+#[derive(Clone, Copy, Debug)]
+struct Spread {
+    queues: u32,
+    keys: u32,
+}
+
+impl Spread {
+    fn place(self, job: u64, submission: &mut JobSubmission) {
+        submission.queue =
+            (self.queues > 0).then(|| format!("bench-{}", job % u64::from(self.queues)));
+        submission.fairness_key =
+            (self.keys > 0).then(|| format!("tenant-{}", job % u64::from(self.keys)));
+    }
 }
 
 async fn run_connection(
@@ -207,6 +235,8 @@ async fn run_connection(
         let client = client.clone();
         let task = task.clone();
         let progress = progress.clone();
+        let mut placed = JobSubmission::default();
+        load.spread.place(load.first_job + i, &mut placed);
         jobs_set.spawn(async move {
             let t0 = Instant::now();
             let options = SubmitOptions {
@@ -214,9 +244,9 @@ async fn run_connection(
                 partitions: None,
                 max_attempts,
                 idempotency_key: None,
-                fairness_key: None,
+                fairness_key: placed.fairness_key,
                 priority: None,
-                queue: None,
+                queue: placed.queue,
             };
             let submitted = client.submit(&task, options).await;
             let ack = t0.elapsed();
@@ -270,11 +300,20 @@ async fn run_batches(
     };
     let mut outcomes = Vec::with_capacity(load.jobs as usize);
     let mut left = load.jobs as usize;
+    let mut next = load.first_job;
     while left > 0 {
         let size = left.min(load.batch);
         left -= size;
+        let batch: Vec<JobSubmission> = (0..size as u64)
+            .map(|k| {
+                let mut job = submission.clone();
+                load.spread.place(next + k, &mut job);
+                job
+            })
+            .collect();
+        next += size as u64;
         let t0 = Instant::now();
-        let submitted = client.submit_batch(vec![submission.clone(); size]).await;
+        let submitted = client.submit_batch(batch).await;
         let ack = t0.elapsed();
         let results = match submitted {
             Ok(results) => results,
@@ -403,6 +442,8 @@ fn summarize(args: &BenchArgs, outcomes: &[Outcome], elapsed: Duration) -> u8 {
                 "pipeline": args.pipeline,
                 "batch": args.batch,
                 "rate": args.rate,
+                "queues": args.queues,
+                "fairness_keys": args.fairness_keys,
                 "task": task_label(args),
                 "accepted": accepted,
                 "waited": !args.no_wait,

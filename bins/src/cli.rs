@@ -756,6 +756,13 @@ pub struct BenchArgs {
     pub task_json: Option<String>,
     #[arg(long)]
     pub max_attempts: Option<u32>,
+    /// Spread the jobs round-robin over this many queues, `bench-0` to `bench-N-1` (0: every
+    /// job in the default queue).
+    #[arg(long, default_value_t = 0)]
+    pub queues: u32,
+    /// Give the jobs this many fairness keys round-robin, `tenant-0` to `tenant-N-1` (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub fairness_keys: u32,
     #[command(flatten)]
     pub client: ClientArgs,
 }
