@@ -230,6 +230,8 @@ pub enum ClientError {
     Rejected {
         active_jobs: u64,
         max_active_jobs: u64,
+        /// Set when the limit reached was this queue's; the counts are then the queue's.
+        queue: Option<String>,
         message: String,
     },
     #[error("coordinator error {code:?}: {message}")]
@@ -603,15 +605,15 @@ impl Client {
         }
         match reply {
             ClientReply::SubmitRejected {
-                queue: None,
                 retryable,
                 active_jobs,
                 max_active_jobs,
+                queue,
                 message,
                 ..
             } => {
                 let counts = (active_jobs, max_active_jobs);
-                self.on_submit_rejected(now, id, retryable, counts, message);
+                self.on_submit_rejected(now, id, retryable, counts, queue, message);
             }
             ClientReply::NotLeader {
                 leader,
@@ -640,6 +642,7 @@ impl Client {
         id: OpId,
         retryable: bool,
         (active_jobs, max_active_jobs): (u64, u64),
+        queue: Option<String>,
         message: String,
     ) {
         let retries = self.config.submit_retries;
@@ -665,6 +668,7 @@ impl Client {
                 Err(ClientError::Rejected {
                     active_jobs,
                     max_active_jobs,
+                    queue,
                     message,
                 }),
             );
@@ -912,6 +916,35 @@ mod tests {
                 })
             )]
         ));
+    }
+
+    #[test]
+    fn a_rejection_by_a_queues_limit_is_retried_and_surfaced_naming_the_queue() {
+        let mut c = client(&["a"], 1);
+        let op = c.start(Instant::ZERO, submit(None));
+        let (attempt, _) = connected(&mut c, Instant::ZERO);
+        let rejected = ClientReply::SubmitRejected {
+            queue: Some("imports".into()),
+            request_id: RequestId(op.0),
+            retryable: true,
+            active_jobs: 2,
+            admitting_jobs: 0,
+            max_active_jobs: 2,
+            message: "queue \"imports\" is full".into(),
+        };
+        c.handle_message(Instant::ZERO, attempt, rejected.clone());
+        let at = c.poll_timeout().expect("a retry timer");
+        c.handle_timeout(at);
+        assert_eq!(sent(&drain(&mut c)).len(), 1, "retried once");
+        c.handle_message(at, attempt, rejected);
+        let finished = done(&drain(&mut c));
+        assert!(
+            matches!(
+                finished.as_slice(),
+                [(_, Err(ClientError::Rejected { queue: Some(queue), max_active_jobs: 2, .. }))] if queue == "imports"
+            ),
+            "{finished:?}"
+        );
     }
 
     #[test]

@@ -483,3 +483,50 @@ fn a_rotation_that_completes_while_entries_apply_leaves_no_leader_state_acting()
     let now_leading = g.acting_leader().expect("a leader after the hand-over");
     assert_ne!(now_leading, leader, "leadership rotated");
 }
+
+#[test]
+fn a_batch_its_queues_admission_limit_partly_refuses_is_answered_after_leadership_is_confirmed()
+{
+    let mut g = Group::new();
+    let leader = g.elect();
+    g.run(50);
+    let set = g.ask(leader, |request_id| {
+        let change = herder_core::queues::QueueChange {
+            max_active_jobs: Some(1),
+            ..herder_core::queues::QueueChange::default()
+        };
+        ClientRequest::set_queue(request_id, "imports".to_owned(), change)
+    });
+    g.run(50);
+    assert!(
+        matches!(g.reply(set), Some((_, ClientReply::QueueSet { .. }))),
+        "{:?}",
+        g.reply(set)
+    );
+    let job = |text: &str| herder_core::protocol::JobSubmission {
+        task: json!({"kind": "sha256", "text": text}),
+        queue: Some("imports".to_owned()),
+        ..herder_core::protocol::JobSubmission::default()
+    };
+    let batch = g.ask(leader, |request_id| ClientRequest::SubmitBatch {
+        request_id,
+        jobs: vec![job("a"), job("b")],
+    });
+    g.run(100);
+    match g.reply(batch) {
+        Some((_, ClientReply::SubmitBatchResult { results, .. })) => {
+            assert!(
+                matches!(results[0], herder_core::protocol::SubmitResult::Accepted { .. }),
+                "{results:?}"
+            );
+            assert!(
+                matches!(
+                    &results[1],
+                    herder_core::protocol::SubmitResult::Rejected { queue: Some(queue), .. } if queue == "imports"
+                ),
+                "{results:?}"
+            );
+        }
+        other => panic!("expected the batch's results, got {other:?}"),
+    }
+}

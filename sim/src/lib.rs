@@ -17,6 +17,7 @@
 
 pub mod budget;
 pub mod checker;
+pub mod fairness;
 pub mod model;
 pub mod rng;
 pub mod scenario;

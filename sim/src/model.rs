@@ -44,6 +44,7 @@ use herder_core::tasks::{self, TaskOutput, TaskSpec, UserTask};
 use serde_json::{json, Value};
 
 use crate::checker::Check;
+use crate::fairness::{Fairness, Lane};
 
 macro_rules! ensure {
     ($cond:expr, $($msg:tt)+) => {
@@ -163,6 +164,8 @@ pub struct Model {
     pub last_assign: HashMap<JobId, LogIndex>,
     /// Each rate-limited queue's starts since its limit was last set, by entry stamp.
     rate_starts: HashMap<String, Vec<u64>>,
+    /// The fairness rule between keys (see [`crate::fairness`]).
+    pub fairness: Fairness,
 }
 
 /// What the rules need of a queue's settings: whether it is paused, its ageing bound, how
@@ -280,6 +283,48 @@ impl Model {
             .filter(|(_, j)| j.state.is_terminal())
             .map(|(id, j)| (*id, j.state))
             .collect();
+        let queued_before = self.queued_lanes();
+        self.apply_command(entry)?;
+        let queued_after = self.queued_lanes();
+        let started: BTreeSet<JobId> = queued_before
+            .keys()
+            .filter(|id| {
+                self.jobs
+                    .get(id)
+                    .is_some_and(|j| j.state == JobState::Running)
+            })
+            .copied()
+            .collect();
+        let key_limited: BTreeSet<String> = self
+            .queues
+            .keys()
+            .filter(|queue| self.rules_of(queue, at).key_concurrency.is_some())
+            .cloned()
+            .collect();
+        self.fairness
+            .observe(at, &queued_before, &queued_after, &started, &key_limited)?;
+        self.after_entry(at, before)
+    }
+
+    /// The lane of every queued job: its kind, queue and fairness key.
+    fn queued_lanes(&self) -> HashMap<JobId, Lane> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Queued)
+            .map(|(id, j)| {
+                let lane = (
+                    j.task.kind().to_owned(),
+                    j.queue.clone(),
+                    j.fairness_key.clone(),
+                );
+                (*id, lane)
+            })
+            .collect()
+    }
+
+    /// What one entry's command does to the jobs, by the rules.
+    fn apply_command(&mut self, entry: &LogEntry) -> Check {
+        let at = entry.index;
         match &entry.command {
             Command::Submit {
                 job_id,
@@ -546,6 +591,11 @@ impl Model {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// After every entry: no terminal job left its state, and the count of active jobs.
+    fn after_entry(&mut self, at: LogIndex, before: BTreeMap<JobId, JobState>) -> Check {
         for (id, state) in before {
             if self.purged.get(&id).is_some_and(|(index, _)| *index == at) {
                 continue;

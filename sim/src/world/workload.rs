@@ -258,6 +258,9 @@ impl World {
         if self.scenario.queues && self.clients[c].rng.chance(0.06) {
             return self.queue_op(c);
         }
+        if self.scenario.queues && self.clients[c].rng.chance(0.03) {
+            return self.tenant_burst(c);
+        }
         let purge_ops = self.scenario.purge_ops;
         let batch_submits = self.scenario.batch_submits;
         let client = &mut self.clients[c];
@@ -352,6 +355,41 @@ impl World {
         }
         self.count("client: a queue change sent");
         Operation::SetQueue { queue, change }
+    }
+
+    /// A busy tenant's burst: one batch of jobs alike (one task, one queue) for the hot key,
+    /// more than the fairness rule's bound, then a few for other keys, which must not wait
+    /// for the whole burst.
+    fn tenant_burst(&mut self, c: usize) -> Operation {
+        let leases: u64 = self
+            .scenario
+            .worker_capacity
+            .iter()
+            .enumerate()
+            .map(|(w, slots)| {
+                u64::from(*slots)
+                    + u64::from(self.scenario.worker_prefetch.get(w).copied().unwrap_or(0))
+            })
+            .sum();
+        let user_tasks = &self.scenario.user_tasks;
+        let rng = &mut self.clients[c].rng;
+        let task = random_spec(rng, user_tasks).to_json();
+        let queue = (*rng.pick(&QUEUES).unwrap_or(&"default")).to_owned();
+        let hot = (3 * (leases + 1) + 10).min(SUBMIT_BATCH_JOBS_MAX as u64 - 3);
+        let jobs = (0..hot + 3)
+            .map(|n| JobSubmission {
+                task: task.clone(),
+                queue: Some(queue.clone()),
+                fairness_key: Some(if n < hot {
+                    "tenant-hot".to_owned()
+                } else {
+                    format!("tenant-{}", n - hot + 1)
+                }),
+                ..JobSubmission::default()
+            })
+            .collect();
+        self.count("client: a tenant's burst sent");
+        Operation::SubmitBatch { jobs }
     }
 
     /// Where a job of a seed with queues goes: one of the workload's queues, mostly the lowest

@@ -111,8 +111,10 @@ impl LeaderState {
             );
         }
         let mut checked = Vec::with_capacity(jobs.len());
-        // Whether some answer reads the table, and the admission slots the batch could take.
+        // Whether some answer reads the table, and the admission slots the batch could take,
+        // in all and by queue.
         let (mut reads_table, mut slots) = (false, 0u64);
+        let mut queue_slots: BTreeMap<String, u64> = BTreeMap::new();
         for (index, job) in jobs.iter().enumerate() {
             let refuse = |m: &mut Member, (code, message): (ErrorCode, String)| {
                 m.client_error(
@@ -141,7 +143,10 @@ impl LeaderState {
                 // Room only shrinks while the batch is admitted, and with it the pieces of an
                 // `auto` split: what passes here passes then.
                 match self.check_pieces(m, &this, job) {
-                    Ok((_, job_slots)) => slots = slots.saturating_add(job_slots),
+                    Ok((_, job_slots)) => {
+                        slots = slots.saturating_add(job_slots);
+                        *queue_slots.entry(this.queue.clone()).or_default() += job_slots;
+                    }
                     Err(error) => return refuse(m, error),
                 }
             }
@@ -152,7 +157,21 @@ impl LeaderState {
             .max_active_jobs
             .saturating_sub(m.table.active_jobs())
             .saturating_sub(self.admitting.slots());
-        if !confirmed && m.reads_need_confirmation() && (reads_table || slots > room) {
+        // A job its queue's admission limit would refuse reads the table too.
+        let queue_refuses = queue_slots.iter().any(|(queue, slots)| {
+            m.table
+                .queue_state(queue)
+                .and_then(|q| q.settings.max_active_jobs)
+                .is_some_and(|limit| {
+                    m.table
+                        .active_in(queue)
+                        .saturating_add(self.admitting.queue_slots(queue))
+                        .saturating_add(*slots)
+                        > limit
+                })
+        });
+        let refuses = slots > room || queue_refuses;
+        if !confirmed && m.reads_need_confirmation() && (reads_table || refuses) {
             let request = ClientRequest::SubmitBatch { request_id, jobs };
             return self.confirm_then(
                 m,
