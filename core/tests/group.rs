@@ -485,8 +485,7 @@ fn a_rotation_that_completes_while_entries_apply_leaves_no_leader_state_acting()
 }
 
 #[test]
-fn a_batch_its_queues_admission_limit_partly_refuses_is_answered_after_leadership_is_confirmed()
-{
+fn a_batch_its_queues_admission_limit_partly_refuses_is_answered_after_leadership_is_confirmed() {
     let mut g = Group::new();
     let leader = g.elect();
     g.run(50);
@@ -516,7 +515,10 @@ fn a_batch_its_queues_admission_limit_partly_refuses_is_answered_after_leadershi
     match g.reply(batch) {
         Some((_, ClientReply::SubmitBatchResult { results, .. })) => {
             assert!(
-                matches!(results[0], herder_core::protocol::SubmitResult::Accepted { .. }),
+                matches!(
+                    results[0],
+                    herder_core::protocol::SubmitResult::Accepted { .. }
+                ),
                 "{results:?}"
             );
             assert!(

@@ -495,8 +495,12 @@ impl Scenario {
             scenario.coordinator.log_retained_entries = rng.range(2, 64);
         }
         scenario.group_ops = scenario.coordinators > 1 && rng.chance(0.5);
-        // Queues, drawn last of all.
+        // Queues, drawn last of all; half of those seeds admit enough jobs for a tenant's
+        // burst to queue up behind the workers (the fairness rule needs a backlog to judge).
         scenario.queues = rng.chance(0.5);
+        if scenario.queues && rng.chance(0.5) {
+            scenario.coordinator.max_active_jobs = rng.range(100, 400);
+        }
         scenario
     }
 }

@@ -1181,8 +1181,11 @@ impl Checker {
                     queue: Some(queue),
                     ..
                 } => {
+                    // A keyed job waiting on its key's first submission shares that one's
+                    // answer, which may name the queue that submission was sent to.
                     ensure!(
-                        sent.queue.as_deref().unwrap_or(herder_core::queues::DEFAULT_QUEUE) == queue,
+                        sent.queue.as_deref().unwrap_or(herder_core::queues::DEFAULT_QUEUE) == queue
+                            || sent.idempotency_key.is_some(),
                         "{subject}: refused by the limit of queue {queue:?}, but it was sent to {:?}",
                         sent.queue
                     );

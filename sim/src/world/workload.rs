@@ -319,8 +319,8 @@ impl World {
     }
 
     /// An operator's change to one of the workload's queues: mostly a pause or a resume, or a
-    /// limit — concurrency or per-key concurrency of 1 or 2 (or none), a rate of 1 to 3 starts
-    /// per 200 ms to 1.5 s (or none), an admission limit of 1 to 6 unfinished jobs (or none) —
+    /// limit — concurrency or per-key concurrency of 1 or 2 (or none), a rate of 2 to 5 starts
+    /// per 100 to 400 ms (or none), an admission limit of 1 to 6 unfinished jobs (or none) —
     /// now and then a new weight or a short ageing bound (so ageing happens within a seed).
     fn queue_op(&mut self, c: usize) -> Operation {
         let rng = &mut self.clients[c].rng;
@@ -333,14 +333,16 @@ impl World {
             5..=6 => change.concurrency = Some(rng.range(0, 3) as u32),
             7..=8 => change.key_concurrency = Some(rng.range(0, 3) as u32),
             9..=10 => {
+                // At least 5 starts a second, so a tenant's burst drains within the
+                // liveness span.
                 let starts = if rng.below(4) == 0 {
                     0
                 } else {
-                    rng.range(1, 4) as u32
+                    rng.range(2, 6) as u32
                 };
                 change.rate = Some(RateLimit {
                     starts,
-                    per_millis: rng.range(200, 1_501),
+                    per_millis: rng.range(100, 401),
                 });
             }
             11..=12 => {

@@ -4,7 +4,7 @@
 //! events the outcome makes visible. Nothing here runs before the entry is committed, so nothing
 //! visible leaves before it is durable.
 
-use super::submissions::{idempotency_conflict, SubmitTo};
+use super::submissions::{idempotency_conflict, QueueRefusal, SubmitTo};
 use super::{LeaderState, Pending};
 use crate::command::{Command, LogEntry};
 use crate::coordinator::member::Member;
@@ -23,6 +23,19 @@ impl LeaderState {
         let at = (entry.term, entry.index);
         let pending = self.pending.remove(&at);
         self.scheduling_applied(entry, &outcome);
+        let refused = match &outcome.applied {
+            Applied::QueueAdmissionRejected {
+                queue,
+                active_jobs,
+                max_active_jobs,
+                ..
+            } => Some(QueueRefusal {
+                queue: queue.clone(),
+                active_jobs: *active_jobs,
+                max_active_jobs: *max_active_jobs,
+            }),
+            _ => None,
+        };
         if let (Command::Purge { job_ids }, Applied::Purged { purged, .. }) =
             (&entry.command, &outcome.applied)
         {
@@ -37,7 +50,9 @@ impl LeaderState {
         for resend in self.admitting.applied(at) {
             match resend.to {
                 SubmitTo::Request { .. } => self.submit(m, resend.to, *resend.submission, false),
-                SubmitTo::BatchItem { .. } => self.answer_parked_batch_job(m, resend),
+                SubmitTo::BatchItem { .. } => {
+                    self.answer_parked_batch_job(m, resend, refused.as_ref())
+                }
             }
         }
         self.answer_confirmed_reads(m);

@@ -198,10 +198,12 @@ impl LeaderState {
     /// admission checks for it). In a group its batch was admitted only once leadership was
     /// confirmed after it arrived, so the key's job was not purged by a later leader before
     /// the batch arrived.
+    /// `refused` is the queue refusal the entry met when it applied, if it met one.
     pub(in crate::coordinator::leader) fn answer_parked_batch_job(
         &mut self,
         m: &mut Member,
         resend: ParkedResend,
+        refused: Option<&QueueRefusal>,
     ) {
         let ParkedResend { to, submission } = resend;
         let result = match check_submission(m, &submission) {
@@ -217,12 +219,16 @@ impl LeaderState {
                         existing: true,
                     },
                     Some(Err(existing)) => idempotency_conflict(existing),
-                    // The entry it waited for created nothing (only a leader bug, which apply
-                    // refuses, does that): this job was not created, and sending it again is
-                    // safe.
-                    None => SubmitResult::Error {
-                        code: ErrorCode::InvalidRequest,
-                        message: "the submission of this key that it waited for was not created; send it again".to_owned(),
+                    // The entry it waited for created nothing: its queue's admission limit
+                    // refused it when it applied (the limit was lowered meanwhile). The same
+                    // refusal answers this job; sending it again later is safe.
+                    None => match refused {
+                        Some(refusal) => refusal.result(self.admitting.queue_slots(&refusal.queue)),
+                        // Otherwise only a leader bug, which apply refuses, creates nothing.
+                        None => SubmitResult::Error {
+                            code: ErrorCode::InvalidRequest,
+                            message: "the submission of this key that it waited for was not created; send it again".to_owned(),
+                        },
                     },
                 }
             }
@@ -265,5 +271,34 @@ impl LeaderState {
                 results,
             },
         );
+    }
+}
+
+/// A submission its queue's admission limit refused when its entry applied.
+pub(in crate::coordinator::leader) struct QueueRefusal {
+    pub(in crate::coordinator::leader) queue: String,
+    pub(in crate::coordinator::leader) active_jobs: u64,
+    pub(in crate::coordinator::leader) max_active_jobs: u64,
+}
+
+impl QueueRefusal {
+    /// The retryable refusal a job waiting on that submission's key gets, `admitting_jobs` of
+    /// the queue being written now.
+    fn result(&self, admitting_jobs: u64) -> SubmitResult {
+        let QueueRefusal {
+            queue,
+            active_jobs,
+            max_active_jobs,
+        } = self;
+        SubmitResult::Rejected {
+            retryable: true,
+            active_jobs: *active_jobs,
+            admitting_jobs,
+            max_active_jobs: *max_active_jobs,
+            queue: Some(queue.clone()),
+            message: format!(
+                "the submission of this key that it waited for was refused by queue {queue:?}'s limit of {max_active_jobs} unfinished jobs ({active_jobs} unfinished); retry later"
+            ),
+        }
     }
 }

@@ -6,6 +6,8 @@
 mod batches;
 mod checks;
 
+pub(super) use batches::QueueRefusal;
+
 use super::admission::ParkedResend;
 use super::reads::Read;
 use super::scheduling::{FreshJob, Lane};
