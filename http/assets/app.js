@@ -467,6 +467,16 @@
     return svg;
   }
 
+  // A queue's limits in a few words: "running ≤ 4 · per key ≤ 1 · 30 per 1m · unfinished ≤ 100".
+  function limitsText(q) {
+    const parts = [];
+    if (q.concurrency) parts.push(`running ≤ ${q.concurrency}`);
+    if (q.key_concurrency) parts.push(`per key ≤ ${q.key_concurrency}`);
+    if (q.rate) parts.push(`${q.rate.starts} per ${fmtDuration(q.rate.per_millis)}`);
+    if (q.max_active_jobs) parts.push(`unfinished ≤ ${q.max_active_jobs}`);
+    return parts.length ? parts.join(' · ') : DASH;
+  }
+
   function renderQueues(queues) {
     const now = Date.now();
     sampleQueues(queues, now);
@@ -479,7 +489,7 @@
         el('td', { className: 'mono', text: q.name }),
         el('td', {}, el('span', { className: `badge ${q.paused ? 'worker-draining' : 'worker-alive'}`, text: q.paused ? 'paused' : 'active' })),
         el('td', { className: 'num mono', text: String(q.weight ?? DASH) }),
-        el('td', { className: 'num mono', text: q.concurrency ? String(q.concurrency) : DASH }),
+        el('td', { className: 'mono limits', text: limitsText(q) }),
         el('td', { className: 'num mono queued', text: String(q.queued ?? 0) }),
         el('td', { className: 'num mono', text: String(q.running ?? 0) }),
         el('td', { className: 'num', text: q.oldest_queued_millis === undefined || q.oldest_queued_millis === null ? DASH : fmtDuration(q.oldest_queued_millis) }),

@@ -275,6 +275,23 @@ async function main() {
     );
   });
 
+  await step('a queue given limits through the API shows them in the panel', async () => {
+    const set = await api('PATCH', '/api/v1/queues/limited', {
+      concurrency: 4,
+      rate: { starts: 30, per_millis: 60000 },
+    });
+    if (set.status !== 200) fail(`setting a queue's limits answered ${set.status}`);
+    await waitInPage(
+      "the limited queue's row to show its concurrency and its rate",
+      () => {
+        const cell = document.querySelector('#queues tr[data-queue="limited"] td.limits');
+        return cell !== null && cell.textContent.includes('running ≤ 4') &&
+          cell.textContent.includes('30 per');
+      },
+      null,
+    );
+  });
+
   await step('the state filter narrows the table', async () => {
     await page.locator('#state-filter').selectOption('COMPLETED');
     await waitInPage(
