@@ -237,6 +237,17 @@ impl Scenario {
     /// The named standard scenario used to measure speed: one coordinator, 3 workers of
     /// capacity 2, 2 clients with 20 operations each, every fault kind on, 10 simulated seconds
     /// of faults (then the liveness phase, which ends as soon as everything is done).
+    /// The leases every worker can hold at once: its slots and its prefetch.
+    pub fn leases(&self) -> u64 {
+        self.worker_capacity
+            .iter()
+            .enumerate()
+            .map(|(w, slots)| {
+                u64::from(*slots) + u64::from(self.worker_prefetch.get(w).copied().unwrap_or(0))
+            })
+            .sum()
+    }
+
     pub fn standard(seed: u64) -> Scenario {
         let mut scenario = Scenario::draw(seed);
         scenario.workers = 3;

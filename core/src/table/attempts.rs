@@ -12,25 +12,16 @@ use crate::text::prefix_within;
 use crate::time::UnixMillis;
 
 impl JobTable {
-    /// Which of its queue's rules holds `job` back from starting now, if one does: its queue
-    /// is paused, runs its concurrency limit, runs its per-key limit for the job's key, or
-    /// has no token in its rate bucket at this entry's stamp. Every attempt running counts,
-    /// whichever leader started it: the counts and the limits are all in the table.
-    pub(super) fn held_back(&self, job: &Job) -> Option<HeldBack> {
-        let queue = self.queues.get(&job.queue)?;
-        if queue.settings.paused {
-            return Some(HeldBack::Paused);
-        }
-        if self.queue_full(&job.queue, 0) {
-            return Some(HeldBack::Concurrency);
-        }
-        if self.key_full(&job.queue, job.fairness_key.as_deref(), 0) {
-            return Some(HeldBack::KeyConcurrency);
-        }
-        let rate = queue.settings.rate?;
-        rate.admit(queue.rate_tat_micros, self.entry_at)
-            .is_none()
-            .then_some(HeldBack::Rate)
+    /// Which of its queue's rules holds `job` back from starting at this entry's stamp, if
+    /// one does: the queue's own (`queue_held_back`), or its per-key limit for the job's key.
+    /// Every attempt running counts, whichever leader started it: the counts and the limits
+    /// are all in the table.
+    fn held_back(&self, job: &Job) -> Option<HeldBack> {
+        let queue_rule = self.queue_held_back(&job.queue, 0, self.entry_at);
+        queue_rule.map(|(why, _)| why).or_else(|| {
+            self.key_full(&job.queue, job.fairness_key.as_deref(), 0)
+                .then_some(HeldBack::KeyConcurrency)
+        })
     }
 
     pub(super) fn apply_assign(

@@ -3,7 +3,8 @@
 use super::{Applied, JobTable};
 use crate::ids::JobId;
 use crate::limits::QUEUES_MAX;
-use crate::queues::{QueueChange, QueueSettings, QueueState};
+use crate::queues::{HeldBack, QueueChange, QueueSettings, QueueState};
+use crate::time::UnixMillis;
 
 impl JobTable {
     pub(super) fn apply_set_queue(&mut self, queue: &str, change: &QueueChange) -> Applied {
@@ -33,6 +34,29 @@ impl JobTable {
         Applied::QueueSet {
             queue: queue.to_owned(),
         }
+    }
+
+    /// The rule of `queue` that holds every job of it back from a start at `at`, counting
+    /// `starting` more starts on their way: paused, at its concurrency limit, or no token in
+    /// its rate bucket (with when the next is due). A per-key limit holds back the jobs of one
+    /// key, not the queue (`key_full`). The leader asks before it proposes a start (with its
+    /// starts in flight, at its clock); apply asks again (with none, at the entry's stamp).
+    pub fn queue_held_back(
+        &self,
+        queue: &str,
+        starting: u64,
+        at: UnixMillis,
+    ) -> Option<(HeldBack, Option<UnixMillis>)> {
+        let state = self.queues.get(queue)?;
+        if state.settings.paused {
+            return Some((HeldBack::Paused, None));
+        }
+        if self.queue_full(queue, starting) {
+            return Some((HeldBack::Concurrency, None));
+        }
+        let rate = state.settings.rate?;
+        let due = rate.blocked_until(state.rate_tat_micros, at, starting)?;
+        Some((HeldBack::Rate, Some(due)))
     }
 
     /// A `Submit` for `job_id` taking `slots` jobs may name `queue`: it exists, or there is

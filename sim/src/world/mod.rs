@@ -266,16 +266,7 @@ impl World {
                 .map(|a| herder_core::ids::NodeId(a.clone()))
                 .collect(),
         );
-        // The leases every worker can hold at once: its slots and its prefetch.
-        let leases: u64 = scenario
-            .worker_capacity
-            .iter()
-            .enumerate()
-            .map(|(w, slots)| {
-                u64::from(*slots) + u64::from(scenario.worker_prefetch.get(w).copied().unwrap_or(0))
-            })
-            .sum();
-        checker.model.fairness = crate::fairness::Fairness::new(leases);
+        checker.model.fairness = crate::fairness::Fairness::new(scenario.leases());
         checker.set_default_timeout(
             u64::try_from(scenario.coordinator.task_timeout.as_millis()).unwrap_or(u64::MAX),
         );

@@ -363,16 +363,7 @@ impl World {
     /// more than the fairness rule's bound, then a few for other keys, which must not wait
     /// for the whole burst.
     fn tenant_burst(&mut self, c: usize) -> Operation {
-        let leases: u64 = self
-            .scenario
-            .worker_capacity
-            .iter()
-            .enumerate()
-            .map(|(w, slots)| {
-                u64::from(*slots)
-                    + u64::from(self.scenario.worker_prefetch.get(w).copied().unwrap_or(0))
-            })
-            .sum();
+        let leases = self.scenario.leases();
         let user_tasks = &self.scenario.user_tasks;
         let rng = &mut self.clients[c].rng;
         let task = random_spec(rng, user_tasks).to_json();

@@ -12,6 +12,12 @@ fn id(n: u128) -> JobId {
     JobId(uuid::Uuid::from_u128(n))
 }
 
+/// The next job of the test queue at `now` with nothing in flight and nothing held back.
+fn pick_now(queue: &JobQueue, now: UnixMillis, bound_millis: u64) -> Option<JobId> {
+    let ageing = Ageing { now, bound_millis };
+    queue.pick("sleep", "default", ageing, |_| 0, |_| false, |_| false)
+}
+
 fn at(key: &str, priority: u8, queued_at: u64) -> Placement<'_> {
     Placement {
         kind: "sleep",
@@ -43,17 +49,7 @@ impl Fixture {
     }
 
     fn next_start(&mut self, now: u64, aging: u64) -> Option<JobId> {
-        let job = self.queue.pick(
-            "sleep",
-            "default",
-            Ageing {
-                now: UnixMillis(now),
-                bound_millis: aging,
-            },
-            |_| 0,
-            |_| false,
-            |_| false,
-        )?;
+        let job = pick_now(&self.queue, UnixMillis(now), aging)?;
         let (seq, key, priority, queued_at) = self.placed.remove(&job).expect("placed");
         let (started, _) = self
             .queue
@@ -169,17 +165,7 @@ fn picking_past_assignments_in_flight_matches_starting_them() {
                 |_| false,
                 |job| in_flight.contains_key(&job),
             );
-            let after = applied.queue.pick(
-                "sleep",
-                "default",
-                Ageing {
-                    now,
-                    bound_millis: aging,
-                },
-                |_| 0,
-                |_| false,
-                |_| false,
-            );
+            let after = pick_now(&applied.queue, now, aging);
             assert_eq!(ahead, after, "picked ahead of the applies differs");
             let Some(job) = after else { break };
             applied.next_start(now.0, aging);
@@ -201,17 +187,7 @@ fn a_rebuilt_index_continues_exactly_where_the_live_one_was() {
             let p = &f.placed[&job];
             let tag = f.queue.lanes("sleep", "default").expect("queued").lanes[&p.1].jobs[&seq].tag;
             tags.insert(job, tag);
-        } else if let Some(job) = f.queue.pick(
-            "sleep",
-            "default",
-            Ageing {
-                now: UnixMillis(step),
-                bound_millis: 300,
-            },
-            |_| 0,
-            |_| false,
-            |_| false,
-        ) {
+        } else if let Some(job) = pick_now(&f.queue, UnixMillis(step), 300) {
             let (seq, key, priority, queued_at) = f.placed.remove(&job).expect("placed");
             let (_, retag) = f
                 .queue
@@ -231,28 +207,8 @@ fn a_rebuilt_index_continues_exactly_where_the_live_one_was() {
             rebuilt.check().expect("rebuilt consistent");
             for now in [step, step + 1_000] {
                 assert_eq!(
-                    rebuilt.pick(
-                        "sleep",
-                        "default",
-                        Ageing {
-                            now: UnixMillis(now),
-                            bound_millis: 300
-                        },
-                        |_| 0,
-                        |_| false,
-                        |_| false
-                    ),
-                    f.queue.pick(
-                        "sleep",
-                        "default",
-                        Ageing {
-                            now: UnixMillis(now),
-                            bound_millis: 300
-                        },
-                        |_| 0,
-                        |_| false,
-                        |_| false
-                    )
+                    pick_now(&rebuilt, UnixMillis(now), 300),
+                    pick_now(&f.queue, UnixMillis(now), 300)
                 );
             }
             let probe = at("fresh-key", 0, step);

@@ -220,7 +220,7 @@ impl LeaderState {
                 panic!("jobs are queued in {name:?}, which the table does not hold");
             };
             let in_flight = self.scheduling.in_flight.in_queue(name) as u64;
-            if let Some(why) = self.queue_held_back(table, name, in_flight, now, pass) {
+            if let Some(why) = Self::queue_held_back(table, name, in_flight, now, pass) {
                 pass.hold(name, why);
                 continue;
             }
@@ -235,27 +235,20 @@ impl LeaderState {
     }
 
     /// The rule of `queue` that holds all its jobs back now, counting `in_flight` starts on
-    /// their way: paused, at its concurrency limit, or no rate token (noting in `pass` when
-    /// the next is due). Per-key limits hold back lanes, not the queue.
+    /// their way (the table's rules; see [`JobTable::queue_held_back`]), noting in `pass`
+    /// when a rate token it waits for is due.
     fn queue_held_back(
-        &self,
         table: &JobTable,
         queue: &str,
         in_flight: u64,
         now: UnixMillis,
         pass: &mut Pass,
     ) -> Option<HeldBack> {
-        let state = table.queue_state(queue)?;
-        if state.settings.paused {
-            return Some(HeldBack::Paused);
+        let (why, due) = table.queue_held_back(queue, in_flight, now)?;
+        if let Some(due) = due {
+            pass.rate_due = Some(pass.rate_due.map_or(due, |earlier| earlier.min(due)));
         }
-        if table.queue_full(queue, in_flight) {
-            return Some(HeldBack::Concurrency);
-        }
-        let rate = state.settings.rate?;
-        let due = rate.blocked_until(state.rate_tat_micros, now, in_flight)?;
-        pass.rate_due = Some(pass.rate_due.map_or(due, |earlier| earlier.min(due)));
-        Some(HeldBack::Rate)
+        Some(why)
     }
 
     /// The fresh jobs, highest priority first (then in proposal order), while some worker
@@ -278,9 +271,8 @@ impl LeaderState {
             }
             let in_flight = &self.scheduling.in_flight;
             let in_queue = in_flight.in_queue(&lane.queue) as u64;
-            let held = self
-                .queue_held_back(&m.table, &lane.queue, in_queue, now, pass)
-                .or_else(|| {
+            let held =
+                Self::queue_held_back(&m.table, &lane.queue, in_queue, now, pass).or_else(|| {
                     let keyed = in_flight.with_key(&lane.queue, &lane.key) as u64;
                     let key = (!lane.key.is_empty()).then_some(lane.key.as_str());
                     m.table
