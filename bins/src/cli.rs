@@ -364,6 +364,10 @@ pub enum QueueAction {
         /// Bursts up to N; a new limit starts with a full bucket.
         #[arg(long, value_parser = parse_rate)]
         rate: Option<RateLimit>,
+        /// At most N starts per period for each fairness key, as N/PERIOD (0 removes the
+        /// limit; jobs without a key are not counted). A new limit fills every key's bucket.
+        #[arg(long, value_parser = parse_rate)]
+        key_rate: Option<RateLimit>,
         /// At most this many of its jobs unfinished at once; further submissions are refused,
         /// retryably, naming the queue (0: no limit, the default).
         #[arg(long)]

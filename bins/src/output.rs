@@ -229,8 +229,8 @@ pub fn queues_for_people(queues: &[QueueView]) -> String {
     out
 }
 
-/// A queue's limits in a few words: `running<=4 per-key<=1 rate=30/60s unfinished<=1000`,
-/// or `-` for none.
+/// A queue's limits in a few words: `running<=4 per-key<=1 rate=30/60s key-rate=2/1s
+/// unfinished<=1000`, or `-` for none.
 fn limits_for_people(q: &QueueView) -> String {
     let mut limits = Vec::new();
     if let Some(n) = q.concurrency {
@@ -242,6 +242,13 @@ fn limits_for_people(q: &QueueView) -> String {
     if let Some(rate) = q.rate {
         limits.push(format!(
             "rate={}/{}",
+            rate.starts,
+            period_for_people(rate.per_millis)
+        ));
+    }
+    if let Some(rate) = q.key_rate {
+        limits.push(format!(
+            "key-rate={}/{}",
             rate.starts,
             period_for_people(rate.per_millis)
         ));

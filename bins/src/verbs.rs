@@ -711,6 +711,7 @@ pub async fn queue(args: QueueArgs) -> u8 {
             concurrency,
             key_concurrency,
             rate,
+            key_rate,
             max_active_jobs,
         } => {
             let aging_millis = aging.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -720,6 +721,7 @@ pub async fn queue(args: QueueArgs) -> u8 {
                 concurrency,
                 key_concurrency,
                 rate,
+                key_rate,
                 max_active_jobs,
                 paused: None,
             };

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::command::LogEntry;
 use crate::ids::{JobId, LogIndex, NodeId, Term};
 use crate::job::Job;
-use crate::queues::QueueState;
+use crate::queues::{KeyBucket, QueueState};
 
 /// What a member must remember about elections across restarts (paper figure 2): the latest
 /// term it has seen and whom it voted for in that term.
@@ -40,6 +40,10 @@ pub enum Record {
     DeleteJob(JobId),
     /// Upsert a queue row: its settings and its pass.
     Queue(QueueState),
+    /// Upsert the rate bucket of a fairness key in its queue.
+    KeyBucket(KeyBucket),
+    /// Delete the rate bucket of `key` in `queue` (it refilled, or the limit was set anew).
+    DeleteKeyBucket { queue: String, key: String },
     /// The materialized job rows reflect every entry up to `index`, whose term was `term`.
     Applied { index: LogIndex, term: Term },
     /// Log entries up to this index are reflected in the job rows and may be deleted.
@@ -60,6 +64,19 @@ pub struct TableRows {
     /// Queue rows (absent from a snapshot of a table that had none).
     #[serde(default)]
     pub queues: Vec<QueueState>,
+    /// The rate buckets of fairness keys (absent from a snapshot of a table that had none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_buckets: Vec<KeyBucket>,
+}
+
+impl TableRows {
+    /// Job rows alone (every queue they name with its default settings).
+    pub fn of_jobs(jobs: Vec<Job>) -> TableRows {
+        TableRows {
+            jobs,
+            ..TableRows::default()
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +97,8 @@ pub struct DurableState {
     pub jobs: Vec<Job>,
     /// The materialized queue rows, as of the same entry.
     pub queues: Vec<QueueState>,
+    /// The materialized key buckets, as of the same entry.
+    pub key_buckets: Vec<KeyBucket>,
     pub applied: LogIndex,
     /// The term of entry `applied` (0 when nothing was applied).
     pub applied_term: Term,

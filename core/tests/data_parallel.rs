@@ -25,6 +25,7 @@ use herder_core::protocol::{
     AttemptOutcome, CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode,
     JobView, Partitions, WorkerToCoordinator,
 };
+use herder_core::storage::TableRows;
 use herder_core::table::{Applied, JobTable, Outcome, StaleReason, TableError};
 use herder_core::tasks::{aggregate, execute, TaskError, TaskOutput, TaskSpec};
 use herder_core::testing::Driver;
@@ -932,7 +933,7 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
     for _ in 0..2 {
         rows.reverse();
         let rebuilt =
-            JobTable::from_rows(rows.clone(), Vec::new(), applied).expect("the rows load");
+            JobTable::from_rows(TableRows::of_jobs(rows.clone()), applied).expect("the rows load");
         assert_eq!(
             rebuilt.newest_first().map(|j| j.id).collect::<Vec<_>>(),
             vec![d, c, b, a],
@@ -949,12 +950,12 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
         .cloned()
         .collect();
     assert!(matches!(
-        JobTable::from_rows(without_a_partition, Vec::new(), applied),
+        JobTable::from_rows(TableRows::of_jobs(without_a_partition), applied),
         Err(TableError::InconsistentJob { job_id, .. }) if job_id == b
     ));
     let orphaned: Vec<Job> = rows.iter().filter(|j| j.id != b).cloned().collect();
     assert!(matches!(
-        JobTable::from_rows(orphaned, Vec::new(), applied),
+        JobTable::from_rows(TableRows::of_jobs(orphaned), applied),
         Err(TableError::InconsistentJob { .. })
     ));
     // A queued job with no attempt left.
@@ -965,10 +966,10 @@ fn from_rows_rebuilds_parents_and_partitions_exactly() {
         .expect("a queued job");
     queued.attempt = Attempt(queued.max_attempts);
     assert!(matches!(
-        JobTable::from_rows(exhausted, Vec::new(), applied),
+        JobTable::from_rows(TableRows::of_jobs(exhausted), applied),
         Err(TableError::InconsistentJob { detail, .. }) if detail.contains("every attempt used")
     ));
-    let rebuilt = JobTable::from_rows(rows, Vec::new(), applied).expect("the rows load");
+    let rebuilt = JobTable::from_rows(TableRows::of_jobs(rows), applied).expect("the rows load");
     rebuilt
         .check_invariants()
         .expect("the rebuilt table is sound");

@@ -14,6 +14,7 @@ use proptest::sample::Index;
 use herder_core::command::Command;
 use herder_core::ids::{Attempt, Incarnation, JobId, LeaseId, LogIndex, WorkerId};
 use herder_core::job::{Job, JobState, Lease};
+use herder_core::storage::TableRows;
 use herder_core::table::{Applied, JobTable, Outcome, StaleReason};
 use herder_core::tasks::{TaskOutput, TaskSpec};
 
@@ -286,6 +287,7 @@ fn rows(table: &JobTable) -> BTreeMap<JobId, Job> {
 struct Snapshot {
     rows: BTreeMap<JobId, Job>,
     queues: Vec<herder_core::queues::QueueState>,
+    key_buckets: Vec<herder_core::queues::KeyBucket>,
     active: u64,
     applied: LogIndex,
     queued: Vec<JobId>,
@@ -297,6 +299,7 @@ fn snapshot(table: &JobTable) -> Snapshot {
     Snapshot {
         rows: rows(table),
         queues: table.queues().cloned().collect(),
+        key_buckets: table.key_bucket_rows().collect(),
         active: table.active_jobs(),
         applied: table.applied_index(),
         queued: table.queued().collect(),
@@ -748,12 +751,9 @@ fn run(ops: &[Op]) -> Result<Run, TestCaseError> {
         let applied = outcome.applied;
 
         // Recovery: the persisted rows rebuild the same table.
-        let restored = JobTable::from_rows(
-            rows(&table).into_values().collect(),
-            table.queues().cloned().collect(),
-            index,
-        )
-        .map_err(|error| TestCaseError::fail(format!("from_rows refused live rows: {error}")))?;
+        let restored = JobTable::from_rows(table.to_rows(), index).map_err(|error| {
+            TestCaseError::fail(format!("from_rows refused live rows: {error}"))
+        })?;
         check_state(&restored)?;
         prop_assert_eq!(snapshot(&restored), snapshot(&table));
 
@@ -799,9 +799,12 @@ proptest! {
     fn recovering_mid_log_and_continuing_matches_the_straight_run(ops in ops(60), cut in any::<Index>()) {
         let (log, outcomes, snapshots) = run(&ops)?;
         let at = cut.index(log.len() + 1);
-        let rows_at: Vec<Job> = snapshots[at].rows.values().cloned().collect();
-        let queues_at = snapshots[at].queues.clone();
-        let restored = JobTable::from_rows(rows_at, queues_at, LogIndex(at as u64))
+        let rows_at = TableRows {
+            jobs: snapshots[at].rows.values().cloned().collect(),
+            queues: snapshots[at].queues.clone(),
+            key_buckets: snapshots[at].key_buckets.clone(),
+        };
+        let restored = JobTable::from_rows(rows_at, LogIndex(at as u64))
             .map_err(|error| TestCaseError::fail(format!("from_rows: {error}")))?;
         prop_assert_eq!(restored.active_jobs(), snapshots[at].active);
         let (continued, continued_outcomes) = replay(restored, &log[at..]);

@@ -479,6 +479,7 @@ struct QueueBody {
     concurrency: Option<u32>,
     key_concurrency: Option<u32>,
     rate: Option<RateLimit>,
+    key_rate: Option<RateLimit>,
     max_active_jobs: Option<u64>,
 }
 
@@ -496,6 +497,7 @@ async fn set_queue(
         concurrency: request.concurrency,
         key_concurrency: request.key_concurrency,
         rate: request.rate,
+        key_rate: request.key_rate,
         max_active_jobs: request.max_active_jobs,
     };
     check_queue_name(&name)

@@ -291,12 +291,12 @@ impl Metrics {
             registered(
                 &mut registry,
                 "queue_limit",
-                "Each limit a queue sets: concurrency, key_concurrency, max_active_jobs, and rate as starts per second (absent: no limit)",
+                "Each limit a queue sets: concurrency, key_concurrency, max_active_jobs, and rate and key_rate as starts per second (absent: no limit)",
             );
         let queue_limit_hits: Family<QueueLimitLabel, Counter> = registered(
             &mut registry,
             "queue_limit_hits",
-            "Times a queue's limit began holding its work back while this member led (concurrency, key_concurrency, rate), and submissions its max_active_jobs refused",
+            "Times a queue's limit began holding its work back while this member led (concurrency, key_concurrency, rate, key_rate), and submissions its max_active_jobs refused",
         );
         let commit_seconds = histogram(
             &mut registry,
@@ -518,12 +518,8 @@ impl Metrics {
                 ("concurrency", queue.concurrency.map(f64::from)),
                 ("key_concurrency", queue.key_concurrency.map(f64::from)),
                 ("max_active_jobs", queue.max_active_jobs.map(|n| n as f64)),
-                (
-                    "rate",
-                    queue
-                        .rate
-                        .map(|r| f64::from(r.starts) * 1000.0 / r.per_millis as f64),
-                ),
+                ("rate", queue.rate.map(per_second)),
+                ("key_rate", queue.key_rate.map(per_second)),
             ];
             for (limit, value) in limits {
                 if let Some(value) = value {
@@ -566,6 +562,11 @@ impl Metrics {
         let _ = encode(&mut text, &self.registry);
         text
     }
+}
+
+/// A rate limit as starts per second.
+fn per_second(rate: herder_core::queues::RateLimit) -> f64 {
+    f64::from(rate.starts) * 1000.0 / rate.per_millis as f64
 }
 
 fn seconds(millis: u64) -> f64 {
@@ -646,7 +647,13 @@ mod tests {
             max_active_jobs: 5,
         });
         let text = metrics.encode(&Observation::default());
-        for limit in ["concurrency", "key_concurrency", "rate", "max_active_jobs"] {
+        for limit in [
+            "concurrency",
+            "key_concurrency",
+            "rate",
+            "key_rate",
+            "max_active_jobs",
+        ] {
             let line =
                 format!("herder_queue_limit_hits_total{{queue=\"emails\",limit=\"{limit}\"}} 1");
             assert!(text.contains(&line), "missing {line} in\n{text}");
@@ -727,6 +734,10 @@ mod tests {
                     starts: 30,
                     per_millis: 60_000,
                 }),
+                key_rate: Some(RateLimit {
+                    starts: 2,
+                    per_millis: 1_000,
+                }),
                 max_active_jobs: None,
             }],
         };
@@ -743,6 +754,7 @@ mod tests {
         assert!(text.contains("herder_queue_oldest_queued_seconds{queue=\"reports\"} 2.5"));
         assert!(text.contains("herder_queue_limit{queue=\"reports\",limit=\"concurrency\"} 4"));
         assert!(text.contains("herder_queue_limit{queue=\"reports\",limit=\"rate\"} 0.5"));
+        assert!(text.contains("herder_queue_limit{queue=\"reports\",limit=\"key_rate\"} 2"));
         assert!(!text.contains("limit=\"key_concurrency\""), "{text}");
         now.workers.clear();
         now.queues.clear();

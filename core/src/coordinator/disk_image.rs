@@ -9,7 +9,8 @@ use super::{DurableState, HardState, Record, RecoveryError};
 use crate::command::LogEntry;
 use crate::ids::{JobId, LogIndex, Term};
 use crate::job::Job;
-use crate::queues::QueueState;
+use crate::queues::{KeyBucket, QueueState};
+use crate::storage::TableRows;
 use crate::table::JobTable;
 
 /// The term and vote, job rows, the applied index and the log entries not yet discarded.
@@ -18,6 +19,8 @@ pub struct DiskImage {
     pub hard_state: HardState,
     pub jobs: BTreeMap<JobId, Job>,
     pub queues: BTreeMap<String, QueueState>,
+    /// Key buckets by `(queue, key)`.
+    pub key_buckets: BTreeMap<(String, String), KeyBucket>,
     pub applied: LogIndex,
     pub applied_term: Term,
     pub log: BTreeMap<LogIndex, LogEntry>,
@@ -47,12 +50,24 @@ impl DiskImage {
                 Record::Queue(queue) => {
                     self.queues.insert(queue.name.clone(), queue.clone());
                 }
+                Record::KeyBucket(bucket) => {
+                    let at = (bucket.queue.clone(), bucket.key.clone());
+                    self.key_buckets.insert(at, bucket.clone());
+                }
+                Record::DeleteKeyBucket { queue, key } => {
+                    self.key_buckets.remove(&(queue.clone(), key.clone()));
+                }
                 Record::Snapshot { index, term, rows } => {
                     self.jobs = rows.jobs.iter().map(|job| (job.id, job.clone())).collect();
                     self.queues = rows
                         .queues
                         .iter()
                         .map(|queue| (queue.name.clone(), queue.clone()))
+                        .collect();
+                    self.key_buckets = rows
+                        .key_buckets
+                        .iter()
+                        .map(|b| ((b.queue.clone(), b.key.clone()), b.clone()))
                         .collect();
                     self.applied = *index;
                     self.applied_term = *term;
@@ -68,6 +83,7 @@ impl DiskImage {
             hard_state: self.hard_state.clone(),
             jobs: self.jobs.values().cloned().collect(),
             queues: self.queues.values().cloned().collect(),
+            key_buckets: self.key_buckets.values().cloned().collect(),
             applied: self.applied,
             applied_term: self.applied_term,
             log: self.log.values().cloned().collect(),
@@ -82,11 +98,12 @@ impl DiskImage {
     /// The rows, then the log beyond them up to `through` (a member of a group applies entries
     /// beyond its rows only once they are known committed).
     pub fn table_through(&self, through: LogIndex) -> Result<JobTable, RecoveryError> {
-        let mut table = JobTable::from_rows(
-            self.jobs.values().cloned().collect(),
-            self.queues.values().cloned().collect(),
-            self.applied,
-        )?;
+        let rows = TableRows {
+            jobs: self.jobs.values().cloned().collect(),
+            queues: self.queues.values().cloned().collect(),
+            key_buckets: self.key_buckets.values().cloned().collect(),
+        };
+        let mut table = JobTable::from_rows(rows, self.applied)?;
         if through <= self.applied {
             return Ok(table);
         }

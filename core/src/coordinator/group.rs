@@ -322,7 +322,7 @@ impl Coordinator {
     /// replace ours with it.
     fn install_snapshot(&mut self, index: LogIndex, term: Term, data: &[u8]) {
         let decoded = decode_snapshot(data).and_then(|rows| {
-            JobTable::from_rows(rows.jobs.clone(), rows.queues.clone(), index)
+            JobTable::from_rows(rows.clone(), index)
                 .map(|table| (rows, table))
                 .map_err(|e| e.to_string())
         });

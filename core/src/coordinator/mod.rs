@@ -84,6 +84,7 @@ use crate::protocol::{
     ClientReply, ClientRequest, CoordinatorToWorker, ErrorCode, PeerMessage, WorkerToCoordinator,
 };
 use crate::replica::{Replica, ReplicaConfig};
+use crate::storage::TableRows;
 use crate::table::{JobTable, TableError};
 use crate::time::Instant;
 use group::Parked;
@@ -194,7 +195,12 @@ impl Coordinator {
         } else {
             seed
         };
-        let table = JobTable::from_rows(durable.jobs, durable.queues, durable.applied)?;
+        let rows = TableRows {
+            jobs: durable.jobs,
+            queues: durable.queues,
+            key_buckets: durable.key_buckets,
+        };
+        let table = JobTable::from_rows(rows, durable.applied)?;
         let mut entries = Vec::new();
         let mut expected = durable.applied.next();
         for entry in durable.log {
@@ -498,6 +504,8 @@ impl Coordinator {
             self.member.persistence.mark_dirty(outcome.changed_jobs());
             let queues = self.member.table.take_changed_queues();
             self.member.persistence.mark_queues_dirty(queues);
+            let buckets = self.member.table.take_changed_key_buckets();
+            self.member.persistence.mark_key_buckets_dirty(buckets);
             if let Some(leader) = self.leader.as_mut() {
                 leader.on_entry_applied(&mut self.member, &entry, outcome);
             }

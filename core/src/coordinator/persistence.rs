@@ -24,6 +24,7 @@ use crate::limits::{
     MATERIALIZE_DIRTY_JOBS_MAX, MATERIALIZE_LOG_ENTRIES_MAX, MATERIALIZE_QUIET,
     PERSIST_BATCH_RECORDS_MAX,
 };
+use crate::queues::KeyBucket;
 use crate::replica::Replica;
 use crate::storage::{BatchId, PersistBatch, Record};
 use crate::table::JobTable;
@@ -36,6 +37,9 @@ pub(super) struct Persistence {
     dirty: BTreeSet<JobId>,
     /// Queue rows changed by apply and not yet handed out (as few as the queues).
     dirty_queues: BTreeSet<String>,
+    /// Key buckets set or forgotten by apply and not yet handed out, by `(queue, key)` (at
+    /// most one per start since the last write, plus those a limit set anew forgot).
+    dirty_key_buckets: BTreeSet<(String, String)>,
     /// The applied index the last handed-out rows reflect.
     materialized: LogIndex,
     /// When the dirty rows are written by themselves if no batch carries them first.
@@ -60,6 +64,7 @@ impl Persistence {
             open_batch: Vec::new(),
             dirty: BTreeSet::new(),
             dirty_queues: BTreeSet::new(),
+            dirty_key_buckets: BTreeSet::new(),
             materialized,
             rows_due_at: None,
             next_batch: 1,
@@ -103,6 +108,15 @@ impl Persistence {
         }
     }
 
+    /// Key buckets that apply set or forgot; written with the next materialization.
+    pub(super) fn mark_key_buckets_dirty(&mut self, buckets: BTreeSet<(String, String)>) {
+        if self.dirty_key_buckets.is_empty() {
+            self.dirty_key_buckets = buckets;
+        } else {
+            self.dirty_key_buckets.extend(buckets);
+        }
+    }
+
     /// Closes the open batch (adding the materialized rows when due). `replica` says how far
     /// the log goes. The batch is tagged with the consensus records pushed so far, not with
     /// all those taken: a batch closed because it filled up in the middle of a take must not
@@ -121,7 +135,9 @@ impl Persistence {
         let unmaterialized = last_index.0.saturating_sub(self.materialized.0);
         let due = self.dirty.len() >= MATERIALIZE_DIRTY_JOBS_MAX
             || unmaterialized >= MATERIALIZE_LOG_ENTRIES_MAX;
-        let clean = self.dirty.is_empty() && self.dirty_queues.is_empty();
+        let clean = self.dirty.is_empty()
+            && self.dirty_queues.is_empty()
+            && self.dirty_key_buckets.is_empty();
         let write_rows = !clean && (due || quiet);
         if clean || write_rows {
             self.rows_due_at = None;
@@ -142,6 +158,17 @@ impl Persistence {
                     panic!("queue {name:?} changed and the table does not hold it");
                 };
                 self.open_batch.push(Record::Queue(queue.clone()));
+            }
+            for (queue, key) in std::mem::take(&mut self.dirty_key_buckets) {
+                // A dirty bucket the table no longer holds was forgotten.
+                self.open_batch.push(match table.key_bucket(&queue, &key) {
+                    Some(tat_micros) => Record::KeyBucket(KeyBucket {
+                        queue,
+                        key,
+                        tat_micros,
+                    }),
+                    None => Record::DeleteKeyBucket { queue, key },
+                });
             }
             let applied = table.applied_index();
             // The applied entry is always within the log (compaction stops at it).
@@ -205,6 +232,7 @@ impl Persistence {
     pub(super) fn snapshot_installed(&mut self, index: LogIndex) {
         self.dirty.clear();
         self.dirty_queues.clear();
+        self.dirty_key_buckets.clear();
         self.rows_due_at = None;
         self.materialized = index;
     }

@@ -337,6 +337,10 @@ pub enum ClientRequest {
         /// At most `starts` starts per `per_millis`, from a full bucket; `starts: 0` removes it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rate: Option<RateLimit>,
+        /// At most `starts` starts per `per_millis` for each fairness key, every bucket full;
+        /// `starts: 0` removes it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key_rate: Option<RateLimit>,
         /// The most of its jobs that may be unfinished at once; 0 removes the limit.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_active_jobs: Option<u64>,
@@ -404,6 +408,7 @@ impl ClientRequest {
             concurrency,
             key_concurrency,
             rate,
+            key_rate,
             max_active_jobs,
         } = change;
         ClientRequest::SetQueue {
@@ -415,6 +420,7 @@ impl ClientRequest {
             concurrency,
             key_concurrency,
             rate,
+            key_rate,
             max_active_jobs,
         }
     }
@@ -716,6 +722,9 @@ pub struct QueueView {
     /// At most so many starts per period (absent: no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<RateLimit>,
+    /// At most so many starts per period for each fairness key (absent: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_rate: Option<RateLimit>,
     /// The most of its jobs unfinished at once; beyond it submissions are refused (absent:
     /// only the cluster's limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]

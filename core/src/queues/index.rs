@@ -4,6 +4,13 @@
 //!
 //! Picking the next job of a `(kind, queue)` costs a logarithm of the jobs and lanes there plus
 //! the assignments the leader has in flight in it (it skips those); it never walks the lanes.
+//!
+//! A lane whose key has no rate token until some time is *parked* until then: out of the turn
+//! order a pick walks, so keys waiting for their rate cost a pick nothing, however many there
+//! are. Parking changes no turn and no replicated state; it only spares the walk. A parked
+//! lane rejoins when its time comes (the table releases lanes at each entry's stamp, the
+//! leader at its clock before it schedules), when its key's bucket is forgotten, or when its
+//! queue's per-key rate is set anew.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,7 +57,12 @@ pub struct JobQueue {
     kinds: BTreeMap<String, KindQueues>,
     /// How many jobs each queue with a queued job holds (every kind).
     depths: BTreeMap<String, usize>,
+    /// Every parked lane, by when it rejoins.
+    parked: BTreeSet<ParkedLane>,
 }
+
+/// A parked lane as the time index files it: `(until, kind, queue, key)`.
+type ParkedLane = (UnixMillis, Arc<str>, Arc<str>, Arc<str>);
 
 /// The queues with a queued job of one kind.
 #[derive(Clone, Debug, Default)]
@@ -61,10 +73,12 @@ struct KindQueues {
 /// The lanes of one `(kind, queue)`.
 #[derive(Clone, Debug, Default)]
 struct Lanes {
-    /// Each lane under the tag of the smallest turn it holds (ties by key: a lane's place
-    /// must not depend on which of its jobs holds the turn, which a start may change).
-    /// (The key is shared with its lane, so moving a lane allocates nothing.)
+    /// Each lane not parked under the tag of the smallest turn it holds (ties by key: a
+    /// lane's place must not depend on which of its jobs holds the turn, which a start may
+    /// change). (The key is shared with its lane, so moving a lane allocates nothing.)
     by_turn: BTreeSet<(u64, Arc<str>)>,
+    /// The parked lanes, filed the same way: a new lane's first turn counts them too.
+    parked: BTreeSet<(u64, Arc<str>)>,
     lanes: BTreeMap<String, Lane>,
     jobs: usize,
 }
@@ -79,6 +93,8 @@ struct Lane {
     ranked: BTreeSet<(Reverse<u8>, u64)>,
     /// The turns its jobs hold.
     turns: BTreeSet<Turn>,
+    /// Parked until this time (see the module doc), if it is.
+    parked_until: Option<UnixMillis>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -103,6 +119,27 @@ impl Lane {
     }
 }
 
+impl Lanes {
+    /// The set a lane is filed in: the turn order, or the parked lanes.
+    fn filed_in(&mut self, parked: bool) -> &mut BTreeSet<(u64, Arc<str>)> {
+        if parked {
+            &mut self.parked
+        } else {
+            &mut self.by_turn
+        }
+    }
+
+    /// The smallest turn any lane holds, parked or not.
+    fn first_tag(&self) -> Option<u64> {
+        let open = self.by_turn.first().map(|(tag, _)| *tag);
+        let parked = self.parked.first().map(|(tag, _)| *tag);
+        match (open, parked) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 impl JobQueue {
     /// The tag a job queued now at `p` would hold: one past its lane's last turn, or the
     /// smallest turn of its queue if its lane is empty (0 in an empty queue).
@@ -115,7 +152,7 @@ impl JobQueue {
                 .turns
                 .last()
                 .map_or(0, |(tag, _)| tag.saturating_add(1)),
-            None => lanes.by_turn.first().map_or(0, |(tag, _)| *tag),
+            None => lanes.first_tag().unwrap_or(0),
         }
     }
 
@@ -147,6 +184,7 @@ impl JobQueue {
                 jobs: BTreeMap::new(),
                 ranked: BTreeSet::new(),
                 turns: BTreeSet::new(),
+                parked_until: None,
             };
             lanes.lanes.insert(p.key.to_owned(), lane);
         }
@@ -166,10 +204,12 @@ impl JobQueue {
         let after = lane.place();
         lanes.jobs += 1;
         if before != Some(after) {
+            let (key, parked) = (lane.key.clone(), lane.parked_until.is_some());
+            let filed = lanes.filed_in(parked);
             if let Some(before) = before {
-                lanes.by_turn.remove(&(before, lane.key.clone()));
+                filed.remove(&(before, key.clone()));
             }
-            lanes.by_turn.insert((after, lane.key.clone()));
+            filed.insert((after, key));
         }
         true
     }
@@ -226,15 +266,21 @@ impl JobQueue {
         }
         let after = lane.turns.first().map(|turn| turn.0);
         let emptied = lane.jobs.is_empty();
+        let (key, parked_until) = (lane.key.clone(), lane.parked_until);
         lanes.jobs -= 1;
         if after != Some(first.0) {
-            assert!(lanes.by_turn.remove(&(first.0, lane.key.clone())));
+            let filed = lanes.filed_in(parked_until.is_some());
+            assert!(filed.remove(&(first.0, key.clone())));
             if let Some(after) = after {
-                lanes.by_turn.insert((after, lane.key.clone()));
+                filed.insert((after, key.clone()));
             }
         }
         if emptied {
             lanes.lanes.remove(p.key);
+            if let Some(until) = parked_until {
+                let filed = (until, Arc::from(p.kind), Arc::from(p.queue), key);
+                assert!(self.parked.remove(&filed), "parked lane {p:?} not filed");
+            }
         }
         if lanes.jobs == 0 {
             of_kind.queues.remove(p.queue);
@@ -384,29 +430,156 @@ impl JobQueue {
         self.kinds.get(kind)?.queues.get(queue)
     }
 
+    /// Parks the lane `(kind, queue, key)` until `until` (or moves its time there): a pick
+    /// passes over it without walking it. Nothing if the lane holds no job.
+    pub fn park(&mut self, kind: &str, queue: &str, key: &str, until: UnixMillis) {
+        let Some(lanes) = self
+            .kinds
+            .get_mut(kind)
+            .and_then(|of_kind| of_kind.queues.get_mut(queue))
+        else {
+            return;
+        };
+        let Some(lane) = lanes.lanes.get_mut(key) else {
+            return;
+        };
+        let (place, key) = (lane.place(), lane.key.clone());
+        let (kind, queue): (Arc<str>, Arc<str>) = (Arc::from(kind), Arc::from(queue));
+        match lane.parked_until.replace(until) {
+            Some(earlier) => {
+                let filed = (earlier, kind.clone(), queue.clone(), key.clone());
+                assert!(self.parked.remove(&filed), "parked lane not filed by time");
+            }
+            None => {
+                assert!(lanes.by_turn.remove(&(place, key.clone())));
+                lanes.parked.insert((place, key.clone()));
+            }
+        }
+        self.parked.insert((until, kind, queue, key));
+    }
+
+    /// Parks the lanes of `key` in `queue` (every kind) until `until`.
+    pub fn park_key(&mut self, queue: &str, key: &str, until: UnixMillis) {
+        let kinds: Vec<String> = self
+            .kinds
+            .iter()
+            .filter(|(_, of_kind)| {
+                of_kind
+                    .queues
+                    .get(queue)
+                    .is_some_and(|l| l.lanes.contains_key(key))
+            })
+            .map(|(kind, _)| kind.clone())
+            .collect();
+        for kind in kinds {
+            self.park(&kind, queue, key, until);
+        }
+    }
+
+    /// Returns every lane parked until `now` or earlier to the turn order.
+    pub fn release_parked(&mut self, now: UnixMillis) {
+        while self.parked.first().is_some_and(|(until, ..)| *until <= now) {
+            let Some((_, kind, queue, key)) = self.parked.pop_first() else {
+                break;
+            };
+            self.rejoin(&kind, &queue, &key);
+        }
+    }
+
+    /// Returns the lanes of `key` in `queue` (every kind) to the turn order.
+    pub fn release_key(&mut self, queue: &str, key: &str) {
+        let mut parked: Vec<(UnixMillis, Arc<str>, Arc<str>)> = Vec::new();
+        for (kind, of_kind) in &self.kinds {
+            let lane = of_kind.queues.get(queue).and_then(|l| l.lanes.get(key));
+            if let Some((until, lane)) = lane.and_then(|l| Some((l.parked_until?, l))) {
+                parked.push((until, Arc::from(kind.as_str()), lane.key.clone()));
+            }
+        }
+        let queue: Arc<str> = Arc::from(queue);
+        for (until, kind, key) in parked {
+            assert!(self
+                .parked
+                .remove(&(until, kind.clone(), queue.clone(), key.clone())));
+            self.rejoin(&kind, &queue, &key);
+        }
+    }
+
+    /// Returns every parked lane of `queue` to the turn order.
+    pub fn release_queue(&mut self, queue: &str) {
+        let held: Vec<_> = self
+            .parked
+            .iter()
+            .filter(|(_, _, q, _)| **q == *queue)
+            .cloned()
+            .collect();
+        for filed in held {
+            self.parked.remove(&filed);
+            let (_, kind, queue, key) = filed;
+            self.rejoin(&kind, &queue, &key);
+        }
+    }
+
+    /// A parked lane, already taken out of the time index, rejoins the turn order.
+    fn rejoin(&mut self, kind: &str, queue: &str, key: &str) {
+        let lanes = self
+            .kinds
+            .get_mut(kind)
+            .and_then(|of_kind| of_kind.queues.get_mut(queue))
+            .unwrap_or_else(|| panic!("parked lane {kind:?}/{queue:?}/{key:?} has no queue"));
+        let lane = lanes
+            .lanes
+            .get_mut(key)
+            .unwrap_or_else(|| panic!("parked lane {kind:?}/{queue:?}/{key:?} is gone"));
+        assert!(lane.parked_until.take().is_some(), "rejoined an open lane");
+        let filed = (lane.place(), lane.key.clone());
+        assert!(lanes.parked.remove(&filed));
+        lanes.by_turn.insert(filed);
+    }
+
+    /// Every parked lane: `(until, kind, queue, key)`.
+    pub fn parked(&self) -> impl Iterator<Item = (UnixMillis, &str, &str, &str)> + '_ {
+        self.parked
+            .iter()
+            .map(|(until, kind, queue, key)| (*until, &**kind, &**queue, &**key))
+    }
+
     /// The indexes agree: every job filed once, in the lane it names, with its turn and rank,
-    /// and every lane under its smallest turn.
+    /// and every lane under its smallest turn, in the turn order or, parked, by time.
     pub fn check(&self) -> Result<(), String> {
         let mut filed = 0;
+        let mut parked = 0;
         for (kind, of_kind) in &self.kinds {
             if of_kind.queues.is_empty() {
                 return Err(format!("an empty kind {kind:?} is kept"));
             }
             for (queue, lanes) in &of_kind.queues {
                 let mut jobs = 0;
-                if lanes.by_turn.len() != lanes.lanes.len() {
+                if lanes.by_turn.len() + lanes.parked.len() != lanes.lanes.len() {
                     return Err(format!(
-                        "{kind:?}/{queue:?}: {} lanes but {} filed by turn",
+                        "{kind:?}/{queue:?}: {} lanes but {} filed by turn and {} parked",
                         lanes.lanes.len(),
-                        lanes.by_turn.len()
+                        lanes.by_turn.len(),
+                        lanes.parked.len()
                     ));
                 }
                 for (key, lane) in &lanes.lanes {
                     check_lane(lane)
                         .map_err(|e| format!("lane {kind:?}/{queue:?}/{key:?}: {e}"))?;
-                    if !lanes.by_turn.contains(&(lane.place(), lane.key.clone()))
-                        || *lane.key != **key
-                    {
+                    let place = (lane.place(), lane.key.clone());
+                    let filed_right = match lane.parked_until {
+                        Some(until) => {
+                            parked += 1;
+                            lanes.parked.contains(&place)
+                                && self.parked.contains(&(
+                                    until,
+                                    Arc::from(kind.as_str()),
+                                    Arc::from(queue.as_str()),
+                                    lane.key.clone(),
+                                ))
+                        }
+                        None => lanes.by_turn.contains(&place),
+                    };
+                    if !filed_right || *lane.key != **key {
                         return Err(format!(
                             "lane {kind:?}/{queue:?}/{key:?} is not filed under its first turn"
                         ));
@@ -441,6 +614,12 @@ impl JobQueue {
             return Err(format!(
                 "the queue holds {} jobs but {filed} are filed in lanes",
                 self.all.len()
+            ));
+        }
+        if parked != self.parked.len() {
+            return Err(format!(
+                "{parked} lanes are parked but {} are filed by time",
+                self.parked.len()
             ));
         }
         Ok(())

@@ -38,7 +38,7 @@ use crate::limits::{
 };
 
 pub use index::{Ageing, JobQueue, Placement};
-pub use rate::RateLimit;
+pub use rate::{KeyBucket, RateLimit};
 
 /// The queue of a job that names none.
 pub const DEFAULT_QUEUE: &str = "default";
@@ -70,14 +70,17 @@ pub enum HeldBack {
     KeyConcurrency,
     /// The queue's rate bucket has no token.
     Rate,
+    /// The rate bucket of the job's fairness key has no token.
+    KeyRate,
 }
 
 impl HeldBack {
-    pub const ALL: [HeldBack; 4] = [
+    pub const ALL: [HeldBack; 5] = [
         HeldBack::Paused,
         HeldBack::Concurrency,
         HeldBack::KeyConcurrency,
         HeldBack::Rate,
+        HeldBack::KeyRate,
     ];
 
     /// Its name in metrics.
@@ -87,6 +90,7 @@ impl HeldBack {
             HeldBack::Concurrency => "concurrency",
             HeldBack::KeyConcurrency => "key_concurrency",
             HeldBack::Rate => "rate",
+            HeldBack::KeyRate => "key_rate",
         }
     }
 }
@@ -112,6 +116,10 @@ pub struct QueueSettings {
     /// At most so many starts per period (see [`rate`]). Refused at apply, by entry stamps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<RateLimit>,
+    /// At most so many starts per period for each fairness key (jobs without a key are not
+    /// counted under it): one bucket per key (see [`rate`]). Refused at apply like `rate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_rate: Option<RateLimit>,
     /// At most this many of its jobs unfinished (queued, waiting to retry or running) at
     /// once: a submission beyond it is refused, retryably, naming the queue. Beside the
     /// cluster's own admission limit, never above it.
@@ -128,6 +136,7 @@ impl Default for QueueSettings {
             concurrency: None,
             key_concurrency: None,
             rate: None,
+            key_rate: None,
             max_active_jobs: None,
         }
     }
@@ -164,6 +173,9 @@ pub struct QueueChange {
     /// A new rate limit, with a full bucket; `starts: 0` removes the limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<RateLimit>,
+    /// A new per-key rate limit, every key's bucket full; `starts: 0` removes the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_rate: Option<RateLimit>,
     /// The most of its jobs that may be unfinished at once; `0` removes the limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_active_jobs: Option<u64>,
@@ -192,8 +204,10 @@ impl QueueChange {
                 ));
             }
         }
-        if let Some(rate) = self.rate.filter(|rate| rate.starts > 0) {
-            rate.check()?;
+        for rate in [self.rate, self.key_rate].into_iter().flatten() {
+            if rate.starts > 0 {
+                rate.check()?;
+            }
         }
         if let Some(limit) = self.max_active_jobs {
             if limit > QUEUE_MAX_ACTIVE_JOBS_MAX {
@@ -220,9 +234,9 @@ impl QueueChange {
         }
     }
 
-    /// Sets what the change names in `settings`; `true` if it set a rate limit (or removed
-    /// one), whose bucket then starts full.
-    pub fn apply_to(&self, settings: &mut QueueSettings) -> bool {
+    /// Sets what the change names in `settings`; which rate limits it set (or removed), whose
+    /// buckets then start full.
+    pub fn apply_to(&self, settings: &mut QueueSettings) -> RatesReset {
         if let Some(weight) = self.weight {
             settings.weight = weight;
         }
@@ -243,10 +257,24 @@ impl QueueChange {
         }
         if let Some(rate) = self.rate {
             settings.rate = (rate.starts > 0).then_some(rate);
-            return true;
         }
-        false
+        if let Some(rate) = self.key_rate {
+            settings.key_rate = (rate.starts > 0).then_some(rate);
+        }
+        RatesReset {
+            queue: self.rate.is_some(),
+            keys: self.key_rate.is_some(),
+        }
     }
+}
+
+/// Which of a queue's rate limits a change set anew (or removed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RatesReset {
+    /// The queue's own limit: its bucket starts full.
+    pub queue: bool,
+    /// The per-key limit: every key's bucket starts full.
+    pub keys: bool,
 }
 
 /// A queue as the job table holds and persists it.
@@ -260,6 +288,12 @@ pub struct QueueState {
     /// (see [`rate`]); `0` is a full bucket.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rate_tat_micros: u64,
+    /// The clock of its per-key rate buckets, in microseconds since the epoch: the latest
+    /// stamp any start of the queue carried. A key's bucket is judged at this time or the
+    /// entry's stamp, whichever is later, so a bucket that has refilled by this clock can be
+    /// forgotten: no later judgement can find it less than full.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub key_clock_micros: u64,
 }
 
 fn is_zero(value: &u64) -> bool {

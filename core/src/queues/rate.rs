@@ -64,7 +64,11 @@ impl RateLimit {
 
     /// The TAT after a start at `at`, if the start conforms to a bucket at `tat`.
     pub fn admit(&self, tat: u64, at: UnixMillis) -> Option<u64> {
-        let at = micros(at);
+        self.admit_micros(tat, micros(at))
+    }
+
+    /// [`RateLimit::admit`] at `at` microseconds.
+    pub fn admit_micros(&self, tat: u64, at: u64) -> Option<u64> {
         (tat <= at.saturating_add(self.slack_micros()))
             .then(|| tat.max(at).saturating_add(self.interval_micros()))
     }
@@ -73,7 +77,11 @@ impl RateLimit {
     /// have moved the bucket at `tat` (the leader's starts in flight): `None` if it would, or
     /// the earliest time it would.
     pub fn blocked_until(&self, tat: u64, at: UnixMillis, ahead: u64) -> Option<UnixMillis> {
-        let now = micros(at);
+        self.blocked_until_micros(tat, micros(at), ahead)
+    }
+
+    /// [`RateLimit::blocked_until`] at `now` microseconds.
+    pub fn blocked_until_micros(&self, tat: u64, now: u64, ahead: u64) -> Option<UnixMillis> {
         // Each start ahead moves the TAT to at most `max(TAT, now) + interval`.
         let tat = if ahead == 0 {
             tat
@@ -86,8 +94,19 @@ impl RateLimit {
     }
 }
 
-fn micros(at: UnixMillis) -> u64 {
+/// `at` in microseconds.
+pub fn micros(at: UnixMillis) -> u64 {
     at.0.saturating_mul(1000)
+}
+
+/// One fairness key's bucket under its queue's per-key rate limit, as the table persists it.
+/// Only buckets that have not refilled by their queue's clock are kept: an absent bucket is a
+/// full one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyBucket {
+    pub queue: String,
+    pub key: String,
+    pub tat_micros: u64,
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ impl JobTable {
         self.applied = index;
         self.enqueued_in_entry = 0;
         self.entry_at = at;
+        self.release_rate_waits(at);
         let mut follow_on = Vec::new();
         let applied = self.apply_command(index, at, command, &mut follow_on);
         let outcome = Outcome { applied, follow_on };

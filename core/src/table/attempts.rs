@@ -13,14 +13,19 @@ use crate::time::UnixMillis;
 
 impl JobTable {
     /// Which of its queue's rules holds `job` back from starting at this entry's stamp, if
-    /// one does: the queue's own (`queue_held_back`), or its per-key limit for the job's key.
+    /// one does: the queue's own (`queue_held_back`), or a per-key limit for the job's key.
     /// Every attempt running counts, whichever leader started it: the counts and the limits
     /// are all in the table.
     fn held_back(&self, job: &Job) -> Option<HeldBack> {
         let queue_rule = self.queue_held_back(&job.queue, 0, self.entry_at);
+        let key = job.fairness_key.as_deref();
         queue_rule.map(|(why, _)| why).or_else(|| {
-            self.key_full(&job.queue, job.fairness_key.as_deref(), 0)
-                .then_some(HeldBack::KeyConcurrency)
+            if self.key_full(&job.queue, key, 0) {
+                Some(HeldBack::KeyConcurrency)
+            } else {
+                self.key_rate_due(&job.queue, key, 0, self.entry_at)
+                    .map(|_| HeldBack::KeyRate)
+            }
         })
     }
 
@@ -72,6 +77,7 @@ impl JobTable {
         if !self.queues_changed.contains(&job.queue) {
             self.queues_changed.insert(job.queue.clone());
         }
+        self.key_rate_started(job_id);
         if let Some(retag) = retag {
             self.job_mut(retag.job_id).turn = retag.tag;
             follow_on.push(Applied::Retagged {

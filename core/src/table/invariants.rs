@@ -66,6 +66,7 @@ impl JobTable {
             ));
         }
         self.queue.check()?;
+        self.check_key_rates()?;
         let in_queue: BTreeSet<JobId> = self.queue.iter().collect();
         if in_queue != queued || self.queue.len() != queued.len() {
             return Err(format!(

@@ -3,8 +3,10 @@
 use super::invariants::check_row;
 use super::{JobTable, ScopedKey, TableError};
 use crate::ids::LogIndex;
-use crate::job::{Job, JobState};
+use crate::job::JobState;
 use crate::queues::{check_queue_name, QueueSettings, QueueState};
+use crate::storage::TableRows;
+use crate::time::UnixMillis;
 
 impl JobTable {
     /// Rebuilds a table from persisted rows (the state after applying `applied`).
@@ -12,11 +14,12 @@ impl JobTable {
     /// rows, so nothing derived can disagree with what was stored. A job naming a queue without
     /// a row (written before queues had rows: `default`) gets that queue with the default
     /// settings at pass 0, as the first job of a queue creates it when applied.
-    pub fn from_rows(
-        rows: Vec<Job>,
-        queues: Vec<QueueState>,
-        applied: LogIndex,
-    ) -> Result<JobTable, TableError> {
+    pub fn from_rows(rows: TableRows, applied: LogIndex) -> Result<JobTable, TableError> {
+        let TableRows {
+            jobs: rows,
+            queues,
+            key_buckets,
+        } = rows;
         let mut table = JobTable {
             applied,
             ..JobTable::default()
@@ -45,6 +48,7 @@ impl JobTable {
                         settings: QueueSettings::default(),
                         pass: 0,
                         rate_tat_micros: 0,
+                        key_clock_micros: 0,
                     },
                 );
             }
@@ -117,6 +121,27 @@ impl JobTable {
             }
         }
         table.usage = super::QueueUsage::of_rows(table.jobs.values());
+        for bucket in &key_buckets {
+            let inconsistent = |detail: &str| TableError::InconsistentQueue {
+                queue: bucket.queue.clone(),
+                detail: format!("the bucket of key {:?} {detail}", bucket.key),
+            };
+            if !table.key_buckets.load(bucket) {
+                return Err(inconsistent("appears twice"));
+            }
+            // A key out of tokens waits with its lanes parked, as in the live table.
+            if let Some(until) =
+                table.key_rate_due(&bucket.queue, Some(&bucket.key), 0, UnixMillis(0))
+            {
+                table.queue.park_key(&bucket.queue, &bucket.key, until);
+            }
+        }
+        table
+            .check_key_rates()
+            .map_err(|detail| TableError::InconsistentQueue {
+                queue: String::new(),
+                detail,
+            })?;
         Ok(table)
     }
 }

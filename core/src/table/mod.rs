@@ -29,6 +29,9 @@
 //! | `attempts.rs`   | one attempt's life: assign, complete, fail, release, requeue, abandon |
 //! | `cancel.rs`     | `Cancel`, and cancelling one job for any reason                    |
 //! | `purge.rs`      | `Purge`: retention removing finished jobs                          |
+//! | `queues.rs`     | `SetQueue`, creating queues, the rules that hold a queue back      |
+//! | `key_rates.rs`  | per-key rate buckets, and parking the lanes of keys out of tokens  |
+//! | `usage.rs`      | what each queue and key runs and holds unfinished                  |
 //! | `cascade.rs`    | data-parallel jobs: what a partition's fate means for its parent   |
 //! | `load.rs`       | rebuilding a table from stored rows, every derived index recomputed |
 //! | `view.rs`       | what clients see of a job                                          |
@@ -43,6 +46,7 @@ use crate::limits::QUEUE_POSITIONS_PER_ENTRY;
 use crate::queues::{JobQueue, QueueState};
 use crate::tasks::{Partitions, TaskSpec};
 use crate::time::UnixMillis;
+use key_rates::KeyBuckets;
 use usage::QueueUsage;
 
 mod apply;
@@ -50,6 +54,7 @@ mod attempts;
 mod cancel;
 mod cascade;
 mod invariants;
+mod key_rates;
 mod load;
 mod outcome;
 mod purge;
@@ -75,6 +80,8 @@ pub struct JobTable {
     queues_changed: BTreeSet<String>,
     /// What each queue runs and holds unfinished, against its limits.
     usage: QueueUsage,
+    /// The rate buckets of fairness keys under their queue's per-key rate.
+    key_buckets: KeyBuckets,
     /// Jobs enqueued so far by the entry being applied. A queue position is the entry's index
     /// times `QUEUE_POSITIONS_PER_ENTRY` plus this: a function of the log alone, so a table
     /// rebuilt from rows (whatever was purged) hands out exactly the positions a table that
@@ -296,6 +303,14 @@ impl JobTable {
             self.queue.insert(seq, job_id, &job.placement(), job.turn),
             "queue position {seq} handed out twice"
         );
+        // A key out of rate tokens waits with its lane parked, whichever way its jobs came.
+        let Some(job) = self.jobs.get(&job_id) else {
+            panic!("job {job_id} vanished during apply");
+        };
+        if let Some(until) = self.key_rate_due(&job.queue, job.fairness_key.as_deref(), 0, at) {
+            let p = job.placement();
+            self.queue.park(p.kind, p.queue, p.key, until);
+        }
     }
 
     pub(super) fn take_queue_seq(&mut self) -> u64 {

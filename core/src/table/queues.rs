@@ -23,11 +23,15 @@ impl JobTable {
         }
         let state = self.queues.get_mut(queue).expect("created above");
         let resumed = state.settings.paused && change.paused == Some(false);
-        if change.apply_to(&mut state.settings) {
+        let reset = change.apply_to(&mut state.settings);
+        if reset.queue {
             // A rate limit set (or removed) starts from a full bucket.
             state.rate_tat_micros = 0;
         }
         self.queues_changed.insert(queue.to_owned());
+        if reset.keys {
+            self.reset_key_rates(queue);
+        }
         if resumed {
             self.rejoin(queue);
         }
@@ -109,6 +113,7 @@ impl JobTable {
                 settings: QueueSettings::default(),
                 pass,
                 rate_tat_micros: 0,
+                key_clock_micros: 0,
             },
         );
         self.queues_changed.insert(queue.to_owned());

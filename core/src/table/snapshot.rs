@@ -11,15 +11,29 @@ pub fn encode_snapshot(table: &JobTable) -> Vec<u8> {
     struct Rows<'a> {
         jobs: Vec<&'a crate::job::Job>,
         queues: Vec<&'a crate::queues::QueueState>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        key_buckets: Vec<crate::queues::KeyBucket>,
     }
     let rows = Rows {
         jobs: table.jobs().collect(),
         queues: table.queues().collect(),
+        key_buckets: table.key_bucket_rows().collect(),
     };
     // Rows are plain data; encoding them cannot fail short of running out of memory.
     let mut data = Vec::new();
     let _ = write_binary(&rows, &mut data);
     data
+}
+
+impl JobTable {
+    /// A copy of every row of the table: what [`JobTable::from_rows`] rebuilds it from.
+    pub fn to_rows(&self) -> TableRows {
+        TableRows {
+            jobs: self.jobs().cloned().collect(),
+            queues: self.queues().cloned().collect(),
+            key_buckets: self.key_bucket_rows().collect(),
+        }
+    }
 }
 
 /// The rows of a snapshot, or why they do not decode.

@@ -69,6 +69,7 @@ impl JobTable {
                     concurrency: queue.settings.concurrency,
                     key_concurrency: queue.settings.key_concurrency,
                     rate: queue.settings.rate,
+                    key_rate: queue.settings.key_rate,
                     max_active_jobs: queue.settings.max_active_jobs,
                     queued,
                     running,

@@ -16,12 +16,12 @@ use herder_core::command::LogEntry;
 use herder_core::coordinator::{DurableState, HardState, Record};
 use herder_core::ids::{LogIndex, NodeId, Term};
 use herder_core::job::Job;
-use herder_core::queues::QueueState;
+use herder_core::queues::{KeyBucket, QueueState};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 /// The schema this build writes and reads. Version 1 (a single coordinator: no term or vote) is
 /// upgraded in place when opened.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "herder.sqlite3";
@@ -258,6 +258,24 @@ impl Store {
             }
             queues.push(queue);
         }
+        let mut key_buckets = Vec::new();
+        let mut statement = self
+            .conn
+            .prepare("SELECT queue, key, tat_micros FROM key_buckets")?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let (queue, key, tat): (String, String, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+            let tat_micros = u64::try_from(tat).map_err(|_| {
+                corrupt(format!(
+                    "the bucket of key {key:?} in queue {queue:?} is negative"
+                ))
+            })?;
+            key_buckets.push(KeyBucket {
+                queue,
+                key,
+                tat_micros,
+            });
+        }
         let mut log = Vec::new();
         let mut statement = self
             .conn
@@ -294,6 +312,7 @@ impl Store {
             applied_term: Term(applied_term),
             log,
             queues,
+            key_buckets,
         })
     }
 
@@ -315,6 +334,11 @@ impl Store {
             let mut delete_job = tx.prepare_cached("DELETE FROM jobs WHERE id = ?1")?;
             let mut put_queue =
                 tx.prepare_cached("INSERT OR REPLACE INTO queues (name, row) VALUES (?1, ?2)")?;
+            let mut put_bucket = tx.prepare_cached(
+                "INSERT OR REPLACE INTO key_buckets (queue, key, tat_micros) VALUES (?1, ?2, ?3)",
+            )?;
+            let mut delete_bucket =
+                tx.prepare_cached("DELETE FROM key_buckets WHERE queue = ?1 AND key = ?2")?;
             let mut set_applied =
                 tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'applied_index'")?;
             let mut set_applied_term =
@@ -339,9 +363,17 @@ impl Store {
                     Record::Snapshot { index, term, rows } => {
                         tx.execute("DELETE FROM jobs", [])?;
                         tx.execute("DELETE FROM queues", [])?;
+                        tx.execute("DELETE FROM key_buckets", [])?;
                         for queue in &rows.queues {
                             encoding::encode_into(queue, buffer)?;
                             put_queue.execute(params![queue.name.as_str(), buffer.as_slice()])?;
+                        }
+                        for bucket in &rows.key_buckets {
+                            put_bucket.execute(params![
+                                bucket.queue.as_str(),
+                                bucket.key.as_str(),
+                                to_sql(bucket.tat_micros)
+                            ])?;
                         }
                         for job in &rows.jobs {
                             encoding::encode_into(job, buffer)?;
@@ -377,6 +409,16 @@ impl Store {
                     Record::Queue(queue) => {
                         encoding::encode_into(queue, buffer)?;
                         put_queue.execute(params![queue.name.as_str(), buffer.as_slice()])?;
+                    }
+                    Record::KeyBucket(bucket) => {
+                        put_bucket.execute(params![
+                            bucket.queue.as_str(),
+                            bucket.key.as_str(),
+                            to_sql(bucket.tat_micros)
+                        ])?;
+                    }
+                    Record::DeleteKeyBucket { queue, key } => {
+                        delete_bucket.execute(params![queue.as_str(), key.as_str()])?;
                     }
                     Record::Applied { index, term } => {
                         set_applied.execute(params![to_sql(index.0)])?;
@@ -459,6 +501,17 @@ fn upgrade_schema(
             "BEGIN;
              CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, row TEXT NOT NULL);
              PRAGMA user_version = 3;
+             COMMIT;",
+        )
+        .map_err(in_use_or_corrupt)?;
+    }
+    if version <= 3 {
+        // Version 4 adds the rate buckets of fairness keys under a per-key rate limit. No
+        // earlier version had the limit, so there are none to carry over.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS key_buckets (queue TEXT NOT NULL, key TEXT NOT NULL, tat_micros INTEGER NOT NULL, PRIMARY KEY (queue, key));
+             PRAGMA user_version = 4;
              COMMIT;",
         )
         .map_err(in_use_or_corrupt)?;
@@ -691,6 +744,50 @@ mod tests {
             job(2).created_at,
             "times round-trip"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn key_buckets_are_upserted_deleted_and_replaced_by_a_snapshot() {
+        let dir = temp_dir("key-buckets");
+        let mut store = Store::open(&dir).expect("open");
+        let bucket = |key: &str, tat_micros: u64| KeyBucket {
+            queue: "tenants".into(),
+            key: key.into(),
+            tat_micros,
+        };
+        store
+            .write(&[
+                Record::KeyBucket(bucket("a", 1_000)),
+                Record::KeyBucket(bucket("b", 2_000)),
+                Record::KeyBucket(bucket("a", 3_000)),
+                Record::DeleteKeyBucket {
+                    queue: "tenants".into(),
+                    key: "b".into(),
+                },
+            ])
+            .expect("write");
+        drop(store);
+        let mut store = Store::open(&dir).expect("reopen");
+        let state = store.load().expect("load");
+        assert_eq!(
+            state.key_buckets,
+            vec![bucket("a", 3_000)],
+            "the last write wins"
+        );
+        let rows = herder_core::storage::TableRows {
+            key_buckets: vec![bucket("c", 5_000)],
+            ..Default::default()
+        };
+        store
+            .write(&[Record::Snapshot {
+                index: LogIndex(7),
+                term: Term(2),
+                rows,
+            }])
+            .expect("install");
+        let state = store.load().expect("load");
+        assert_eq!(state.key_buckets, vec![bucket("c", 5_000)]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

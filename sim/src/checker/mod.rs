@@ -115,6 +115,8 @@ impl Mirror {
                 Record::Job(_)
                 | Record::DeleteJob(_)
                 | Record::Queue(_)
+                | Record::KeyBucket(_)
+                | Record::DeleteKeyBucket { .. }
                 | Record::Applied { .. }
                 | Record::DiscardLogThrough(_) => {}
             }

@@ -302,6 +302,7 @@ fn event_name(event: &Event) -> &'static str {
             HeldBack::Concurrency => "coordinator: queue held back (concurrency limit)",
             HeldBack::KeyConcurrency => "coordinator: queue held back (per-key limit)",
             HeldBack::Rate => "coordinator: queue held back (rate limit)",
+            HeldBack::KeyRate => "coordinator: queue held back (per-key rate limit)",
         },
         Event::WorkerRegistered {
             reconnect: true, ..

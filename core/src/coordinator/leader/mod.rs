@@ -533,6 +533,7 @@ impl LeaderState {
                 concurrency,
                 key_concurrency,
                 rate,
+                key_rate,
                 max_active_jobs,
             } => {
                 let change = QueueChange {
@@ -542,6 +543,7 @@ impl LeaderState {
                     concurrency,
                     key_concurrency,
                     rate,
+                    key_rate,
                     max_active_jobs,
                 };
                 self.set_queue(m, (conn, request_id), queue, change)

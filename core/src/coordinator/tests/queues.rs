@@ -604,4 +604,5 @@ fn a_queue_that_cannot_start_does_not_hold_back_the_pass_a_newcomer_joins_at() {
     h.check();
 }
 
+mod key_rates;
 mod limits;

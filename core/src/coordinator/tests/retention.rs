@@ -265,9 +265,8 @@ fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
         other => panic!("expected PURGED, got {other:?}"),
     }
     let mut live = h.d.c.table().clone();
-    let rows: Vec<Job> = live.jobs().cloned().collect();
-    let queues = live.queues().cloned().collect();
-    let mut rebuilt = JobTable::from_rows(rows, queues, live.applied_index()).expect("valid rows");
+    let mut rebuilt =
+        JobTable::from_rows(live.to_rows(), live.applied_index()).expect("valid rows");
     let next = live.applied_index().next();
     let submit = Command::Submit {
         timeout_millis: None,

@@ -230,3 +230,60 @@ fn a_cancel_gives_up_its_own_turn_and_empties_leave_nothing_behind() {
     assert!(!f.queue.has_kind("sleep"));
     f.queue.check().expect("consistent");
 }
+
+#[test]
+fn parking_a_lane_spares_the_walk_and_changes_no_turn() {
+    // Two identical queues; one parks lanes and releases them, the other never does.
+    let (mut f, mut twin) = (Fixture::default(), Fixture::default());
+    for key in ["a", "b", "c"] {
+        for q in [&mut f, &mut twin] {
+            q.push(key, 0, 0);
+            q.push(key, 0, 0);
+        }
+    }
+    f.queue.park("sleep", "default", "a", UnixMillis(500));
+    f.queue.park("sleep", "default", "b", UnixMillis(300));
+    f.queue.check().expect("consistent");
+    // A new lane takes the smallest turn of the queue, parked lanes included.
+    assert_eq!(
+        f.queue.next_tag(&at("new", 0, 0)),
+        twin.queue.next_tag(&at("new", 0, 0))
+    );
+    // Only the open lane is walked.
+    let mut walked = Vec::new();
+    let ageing = Ageing {
+        now: UnixMillis(0),
+        bound_millis: 60_000,
+    };
+    let picked = f.queue.pick(
+        "sleep",
+        "default",
+        ageing,
+        |_| 0,
+        |key| {
+            walked.push(key.to_owned());
+            false
+        },
+        |_| false,
+    );
+    assert_eq!(walked, ["c"]);
+    assert_eq!(picked, Some(id(5)), "key c's first job");
+    // A start in a parked lane (a leader whose clock was later) keeps it parked and filed.
+    for q in [&mut f, &mut twin] {
+        assert_eq!(q.queue.start(1, &at("a", 0, 0)).map(|s| s.0), Some(id(1)));
+        q.placed.remove(&id(1));
+        q.queue.check().expect("consistent");
+    }
+    assert_eq!(f.queue.parked().count(), 2);
+    // Time releases b first, then a; the order is as if they had never been parked.
+    f.queue.release_parked(UnixMillis(300));
+    assert_eq!(f.queue.parked().count(), 1);
+    f.queue.release_parked(UnixMillis(500));
+    f.queue.check().expect("consistent");
+    let drained = |q: &mut Fixture| -> Vec<JobId> {
+        std::iter::from_fn(|| q.next_start(0, 60_000)).collect()
+    };
+    let order = drained(&mut f);
+    assert_eq!(order.len(), 5, "every job still queued starts");
+    assert_eq!(order, drained(&mut twin));
+}

@@ -71,6 +71,8 @@ impl Disk {
             Record::Job(_)
             | Record::DeleteJob(_)
             | Record::Queue(_)
+            | Record::KeyBucket(_)
+            | Record::DeleteKeyBucket { .. }
             | Record::Applied { .. }
             | Record::DiscardLogThrough(_) => {}
         }

@@ -7,8 +7,9 @@
 //! A queue's rules hold jobs back: a paused queue starts nothing, a queue running its
 //! concurrency limit nothing more, a fairness key running the queue's per-key limit nothing
 //! more (its lane is passed over; the lanes passed are at most the attempts running), and a
-//! queue whose rate bucket is empty nothing until a token is due, when a timer schedules
-//! again. The leader counts its own assignments in flight against every limit, and the table
+//! queue or key whose rate bucket is empty nothing until a token is due, when a timer
+//! schedules again. A key out of rate tokens has its lane parked by the table until its
+//! token is due, so a pick walks past only the keys whose starts are still on their way. The leader counts its own assignments in flight against every limit, and the table
 //! checks every rule again when an `Assign` applies, so no leader — a deposed one included —
 //! can start a job past one.
 //!
@@ -113,6 +114,8 @@ impl LeaderState {
             // Handing over: let the log go quiet so the next leader can catch up.
             return;
         }
+        let now = m.wall_now();
+        m.table.release_rate_waits(now);
         // Each kind with a queued job, with the free slots of the workers serving it. The
         // kinds come from the workers (bounded by their registrations), not from the queue
         // (whose kinds clients choose).
@@ -152,7 +155,7 @@ impl LeaderState {
             };
             let in_flight = &self.scheduling.in_flight;
             let table = &m.table;
-            let mut key_held = false;
+            let mut key_held = None;
             let picked = table.queue_index().pick(
                 kind,
                 &queue,
@@ -162,20 +165,15 @@ impl LeaderState {
                 },
                 |key| in_flight.in_lane(kind, &queue, key),
                 |key| {
-                    let full = !key.is_empty()
-                        && table.key_full(
-                            &queue,
-                            Some(key),
-                            in_flight.with_key(&queue, key) as u64,
-                        );
-                    key_held |= full;
-                    full
+                    let why = Self::key_held_back(table, &queue, key, in_flight, now, pass);
+                    key_held = key_held.or(why);
+                    why.is_some()
                 },
                 |job_id| in_flight.contains(&job_id),
             );
             let Some(job_id) = picked else {
-                if key_held {
-                    pass.hold(&queue, HeldBack::KeyConcurrency);
+                if let Some(why) = key_held {
+                    pass.hold(&queue, why);
                 }
                 done.insert(queue);
                 continue;
@@ -251,6 +249,29 @@ impl LeaderState {
         Some(why)
     }
 
+    /// The per-key rule of `queue` that holds back the jobs of fairness key `key` now (none
+    /// for the jobs without a key), counting the key's starts in flight: its concurrency
+    /// limit, then its rate, noting in `pass` when the token it waits for is due.
+    fn key_held_back(
+        table: &JobTable,
+        queue: &str,
+        key: &str,
+        in_flight: &InFlight,
+        now: UnixMillis,
+        pass: &mut Pass,
+    ) -> Option<HeldBack> {
+        if key.is_empty() {
+            return None;
+        }
+        let keyed = in_flight.with_key(queue, key) as u64;
+        if table.key_full(queue, Some(key), keyed) {
+            return Some(HeldBack::KeyConcurrency);
+        }
+        let due = table.key_rate_due(queue, Some(key), keyed, now)?;
+        pass.rate_due = Some(pass.rate_due.map_or(due, |earlier| earlier.min(due)));
+        Some(HeldBack::KeyRate)
+    }
+
     /// The fresh jobs, highest priority first (then in proposal order), while some worker
     /// serving their kind and queue has room and no rule of their queue holds them back.
     fn schedule_fresh(&mut self, m: &mut Member, pass: &mut Pass) {
@@ -273,11 +294,7 @@ impl LeaderState {
             let in_queue = in_flight.in_queue(&lane.queue) as u64;
             let held =
                 Self::queue_held_back(&m.table, &lane.queue, in_queue, now, pass).or_else(|| {
-                    let keyed = in_flight.with_key(&lane.queue, &lane.key) as u64;
-                    let key = (!lane.key.is_empty()).then_some(lane.key.as_str());
-                    m.table
-                        .key_full(&lane.queue, key, keyed)
-                        .then_some(HeldBack::KeyConcurrency)
+                    Self::key_held_back(&m.table, &lane.queue, &lane.key, in_flight, now, pass)
                 });
             if let Some(why) = held {
                 // Queued when its `Submit` applies, and scheduled from there.
@@ -313,8 +330,19 @@ impl LeaderState {
             }
         }
         self.scheduling.held = pass.held;
-        let Some(due) = pass.rate_due else {
-            return;
+        // Lanes parked for their keys' rate are not walked: the first to rejoin wakes us too.
+        let parked = m
+            .table
+            .queue_index()
+            .parked()
+            .next()
+            .map(|(until, ..)| until);
+        let due = match (pass.rate_due, parked) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(due) => due,
+                None => return,
+            },
         };
         let wait = Duration::from_millis(due.0.saturating_sub(m.wall_now().0));
         let at = m.now.saturating_add(wait);

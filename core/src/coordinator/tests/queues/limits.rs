@@ -198,12 +198,8 @@ fn the_table_refuses_a_start_past_a_key_limit_or_the_rate_whoever_proposed_it() 
     );
     table.check_invariants().expect("consistent");
     // A table rebuilt from its rows holds the same bucket and counts.
-    let rebuilt = crate::table::JobTable::from_rows(
-        table.jobs().cloned().collect(),
-        table.queues().cloned().collect(),
-        table.applied_index(),
-    )
-    .expect("loads");
+    let rebuilt =
+        crate::table::JobTable::from_rows(table.to_rows(), table.applied_index()).expect("loads");
     assert_eq!(rebuilt.running_with_key("q", "b"), 1);
     assert_eq!(
         rebuilt.queue_state("q").map(|q| q.rate_tat_micros),
