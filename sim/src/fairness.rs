@@ -10,7 +10,7 @@
 //!
 //! A stretch is judged only while nothing else tilts it: a lane that lost a queued job without
 //! starting it (a cancel) is set aside until it empties, and so is every lane of a queue with a
-//! per-key concurrency limit (it holds a busy key back on purpose).
+//! per-key concurrency or rate limit (it holds a busy key back on purpose).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -53,7 +53,8 @@ impl Fairness {
     }
 
     /// Entry `at` applied: `before` and `after` are the queued jobs' lanes around it,
-    /// `started` the jobs it started, and `key_limited` the queues with a per-key limit.
+    /// `started` the jobs it started, and `key_limited` the queues with a per-key limit
+    /// (concurrency or rate).
     pub fn observe(
         &mut self,
         at: LogIndex,

@@ -164,6 +164,11 @@ pub struct Model {
     pub last_assign: HashMap<JobId, LogIndex>,
     /// Each rate-limited queue's starts since its limit was last set, by entry stamp.
     rate_starts: HashMap<String, Vec<u64>>,
+    /// Each queue's clock for its per-key rate: the latest stamp any start in it carried.
+    key_clocks: HashMap<String, u64>,
+    /// Each key's starts since its queue's per-key rate was last set, by `(queue, key)`, at
+    /// the queue's clock (so never running backwards).
+    key_rate_starts: HashMap<(String, String), Vec<u64>>,
     /// The fairness rule between keys (see [`crate::fairness`]).
     pub fairness: Fairness,
 }
@@ -179,6 +184,8 @@ pub struct QueueRules {
     pub key_concurrency: Option<u32>,
     /// At most `.0` starts per `.1` milliseconds.
     pub rate: Option<(u32, u64)>,
+    /// At most `.0` starts per `.1` milliseconds for each fairness key.
+    pub key_rate: Option<(u32, u64)>,
     pub max_active_jobs: Option<u64>,
 }
 
@@ -189,6 +196,7 @@ pub const NEW_QUEUE: QueueRules = QueueRules {
     concurrency: None,
     key_concurrency: None,
     rate: None,
+    key_rate: None,
     max_active_jobs: None,
 };
 
@@ -298,7 +306,10 @@ impl Model {
         let key_limited: BTreeSet<String> = self
             .queues
             .keys()
-            .filter(|queue| self.rules_of(queue, at).key_concurrency.is_some())
+            .filter(|queue| {
+                let rules = self.rules_of(queue, at);
+                rules.key_concurrency.is_some() || rules.key_rate.is_some()
+            })
             .cloned()
             .collect();
         self.fairness
@@ -376,20 +387,18 @@ impl Model {
                         && self.within_queue_rules(at, job)
                 });
                 if startable {
-                    let queue = self.job(job_id)?.queue.clone();
-                    if let Some((starts, per_millis)) = self.rules_of(&queue, at).rate {
-                        let stamp = self.stamp;
-                        let history = self.rate_starts.entry(queue).or_default();
-                        history.push(stamp);
-                        // A start followed by the next at least one interval later never
-                        // binds again: the later one's run is longer by one start and by at
-                        // least that interval. Dropped, so the history stays short.
-                        let interval = (per_millis * 1000).div_ceil(u64::from(starts));
-                        while history.len() > 1
-                            && (history[1].saturating_sub(history[0])) * 1000 >= interval
-                        {
-                            history.remove(0);
-                        }
+                    let job = self.job(job_id)?;
+                    let (queue, key) = (job.queue.clone(), job.fairness_key.clone());
+                    let rules = self.rules_of(&queue, at);
+                    let clock = self.key_clock(&queue);
+                    self.key_clocks.insert(queue.clone(), clock);
+                    if let Some(rate) = rules.rate {
+                        let history = self.rate_starts.entry(queue.clone()).or_default();
+                        record_start(history, self.stamp, rate);
+                    }
+                    if let Some(rate) = rules.key_rate.filter(|_| !key.is_empty()) {
+                        let history = self.key_rate_starts.entry((queue, key)).or_default();
+                        record_start(history, clock, rate);
                     }
                 }
                 if startable {
@@ -734,11 +743,10 @@ impl Model {
 
     /// Whether `job`'s queue lets it start at entry `at`, by the rules in effect there: not
     /// paused; fewer running than its concurrency limit, and than its per-key limit among the
-    /// jobs with the same key; and a start now keeps every run of its starts since the rate
-    /// was set within the rate. The rate rule, in the model's own terms: the starts from the
-    /// `k`-th on, this one included, number `n`; spaced at the steady interval
-    /// (`period / starts`, rounded up to the microsecond) they would span `n` intervals, which
-    /// may exceed the time they took by at most one period (the burst of a full bucket).
+    /// jobs with the same key; a start now keeps every run of the queue's starts since its
+    /// rate was set within the rate (by entry stamps); and every run of the key's starts since
+    /// the per-key rate was set within that rate, timed by the queue's clock (see
+    /// [`within_rate`]).
     fn within_queue_rules(&self, at: LogIndex, job: &ModelJob) -> bool {
         let rules = self.rules_of(&job.queue, at);
         if rules.paused {
@@ -757,20 +765,29 @@ impl Model {
         {
             return false;
         }
-        let Some((starts, per_millis)) = rules.rate else {
-            return true;
-        };
-        let period = i128::from(per_millis) * 1000;
-        let interval = (period + i128::from(starts) - 1) / i128::from(starts);
-        let earlier = self
-            .rate_starts
-            .get(&job.queue)
-            .map_or(&[][..], Vec::as_slice);
-        let now = i128::from(self.stamp) * 1000;
-        earlier.iter().enumerate().all(|(k, stamp)| {
-            let n = (earlier.len() - k + 1) as i128;
-            n * interval <= now - i128::from(*stamp) * 1000 + period
-        })
+        if let Some(rate) = rules.rate {
+            let earlier = self.rate_starts.get(&job.queue);
+            if !within_rate(earlier.map_or(&[][..], Vec::as_slice), self.stamp, rate) {
+                return false;
+            }
+        }
+        if let Some(rate) = rules.key_rate.filter(|_| !job.fairness_key.is_empty()) {
+            let lane = (job.queue.clone(), job.fairness_key.clone());
+            let earlier = self.key_rate_starts.get(&lane);
+            let now = self.key_clock(&job.queue);
+            if !within_rate(earlier.map_or(&[][..], Vec::as_slice), now, rate) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The time a start in `queue` now is judged at under a per-key rate: this entry's stamp,
+    /// or the latest stamp of a start in the queue if that is later.
+    fn key_clock(&self, queue: &str) -> u64 {
+        self.key_clocks
+            .get(queue)
+            .map_or(self.stamp, |clock| self.stamp.max(*clock))
     }
 
     /// A queue's settings in effect once entry `at` has applied.
@@ -787,15 +804,17 @@ impl Model {
         ensure!(
             change.weight.is_none_or(|w| (1..=1000).contains(&w))
                 && change.aging_millis.is_none_or(|a| a >= 1)
-                && change
-                    .rate
-                    .is_none_or(|r| r.starts == 0 || r.per_millis >= 1)
+                && [change.rate, change.key_rate]
+                    .iter()
+                    .flatten()
+                    .all(|r| r.starts == 0 || r.per_millis >= 1)
                 && (change.weight.is_some()
                     || change.paused.is_some()
                     || change.aging_millis.is_some()
                     || change.concurrency.is_some()
                     || change.key_concurrency.is_some()
                     || change.rate.is_some()
+                    || change.key_rate.is_some()
                     || change.max_active_jobs.is_some()),
             "queues: entry {at} changes queue {queue:?} with settings out of bounds: {change:?}"
         );
@@ -819,6 +838,11 @@ impl Model {
             // A rate set anew counts starts from here, with a full bucket.
             rules.rate = (rate.starts > 0).then_some((rate.starts, rate.per_millis));
             self.rate_starts.remove(queue);
+        }
+        if let Some(rate) = change.key_rate {
+            // So does a per-key rate, for every key.
+            rules.key_rate = (rate.starts > 0).then_some((rate.starts, rate.per_millis));
+            self.key_rate_starts.retain(|(q, _), _| q != queue);
         }
         self.queues
             .entry(queue.to_owned())
@@ -1053,5 +1077,33 @@ pub fn covers_exactly_once(whole: &TaskSpec, pieces: &[TaskSpec]) -> bool {
             next == i128::from(*end) + 1
         }
         _ => pieces.is_empty(),
+    }
+}
+
+/// Whether a start at `now` keeps every run of the starts at `earlier` (times in milliseconds)
+/// and itself within `rate` (`.0` starts per `.1` ms). In the model's own terms: the starts
+/// from the `k`-th on, this one included, number `n`; spaced at the steady interval (the
+/// period over the starts, rounded up to the microsecond) they would span `n` intervals,
+/// which may exceed the time they took by at most one period (the burst of a full bucket).
+fn within_rate(earlier: &[u64], now: u64, rate: (u32, u64)) -> bool {
+    let (starts, per_millis) = rate;
+    let period = i128::from(per_millis) * 1000;
+    let interval = (period + i128::from(starts) - 1) / i128::from(starts);
+    let now = i128::from(now) * 1000;
+    earlier.iter().enumerate().all(|(k, stamp)| {
+        let n = (earlier.len() - k + 1) as i128;
+        n * interval <= now - i128::from(*stamp) * 1000 + period
+    })
+}
+
+/// Adds a start at `at` to a rate's history. A start followed by the next at least one
+/// interval later never binds again: the later one's run is longer by one start and by at
+/// least that interval. Dropped, so the history stays short.
+fn record_start(history: &mut Vec<u64>, at: u64, rate: (u32, u64)) {
+    let (starts, per_millis) = rate;
+    history.push(at);
+    let interval = (per_millis * 1000).div_ceil(u64::from(starts));
+    while history.len() > 1 && (history[1].saturating_sub(history[0])) * 1000 >= interval {
+        history.remove(0);
     }
 }

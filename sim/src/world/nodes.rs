@@ -1013,6 +1013,9 @@ impl World {
                     && change
                         .rate
                         .is_none_or(|rate| view.rate == (rate.starts > 0).then_some(rate))
+                    && change
+                        .key_rate
+                        .is_none_or(|rate| view.key_rate == (rate.starts > 0).then_some(rate))
             }
             (Operation::List { .. }, ClientReply::JobList { .. })
             | (Operation::Queues, ClientReply::QueueList { .. })

@@ -319,8 +319,8 @@ impl World {
     }
 
     /// An operator's change to one of the workload's queues: mostly a pause or a resume, or a
-    /// limit — concurrency or per-key concurrency of 1 or 2 (or none), a rate of 2 to 5 starts
-    /// per 100 to 400 ms (or none), an admission limit of 1 to 6 unfinished jobs (or none) —
+    /// limit — concurrency or per-key concurrency of 1 or 2 (or none), a rate for the queue or
+    /// for each key of 2 to 5 starts per 100 to 400 ms (or none), an admission limit of 1 to 6 unfinished jobs (or none) —
     /// now and then a new weight or a short ageing bound (so ageing happens within a seed).
     fn queue_op(&mut self, c: usize) -> Operation {
         let rng = &mut self.clients[c].rng;
@@ -340,10 +340,16 @@ impl World {
                 } else {
                     rng.range(2, 6) as u32
                 };
-                change.rate = Some(RateLimit {
+                let rate = Some(RateLimit {
                     starts,
                     per_millis: rng.range(100, 401),
                 });
+                // The queue's own rate or each key's, alike.
+                if rng.below(2) == 0 {
+                    change.rate = rate;
+                } else {
+                    change.key_rate = rate;
+                }
             }
             11..=12 => {
                 let limit = if rng.below(3) == 0 {
