@@ -1,10 +1,11 @@
-//! A queue's concurrency and rate limits hold exactly across a leader's SIGKILL, with real
-//! processes on 127.0.0.1: a three-coordinator group, two workers with more slots than the
-//! limits allow, and the leader killed while the queue's jobs run.
+//! A queue's concurrency and rate limits, and another's per-key rate, hold exactly across a
+//! leader's SIGKILL, with real processes on 127.0.0.1: a three-coordinator group, two workers
+//! with more slots than the limits allow, and the leader killed while the queues' jobs run.
 //!
 //! What is checked is read back from the jobs' own histories (each attempt's start and end
 //! stamps, written by whichever leader proposed them): at no instant more attempts of the
-//! queue running than its concurrency limit, and no run of starts faster than its rate.
+//! queue running than its concurrency limit, and no run of starts faster than its rate, nor
+//! of one key's starts faster than the per-key rate.
 
 mod common;
 
@@ -17,6 +18,54 @@ const CONCURRENCY: usize = 2;
 const RATE_STARTS: u64 = 3;
 const RATE_PERIOD_MILLIS: u64 = 1_000;
 const JOBS: usize = 14;
+/// At most `KEY_RATE_STARTS` starts per `RATE_PERIOD_MILLIS` for each fairness key.
+const KEY_RATE_STARTS: u64 = 2;
+const KEYS: [&str; 2] = ["tenant-a", "tenant-b"];
+const JOBS_PER_KEY: usize = 5;
+
+/// Submits a 600 ms sleep to `queue` (with `key`, if given) under an idempotency key; its id.
+fn submit(group: &Group, addrs: &str, queue: &str, key: Option<&str>, name: &str) -> String {
+    let mut args = vec![
+        "submit",
+        "sleep",
+        "--milliseconds",
+        "600",
+        "--queue",
+        queue,
+        "--idempotency-key",
+        name,
+        "--json",
+        "--coordinator",
+        addrs,
+    ];
+    if let Some(key) = key {
+        args.extend(["--fairness-key", key]);
+    }
+    let output = group
+        .cli_json(&args)
+        .unwrap_or_else(|| panic!("submission {name} acknowledged"));
+    output["job_id"].as_str().expect("a job id").to_owned()
+}
+
+/// The rate as the bucket promises it: the starts from any one on, `n` of them, spaced at the
+/// steady interval, span at most the time they took plus one period.
+fn assert_within_rate(mut starts: Vec<u64>, rate_starts: u64, what: &str) {
+    starts.sort_unstable();
+    let interval_micros = (RATE_PERIOD_MILLIS * 1000).div_ceil(rate_starts);
+    for k in 0..starts.len() {
+        for j in k..starts.len() {
+            let n = (j - k + 1) as u64;
+            let took_micros = (starts[j] - starts[k]) * 1000;
+            assert!(
+                n * interval_micros <= took_micros + RATE_PERIOD_MILLIS * 1000,
+                "{what}: {n} starts within {} ms (rate {rate_starts} per {RATE_PERIOD_MILLIS} ms): {starts:?}",
+                starts[j] - starts[k]
+            );
+        }
+    }
+    // More starts than one burst, so the rate had starts to hold back.
+    assert!(starts.len() as u64 > rate_starts + 1, "{what}: {starts:?}");
+}
 
 /// Every attempt of `views`, as (started, ended) stamps in milliseconds (an attempt cut short
 /// by the failover ends too, when a leader settles it).
@@ -87,24 +136,29 @@ fn a_queues_limits_hold_across_a_sigkilled_leader() {
     group.wait_for_worker("w2");
 
     let jobs: Vec<String> = (0..JOBS)
-        .map(|k| {
-            let key = format!("limited-{k}");
-            let output = group
-                .cli_json(&[
-                    "submit",
-                    "sleep",
-                    "--milliseconds",
-                    "600",
-                    "--queue",
-                    "limited",
-                    "--idempotency-key",
-                    &key,
-                    "--json",
-                    "--coordinator",
-                    &addrs,
-                ])
-                .unwrap_or_else(|| panic!("submission {key} acknowledged"));
-            output["job_id"].as_str().expect("a job id").to_owned()
+        .map(|k| submit(&group, &addrs, "limited", None, &format!("limited-{k}")))
+        .collect();
+    let key_rate = format!("{KEY_RATE_STARTS}/{RATE_PERIOD_MILLIS}ms");
+    let set = group
+        .cli_json(&[
+            "queue",
+            "set",
+            "tenants",
+            "--key-rate",
+            &key_rate,
+            "--json",
+            "--coordinator",
+            &addrs,
+        ])
+        .expect("the per-key rate is set");
+    assert_eq!(set["queue"]["key_rate"]["starts"], KEY_RATE_STARTS, "{set}");
+    let keyed: Vec<(usize, String)> = (0..JOBS_PER_KEY)
+        .flat_map(|n| KEYS.iter().enumerate().map(move |(k, key)| (n, k, *key)))
+        .map(|(n, k, key)| {
+            (
+                k,
+                submit(&group, &addrs, "tenants", Some(key), &format!("{key}-{n}")),
+            )
         })
         .collect();
     // Kill the leader once some have finished and others run.
@@ -129,29 +183,26 @@ fn a_queues_limits_hold_across_a_sigkilled_leader() {
     for view in &views {
         assert_eq!(view["state"], "COMPLETED", "{view}");
     }
-    let attempts = attempts(&views);
-    assert!(attempts.len() >= JOBS, "{attempts:?}");
-    let most = most_at_once(&attempts);
+    let limited = attempts(&views);
+    assert!(limited.len() >= JOBS, "{limited:?}");
+    let most = most_at_once(&limited);
     assert!(
         most <= CONCURRENCY,
-        "{most} attempts of the queue ran at once (limit {CONCURRENCY}): {attempts:?}"
+        "{most} attempts of the queue ran at once (limit {CONCURRENCY}): {limited:?}"
     );
-    // The rate as the bucket promises it: the starts from any one on, `n` of them, spaced at
-    // the steady interval, span at most the time they took plus one period.
-    let mut starts: Vec<u64> = attempts.iter().map(|(start, _)| *start).collect();
-    starts.sort_unstable();
-    let interval_micros = (RATE_PERIOD_MILLIS * 1000).div_ceil(RATE_STARTS);
-    for k in 0..starts.len() {
-        for j in k..starts.len() {
-            let n = (j - k + 1) as u64;
-            let took_micros = (starts[j] - starts[k]) * 1000;
-            assert!(
-                n * interval_micros <= took_micros + RATE_PERIOD_MILLIS * 1000,
-                "{n} starts within {} ms (rate {RATE_STARTS} per {RATE_PERIOD_MILLIS} ms): {starts:?}",
-                starts[j] - starts[k]
-            );
+    let starts: Vec<u64> = limited.iter().map(|(start, _)| *start).collect();
+    assert_within_rate(starts, RATE_STARTS, "queue limited");
+    // Each key of the other queue within its own rate.
+    for (k, key) in KEYS.iter().enumerate() {
+        let views: Vec<Value> = keyed
+            .iter()
+            .filter(|(of, _)| *of == k)
+            .map(|(_, job)| group.wait_terminal(&[leader], job))
+            .collect();
+        for view in &views {
+            assert_eq!(view["state"], "COMPLETED", "{view}");
         }
+        let starts: Vec<u64> = attempts(&views).iter().map(|(start, _)| *start).collect();
+        assert_within_rate(starts, KEY_RATE_STARTS, key);
     }
-    // More starts than one burst, so the rate had starts to hold back.
-    assert!(starts.len() as u64 > RATE_STARTS + 1, "{starts:?}");
 }

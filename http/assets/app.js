@@ -473,6 +473,7 @@
     if (q.concurrency) parts.push(`running ≤ ${q.concurrency}`);
     if (q.key_concurrency) parts.push(`per key ≤ ${q.key_concurrency}`);
     if (q.rate) parts.push(`${q.rate.starts} per ${fmtDuration(q.rate.per_millis)}`);
+    if (q.key_rate) parts.push(`${q.key_rate.starts} per ${fmtDuration(q.key_rate.per_millis)} per key`);
     if (q.max_active_jobs) parts.push(`unfinished ≤ ${q.max_active_jobs}`);
     return parts.length ? parts.join(' · ') : DASH;
   }

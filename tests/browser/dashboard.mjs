@@ -279,14 +279,15 @@ async function main() {
     const set = await api('PATCH', '/api/v1/queues/limited', {
       concurrency: 4,
       rate: { starts: 30, per_millis: 60000 },
+      key_rate: { starts: 5, per_millis: 1000 },
     });
     if (set.status !== 200) fail(`setting a queue's limits answered ${set.status}`);
     await waitInPage(
-      "the limited queue's row to show its concurrency and its rate",
+      "the limited queue's row to show its concurrency and its rates",
       () => {
         const cell = document.querySelector('#queues tr[data-queue="limited"] td.limits');
         return cell !== null && cell.textContent.includes('running ≤ 4') &&
-          cell.textContent.includes('30 per');
+          cell.textContent.includes('30 per') && cell.textContent.includes('per key');
       },
       null,
     );
