@@ -4,7 +4,9 @@
 //! `cargo run --release -p herder --example queue_order_cost`
 //!
 //! Prints nanoseconds per step for a queue of 100,000 jobs held by 1 key, by 10,000 keys, by
-//! 100,000 keys (plus one heavy key), and with 64 assignments in flight the pick must pass.
+//! 100,000 keys (plus one heavy key), and with 64 assignments in flight the pick must pass;
+//! then with 90,000 of the 100,000 keys out of rate tokens, their lanes parked (as the table
+//! parks them) against the same lanes left in the order and passed over one by one.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
@@ -46,6 +48,16 @@ impl Bench {
 
     /// The next job of the queue, passing over `in_flight` (counted by lane in `lane_counts`).
     fn pick(&self, in_flight: &HashSet<JobId>, lane_counts: &BTreeMap<String, usize>) -> JobId {
+        self.pick_past(in_flight, lane_counts, &HashSet::new())
+    }
+
+    /// [`Bench::pick`], passing over the lanes of the keys in `held` too.
+    fn pick_past(
+        &self,
+        in_flight: &HashSet<JobId>,
+        lane_counts: &BTreeMap<String, usize>,
+        held: &HashSet<String>,
+    ) -> JobId {
         self.queue
             .pick(
                 "sleep",
@@ -55,15 +67,21 @@ impl Bench {
                     bound_millis: u64::MAX,
                 },
                 |key| lane_counts.get(key).copied().unwrap_or(0),
-                |_| false,
+                |key| held.contains(key),
                 |job| in_flight.contains(&job),
             )
             .expect("jobs are queued")
     }
 
-    /// One step: pick past `in_flight` jobs of the first lanes, start the pick, queue another.
-    fn step(&mut self, in_flight: &HashSet<JobId>, lane_counts: &BTreeMap<String, usize>) {
-        let job = self.pick(in_flight, lane_counts);
+    /// One step: pick past `in_flight` jobs of the first lanes (and the lanes of `held`
+    /// keys), start the pick, queue another.
+    fn step(
+        &mut self,
+        in_flight: &HashSet<JobId>,
+        lane_counts: &BTreeMap<String, usize>,
+        held: &HashSet<String>,
+    ) {
+        let job = self.pick_past(in_flight, lane_counts, held);
         let (seq, key) = self.placed.remove(&job).expect("placed");
         self.queue
             .start(seq, &place(&self.keys, key))
@@ -104,9 +122,39 @@ fn measure(name: &str, keys: usize, heavy: bool, in_flight: usize) {
     }
     let started = Instant::now();
     for _ in 0..STEPS {
-        bench.step(&flying, &lane_counts);
+        bench.step(&flying, &lane_counts, &HashSet::new());
     }
     let per_step = started.elapsed().as_nanos() as f64 / STEPS as f64;
+    println!(
+        "{name:<44} {:>8} queued  {per_step:>8.0} ns per pick, start and queue",
+        bench.queue.len()
+    );
+}
+
+/// 100,000 keys with one job each, `waiting` of them out of rate tokens: parked (as the table
+/// parks a key whose bucket is empty) or, for comparison, left in the order and passed over.
+fn measure_rate_waits(name: &str, waiting: usize, parked: bool, steps: u64) {
+    let keys = 100_000;
+    let mut bench = Bench::new(keys);
+    for n in 0..keys {
+        bench.push(n);
+    }
+    let mut held = HashSet::new();
+    for key in &bench.keys[..waiting] {
+        if parked {
+            bench
+                .queue
+                .park("sleep", "default", key, UnixMillis(u64::MAX));
+        } else {
+            held.insert(key.clone());
+        }
+    }
+    let none = (HashSet::new(), BTreeMap::new());
+    let started = Instant::now();
+    for _ in 0..steps {
+        bench.step(&none.0, &none.1, &held);
+    }
+    let per_step = started.elapsed().as_nanos() as f64 / steps as f64;
     println!(
         "{name:<44} {:>8} queued  {per_step:>8.0} ns per pick, start and queue",
         bench.queue.len()
@@ -124,4 +172,11 @@ fn main() {
         0,
     );
     measure("100,000 keys, 64 assignments in flight", 100_000, false, 64);
+    measure_rate_waits(
+        "100,000 keys, 90,000 waiting for rate, parked",
+        90_000,
+        true,
+        STEPS,
+    );
+    measure_rate_waits("the same, passed over instead", 90_000, false, 2_000);
 }

@@ -536,6 +536,12 @@ impl JobQueue {
         lanes.by_turn.insert(filed);
     }
 
+    /// Whether a lane of `(kind, queue)` is parked.
+    pub fn has_parked(&self, kind: &str, queue: &str) -> bool {
+        self.lanes(kind, queue)
+            .is_some_and(|lanes| !lanes.parked.is_empty())
+    }
+
     /// Every parked lane: `(until, kind, queue, key)`.
     pub fn parked(&self) -> impl Iterator<Item = (UnixMillis, &str, &str, &str)> + '_ {
         self.parked

@@ -172,7 +172,9 @@ impl LeaderState {
                 |job_id| in_flight.contains(&job_id),
             );
             let Some(job_id) = picked else {
-                if let Some(why) = key_held {
+                // Keys out of rate tokens wait parked, not walked: they hold the queue back too.
+                let parked = table.queue_index().has_parked(kind, &queue);
+                if let Some(why) = key_held.or(parked.then_some(HeldBack::KeyRate)) {
                     pass.hold(&queue, why);
                 }
                 done.insert(queue);

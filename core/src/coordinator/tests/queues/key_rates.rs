@@ -69,6 +69,12 @@ fn each_key_starts_its_burst_then_waits_while_other_keys_start() {
     h.advance_with_heartbeats(150, &["w1"]);
     let next: Vec<JobId> = h.assignments("w1").iter().map(|a| a.0).collect();
     assert_eq!(next, vec![heavy[2]], "one token, one start");
+    assert!(
+        !h.events()
+            .iter()
+            .any(|e| matches!(e, Event::QueueHeldBack { .. })),
+        "a key waiting parked still holds its queue back: no new event while it waits"
+    );
     // Removing the limit starts the rest at once.
     h.set_queue("tenants", key_rate(0, 1000));
     let rest: Vec<JobId> = h.assignments("w1").iter().map(|a| a.0).collect();
