@@ -192,10 +192,11 @@ impl JobTable {
             );
         };
         let clock = state.key_clock_micros.max(micros(self.entry_at));
-        if clock != state.key_clock_micros {
-            state.key_clock_micros = clock;
-            self.queues_changed.insert(job.queue.clone());
-        }
+        state.key_clock_micros = clock;
+        debug_assert!(
+            self.queues_changed.contains(&job.queue),
+            "a start marks its queue's row changed before its key's bucket moves"
+        );
         let rate = state.settings.key_rate;
         for key in self.key_buckets.forget_refilled(&job.queue, clock) {
             self.queue.release_key(&job.queue, &key);
