@@ -372,8 +372,10 @@ impl JobQueue {
     /// lanes `lane_held` does not hold back (a key at its limit), and in it the oldest job if
     /// it has waited `ageing.bound_millis`, else the highest priority, oldest first.
     ///
-    /// Lanes held back are walked past; a key is held back only while it runs jobs, so they
-    /// are at most the attempts running, never all the keys.
+    /// Lanes held back are walked past. A key held back by its concurrency limit runs jobs, so
+    /// those lanes are at most the attempts running; a key out of rate tokens is parked by the
+    /// table and not walked at all, except for the keys whose starts are still on their way
+    /// (the leader's in flight), and a key the table has not yet seen run out.
     pub fn pick(
         &self,
         kind: &str,

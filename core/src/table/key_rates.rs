@@ -179,8 +179,8 @@ impl JobTable {
 
     /// `job_id` (in queue `queue`) started at this entry: the queue's key clock moves to the
     /// entry's stamp, the job's key takes a token from its bucket, buckets refilled by the
-    /// clock are forgotten (their keys' lanes rejoin the turn order), and the key's lane is
-    /// parked if its bucket is left without a token.
+    /// clock are forgotten (their keys' lanes rejoin the turn order), and the key's lanes (of
+    /// every kind) are parked if its bucket is left without a token.
     pub(super) fn key_rate_started(&mut self, job_id: JobId) {
         let Some(job) = self.jobs.get(&job_id) else {
             panic!("job {job_id} vanished during apply");
@@ -201,18 +201,19 @@ impl JobTable {
         for key in self.key_buckets.forget_refilled(&job.queue, clock) {
             self.queue.release_key(&job.queue, &key);
         }
-        let (Some(rate), Some(key)) = (rate, job.fairness_key.as_deref()) else {
+        let key = job.fairness_key.as_deref().filter(|key| !key.is_empty());
+        let (Some(rate), Some(key)) = (rate, key) else {
             return;
         };
         let tat = self.key_buckets.tat(&job.queue, key);
         let Some(tat) = rate.admit_micros(tat, clock) else {
             panic!("job {job_id} started beyond its key's rate limit (checked before)");
         };
-        let queue = job.queue.clone();
-        let kind = job.task.kind().to_owned();
-        self.key_buckets.set(&queue, key, tat);
+        let (queue, key) = (job.queue.clone(), key.to_owned());
+        self.key_buckets.set(&queue, &key, tat);
         if let Some(until) = rate.blocked_until_micros(tat, clock, 0) {
-            self.queue.park(&kind, &queue, key, until);
+            // The bucket is the key's in every task kind: so is the wait.
+            self.queue.park_key(&queue, &key, until);
         }
     }
 

@@ -167,7 +167,7 @@ impl Store {
     }
 
     fn check_tables(&self) -> Result<(), StoreError> {
-        for table in ["meta", "log", "jobs", "vote"] {
+        for table in ["meta", "log", "jobs", "vote", "queues", "key_buckets"] {
             let found: Option<String> = self
                 .conn
                 .query_row(

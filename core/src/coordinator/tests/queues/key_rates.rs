@@ -278,3 +278,45 @@ fn a_pick_does_not_walk_keys_waiting_for_their_rate() {
     assert_eq!(log.table.queue_index().parked().count(), 0);
     assert!(log.start(61_000, 10_001));
 }
+
+#[test]
+fn a_key_out_of_tokens_waits_parked_in_every_task_kind() {
+    let mut log = Log::new();
+    log.apply(
+        0,
+        Command::SetQueue {
+            queue: "q".to_owned(),
+            change: key_rate(1, 1000),
+        },
+    );
+    log.submit(1_000, 1, "a");
+    log.submit(1_000, 2, "a");
+    let mut other_kind = plain_submit(job(3), "q");
+    if let Command::Submit {
+        task, fairness_key, ..
+    } = &mut other_kind
+    {
+        *task = TaskSpec::Sha256 {
+            text: "x".to_owned(),
+        };
+        *fairness_key = Some("a".to_owned());
+    }
+    log.apply(1_000, other_kind);
+    assert!(log.start(1_000, 1));
+    let parked: Vec<(String, String)> = log
+        .table
+        .queue_index()
+        .parked()
+        .map(|(_, kind, _, key)| (kind.to_owned(), key.to_owned()))
+        .collect();
+    assert_eq!(
+        parked,
+        vec![
+            ("sha256".to_owned(), "a".to_owned()),
+            ("sleep".to_owned(), "a".to_owned())
+        ],
+        "the bucket is the key's, whatever the kind"
+    );
+    assert!(!log.start(1_500, 3), "no token for the other kind either");
+    assert!(log.start(2_000, 3));
+}
