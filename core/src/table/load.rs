@@ -138,10 +138,7 @@ impl JobTable {
         }
         table
             .check_key_rates()
-            .map_err(|detail| TableError::InconsistentQueue {
-                queue: String::new(),
-                detail,
-            })?;
+            .map_err(|detail| TableError::InconsistentKeyBuckets { detail })?;
         Ok(table)
     }
 }

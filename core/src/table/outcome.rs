@@ -242,4 +242,6 @@ pub enum TableError {
     InconsistentJob { job_id: JobId, detail: String },
     #[error("stored queue {queue:?} is inconsistent: {detail}")]
     InconsistentQueue { queue: String, detail: String },
+    #[error("stored key buckets are inconsistent: {detail}")]
+    InconsistentKeyBuckets { detail: String },
 }
