@@ -1246,11 +1246,15 @@ mod tests {
         let total = OutboundTotal::new(MAX);
         let (_silent_a, a) = connected_pair().await;
         let (_silent_b, b) = connected_pair().await;
-        let (report, mut received) = mpsc::channel(4);
         let stall = WRITE_STALL_MAX;
-        let (to_a, reader_a) = open_connection_within(a, 1 << 20, Some(total.clone()), stall);
-        let (to_b, _reader_b) = open_connection_within(b, 1 << 20, Some(total.clone()), stall);
-        reader_a.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
+        let mut sides = Vec::new();
+        for accepted in [a, b] {
+            let (report, received) = mpsc::channel(4);
+            let (outbound, reader) =
+                open_connection_within(accepted, 1 << 20, Some(total.clone()), stall);
+            reader.start(report, |inbound: Inbound<WorkerToCoordinator>| inbound);
+            sides.push((outbound, received));
+        }
         let message = WorkerToCoordinator::Register {
             draining: false,
             tasks: herder_core::protocol::builtin_task_names(),
@@ -1262,31 +1266,32 @@ mod tests {
             finished: Vec::new(),
             queues: None,
         };
-        // Neither peer reads: once the kernel buffers are full, every frame stays queued.
+        // Neither peer reads: once the kernel buffers are full, every frame stays queued, and
+        // the frame that would take the shared total past its bound is refused, on whichever
+        // connection it was sent (which one depends on how much each writer got into its
+        // kernel buffer first).
         let mut refused = None;
-        for _ in 0..400 {
-            if let Err(error) = to_b.send(&message) {
-                panic!("the other connection is not refused first: {error}");
-            }
-            match to_a.send(&message) {
-                Ok(()) => {}
-                Err(error) => {
-                    refused = Some(error);
-                    break;
+        'rounds: for _ in 0..400 {
+            for (side, (outbound, _)) in sides.iter().enumerate() {
+                if let Err(error) = outbound.send(&message) {
+                    refused = Some((side, error));
+                    break 'rounds;
                 }
             }
             tokio::task::yield_now().await;
         }
+        let Some((side, error)) = refused else {
+            panic!("400 rounds of frames nobody reads were all queued");
+        };
         assert!(
-            matches!(refused, Some(SendError::OverTotal { max: MAX, .. })),
-            "{refused:?}"
+            matches!(error, SendError::OverTotal { max: MAX, .. }),
+            "{error:?}"
         );
         assert!(total.queued() <= MAX, "{} bytes queued", total.queued());
-        match received.recv().await.expect("a report") {
+        match sides[side].1.recv().await.expect("a report") {
             Inbound::Closed(reason) => assert_eq!(reason, "closed locally"),
             other => panic!("the refused connection is closed, got {other:?}"),
         }
-        drop(to_b);
     }
 
     #[test]
