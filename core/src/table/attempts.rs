@@ -17,16 +17,10 @@ impl JobTable {
     /// Every attempt running counts, whichever leader started it: the counts and the limits
     /// are all in the table.
     fn held_back(&self, job: &Job) -> Option<HeldBack> {
-        let queue_rule = self.queue_held_back(&job.queue, 0, self.entry_at);
-        let key = job.fairness_key.as_deref();
-        queue_rule.map(|(why, _)| why).or_else(|| {
-            if self.key_full(&job.queue, key, 0) {
-                Some(HeldBack::KeyConcurrency)
-            } else {
-                self.key_rate_due(&job.queue, key, 0, self.entry_at)
-                    .map(|_| HeldBack::KeyRate)
-            }
-        })
+        let (queue, key) = (&job.queue, job.fairness_key.as_deref());
+        self.queue_held_back(queue, 0, self.entry_at)
+            .or_else(|| self.key_held_back(queue, key, 0, self.entry_at))
+            .map(|(why, _)| why)
     }
 
     pub(super) fn apply_assign(

@@ -122,12 +122,13 @@ impl JobTable {
         }
         table.usage = super::QueueUsage::of_rows(table.jobs.values());
         for bucket in &key_buckets {
-            let inconsistent = |detail: &str| TableError::InconsistentQueue {
-                queue: bucket.queue.clone(),
-                detail: format!("the bucket of key {:?} {detail}", bucket.key),
-            };
             if !table.key_buckets.load(bucket) {
-                return Err(inconsistent("appears twice"));
+                return Err(TableError::InconsistentKeyBuckets {
+                    detail: format!(
+                        "the bucket of key {:?} in queue {:?} appears twice",
+                        bucket.key, bucket.queue
+                    ),
+                });
             }
             // A key out of tokens waits with its lanes parked, as in the live table.
             if let Some(until) =

@@ -43,7 +43,7 @@ impl JobTable {
     /// The rule of `queue` that holds every job of it back from a start at `at`, counting
     /// `starting` more starts on their way: paused, at its concurrency limit, or no token in
     /// its rate bucket (with when the next is due). A per-key limit holds back the jobs of one
-    /// key, not the queue (`key_full`). The leader asks before it proposes a start (with its
+    /// key, not the queue (`key_held_back`). The leader asks before it proposes a start (with its
     /// starts in flight, at its clock); apply asks again (with none, at the entry's stamp).
     pub fn queue_held_back(
         &self,
@@ -61,6 +61,24 @@ impl JobTable {
         let rate = state.settings.rate?;
         let due = rate.blocked_until(state.rate_tat_micros, at, starting)?;
         Some((HeldBack::Rate, Some(due)))
+    }
+
+    /// The per-key rule of `queue` that holds back the jobs of fairness key `key` from a start
+    /// at `at`, counting `starting` more starts of the key on their way: its concurrency
+    /// limit, then its rate (with when the next token is due). Jobs without a key are held by
+    /// neither. Asked like `queue_held_back`, by the leader and again by apply.
+    pub fn key_held_back(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        starting: u64,
+        at: UnixMillis,
+    ) -> Option<(HeldBack, Option<UnixMillis>)> {
+        if self.key_full(queue, key, starting) {
+            return Some((HeldBack::KeyConcurrency, None));
+        }
+        let due = self.key_rate_due(queue, key, starting, at)?;
+        Some((HeldBack::KeyRate, Some(due)))
     }
 
     /// A `Submit` for `job_id` taking `slots` jobs may name `queue`: it exists, or there is

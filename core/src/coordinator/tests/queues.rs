@@ -13,6 +13,15 @@ struct Place<'a> {
     key: Option<&'a str>,
 }
 
+/// A job of queue `tenants` with fairness key `key`.
+fn keyed(key: &str) -> Place<'_> {
+    Place {
+        queue: Some("tenants"),
+        key: Some(key),
+        ..Place::default()
+    }
+}
+
 fn sleep() -> serde_json::Value {
     json!({"kind": "sleep", "milliseconds": 20_000})
 }

@@ -9,7 +9,8 @@
 //! more (its lane is passed over; the lanes passed are at most the attempts running), and a
 //! queue or key whose rate bucket is empty nothing until a token is due, when a timer
 //! schedules again. A key out of rate tokens has its lane parked by the table until its
-//! token is due, so a pick walks past only the keys whose starts are still on their way. The leader counts its own assignments in flight against every limit, and the table
+//! token is due, so a pick walks past only the keys whose starts are still on their way.
+//! The leader counts its own assignments in flight against every limit, and the table
 //! checks every rule again when an `Assign` applies, so no leader — a deposed one included —
 //! can start a job past one.
 //!
@@ -73,6 +74,13 @@ impl Pass {
         if !self.held.contains_key(queue) {
             self.held.insert(queue.to_owned(), why);
         }
+    }
+
+    /// The rule a table's answer names, noting when the token it waits for is due.
+    fn held_by(&mut self, held: Option<(HeldBack, Option<UnixMillis>)>) -> Option<HeldBack> {
+        let (why, due) = held?;
+        self.rate_due = self.rate_due.into_iter().chain(due).min();
+        Some(why)
     }
 }
 
@@ -244,16 +252,12 @@ impl LeaderState {
         now: UnixMillis,
         pass: &mut Pass,
     ) -> Option<HeldBack> {
-        let (why, due) = table.queue_held_back(queue, in_flight, now)?;
-        if let Some(due) = due {
-            pass.rate_due = Some(pass.rate_due.map_or(due, |earlier| earlier.min(due)));
-        }
-        Some(why)
+        pass.held_by(table.queue_held_back(queue, in_flight, now))
     }
 
     /// The per-key rule of `queue` that holds back the jobs of fairness key `key` now (none
-    /// for the jobs without a key), counting the key's starts in flight: its concurrency
-    /// limit, then its rate, noting in `pass` when the token it waits for is due.
+    /// for the jobs without a key), counting the key's starts in flight (the table's rules;
+    /// see [`JobTable::key_held_back`]), noting in `pass` when a token it waits for is due.
     fn key_held_back(
         table: &JobTable,
         queue: &str,
@@ -262,16 +266,9 @@ impl LeaderState {
         now: UnixMillis,
         pass: &mut Pass,
     ) -> Option<HeldBack> {
-        if key.is_empty() {
-            return None;
-        }
+        let key = (!key.is_empty()).then_some(key)?;
         let keyed = in_flight.with_key(queue, key) as u64;
-        if table.key_full(queue, Some(key), keyed) {
-            return Some(HeldBack::KeyConcurrency);
-        }
-        let due = table.key_rate_due(queue, Some(key), keyed, now)?;
-        pass.rate_due = Some(pass.rate_due.map_or(due, |earlier| earlier.min(due)));
-        Some(HeldBack::KeyRate)
+        pass.held_by(table.key_held_back(queue, Some(key), keyed, now))
     }
 
     /// The fresh jobs, highest priority first (then in proposal order), while some worker
@@ -339,12 +336,8 @@ impl LeaderState {
             .parked()
             .next()
             .map(|(until, ..)| until);
-        let due = match (pass.rate_due, parked) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => match a.or(b) {
-                Some(due) => due,
-                None => return,
-            },
+        let Some(due) = pass.rate_due.into_iter().chain(parked).min() else {
+            return;
         };
         let wait = Duration::from_millis(due.0.saturating_sub(m.wall_now().0));
         let at = m.now.saturating_add(wait);

@@ -7,14 +7,6 @@ use crate::queues::{HeldBack, RateLimit};
 use crate::table::JobTable;
 use crate::time::UnixMillis;
 
-fn keyed(key: &str) -> Place<'_> {
-    Place {
-        queue: Some("tenants"),
-        key: Some(key),
-        ..Place::default()
-    }
-}
-
 fn key_rate(starts: u32, per_millis: u64) -> QueueChange {
     QueueChange {
         key_rate: Some(RateLimit { starts, per_millis }),
@@ -127,6 +119,18 @@ impl Log {
         outcome
     }
 
+    /// Changes queue `q` at `at`.
+    fn set(&mut self, at: u64, change: QueueChange) {
+        let set = Command::SetQueue {
+            queue: "q".to_owned(),
+            change,
+        };
+        assert!(matches!(
+            self.apply(at, set).applied,
+            Applied::QueueSet { .. }
+        ));
+    }
+
     fn submit(&mut self, at: u64, n: u128, key: &str) {
         let mut submit = plain_submit(job(n), "q");
         if let Command::Submit {
@@ -163,11 +167,7 @@ fn job(n: u128) -> JobId {
 #[test]
 fn the_table_refuses_a_start_past_a_keys_rate_whoever_proposed_it() {
     let mut log = Log::new();
-    let set = |change| Command::SetQueue {
-        queue: "q".to_owned(),
-        change,
-    };
-    log.apply(1_000, set(key_rate(1, 1000)));
+    log.set(1_000, key_rate(1, 1000));
     for n in 1..=3 {
         log.submit(1_000, n, "a");
     }
@@ -202,7 +202,7 @@ fn the_table_refuses_a_start_past_a_keys_rate_whoever_proposed_it() {
     assert!(!rebuilt.start(2_500, 3));
     assert!(!log.start(2_500, 3));
     // Setting the limit anew fills every bucket and releases every lane.
-    log.apply(2_500, set(key_rate(1, 1000)));
+    log.set(2_500, key_rate(1, 1000));
     assert_eq!(log.table.key_bucket_count(), 0);
     assert!(parked(&log.table).is_empty());
     assert!(log.start(2_500, 3));
@@ -211,13 +211,7 @@ fn the_table_refuses_a_start_past_a_keys_rate_whoever_proposed_it() {
 #[test]
 fn buckets_are_forgotten_once_full_by_the_queues_clock() {
     let mut log = Log::new();
-    log.apply(
-        0,
-        Command::SetQueue {
-            queue: "q".to_owned(),
-            change: key_rate(2, 1000),
-        },
-    );
+    log.set(0, key_rate(2, 1000));
     // A thousand keys start once each: a thousand buckets, each full again 500 ms later.
     for n in 1..=1_000u128 {
         log.submit(1_000, n, &format!("k{n}"));
@@ -240,13 +234,7 @@ fn buckets_are_forgotten_once_full_by_the_queues_clock() {
 #[test]
 fn a_pick_does_not_walk_keys_waiting_for_their_rate() {
     let mut log = Log::new();
-    log.apply(
-        0,
-        Command::SetQueue {
-            queue: "q".to_owned(),
-            change: key_rate(1, 60_000),
-        },
-    );
+    log.set(0, key_rate(1, 60_000));
     // 500 keys each start once and queue a second job: every lane waits for its token.
     for n in 1..=500u128 {
         log.submit(1_000, n, &format!("k{n}"));
@@ -282,13 +270,7 @@ fn a_pick_does_not_walk_keys_waiting_for_their_rate() {
 #[test]
 fn a_key_out_of_tokens_waits_parked_in_every_task_kind() {
     let mut log = Log::new();
-    log.apply(
-        0,
-        Command::SetQueue {
-            queue: "q".to_owned(),
-            change: key_rate(1, 1000),
-        },
-    );
+    log.set(0, key_rate(1, 1000));
     log.submit(1_000, 1, "a");
     log.submit(1_000, 2, "a");
     let mut other_kind = plain_submit(job(3), "q");

@@ -4,14 +4,6 @@
 use super::*;
 use crate::queues::{HeldBack, RateLimit};
 
-fn keyed(key: &str) -> Place<'_> {
-    Place {
-        queue: Some("tenants"),
-        key: Some(key),
-        ..Place::default()
-    }
-}
-
 fn rate(starts: u32, per_millis: u64) -> QueueChange {
     QueueChange {
         rate: Some(RateLimit { starts, per_millis }),
