@@ -297,6 +297,8 @@ async fn run_batches(
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     };
     let mut outcomes = Vec::with_capacity(load.jobs as usize);
     let mut left = load.jobs as usize;

@@ -876,6 +876,7 @@ mod tests {
             history: Vec::new(),
             history_dropped: 0,
             submitted_by: None,
+            run_at_unix_ms: None,
         }
     }
 

@@ -60,7 +60,16 @@ pub enum Command {
         priority: u8,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fairness_key: Option<String>,
+        /// Not before this wall time: the job is `SCHEDULED` until a `Due` entry stamped at or
+        /// after it queues it (queued at once if the entry's own stamp has reached it). The
+        /// leader resolved a relative delay against its clock.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_at: Option<UnixMillis>,
     },
+    /// Scheduled jobs whose `run_at` the leader's clock has reached: each one still
+    /// `SCHEDULED` whose `run_at` is at or before this entry's stamp is queued; any other is
+    /// left as it is (cancelled meanwhile, or not due by this stamp).
+    Due { job_ids: Vec<JobId> },
     /// Start an attempt: `QUEUED -> RUNNING` under a fresh lease. `as_of` is the last entry
     /// the leader's table had applied when it picked the job: what the pick could see, so the
     /// log says on what it was decided (0 on entries written before it was recorded).
@@ -124,7 +133,10 @@ impl Command {
             | Command::Cancel { job_id }
             | Command::Release { job_id, .. }
             | Command::Abandon { job_id, .. } => Some(*job_id),
-            Command::NewLeader { .. } | Command::Purge { .. } | Command::SetQueue { .. } => None,
+            Command::NewLeader { .. }
+            | Command::Purge { .. }
+            | Command::SetQueue { .. }
+            | Command::Due { .. } => None,
         }
     }
 }

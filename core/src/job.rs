@@ -2,6 +2,8 @@
 //! runs under a fresh lease:
 //!
 //! ```text
+//!   [submit, run_at ahead] -> SCHEDULED --(its time came)--.
+//!                                 |                          v
 //!                 assign (new lease)            result accepted
 //!   [submit] -> QUEUED ---------------> RUNNING ----------------> COMPLETED
 //!                ^  ^                    |  |  \
@@ -12,6 +14,8 @@
 //!                |   expired, attempts left |
 //!                v                          v
 //!            CANCELLED <--------------------' (client cancel, from QUEUED, RETRY_WAIT or RUNNING)
+//!                ^
+//!                '------------------------------ (client cancel, from SCHEDULED)
 //! ```
 //!
 //! Terminal states (`COMPLETED`, `FAILED`, `CANCELLED`) never change. `Job::transition` is the
@@ -31,6 +35,8 @@ use crate::time::UnixMillis;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobState {
+    /// Waiting for its `run_at`; it joins its queue then.
+    Scheduled,
     Queued,
     Running,
     RetryWait,
@@ -40,7 +46,8 @@ pub enum JobState {
 }
 
 impl JobState {
-    pub const ALL: [JobState; 6] = [
+    pub const ALL: [JobState; 7] = [
+        JobState::Scheduled,
         JobState::Queued,
         JobState::Running,
         JobState::RetryWait,
@@ -61,7 +68,9 @@ impl JobState {
         use JobState::*;
         matches!(
             (self, to),
-            (Queued, Running)
+            (Scheduled, Queued)
+                | (Scheduled, Cancelled)
+                | (Queued, Running)
                 | (Running, Completed)
                 | (Running, RetryWait)
                 | (Running, Failed)
@@ -75,6 +84,7 @@ impl JobState {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            JobState::Scheduled => "SCHEDULED",
             JobState::Queued => "QUEUED",
             JobState::Running => "RUNNING",
             JobState::RetryWait => "RETRY_WAIT",
@@ -290,6 +300,11 @@ pub struct Job {
     /// Each attempt's deadline, as the submission asked (`None`: the leader's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_millis: Option<u64>,
+    /// The wall time before which it may not be queued, if its submission set one that was
+    /// still ahead: `SCHEDULED` until an entry stamped at or after it queues the job. Kept
+    /// afterwards, so the job shows when it was meant to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<UnixMillis>,
     /// The wall time its first attempt started (`None` until one has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_started_at: Option<UnixMillis>,
@@ -382,6 +397,7 @@ mod tests {
             created_at: UnixMillis::UNSTAMPED,
             finished_at: None,
             timeout_millis: None,
+            run_at: None,
             first_started_at: None,
             history: Vec::new(),
             history_dropped: 0,
@@ -393,6 +409,8 @@ mod tests {
     fn exactly_the_diagram_edges_are_legal() {
         use JobState::*;
         let legal = [
+            (Scheduled, Queued),
+            (Scheduled, Cancelled),
             (Queued, Running),
             (Running, Completed),
             (Running, RetryWait),

@@ -135,6 +135,15 @@ pub const RETAIN_TERMINAL_MIN_AGE_DEFAULT: std::time::Duration = std::time::Dura
 pub const PURGE_JOBS_PER_ENTRY_MAX: usize = 1024;
 /// `Purge` entries a leader has proposed and not yet applied; it proposes more as they apply.
 pub const PURGES_IN_FLIGHT_MAX: usize = 4;
+/// Scheduled jobs one `Due` entry queues at most (each takes one of the entry's queue
+/// positions, of which there are `QUEUE_POSITIONS_PER_ENTRY`).
+pub const DUE_JOBS_PER_ENTRY_MAX: usize = 1024;
+/// A wall-clock reading that differs from what a coordinator's clock expects (its last reading
+/// plus the monotonic time since) by at least this much is a step, and is taken; a smaller
+/// difference is drift, and is ignored, so stamps do not jitter.
+pub const WALL_CLOCK_STEP_MIN: std::time::Duration = std::time::Duration::from_secs(1);
+/// How far ahead of the leader's clock a job may be scheduled: a year and a day.
+pub const RUN_AT_AHEAD_MILLIS_MAX: u64 = 366 * 24 * 60 * 60 * 1000;
 /// How often a leader checks whether retention has jobs to purge.
 pub const RETENTION_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 

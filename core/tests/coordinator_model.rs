@@ -245,6 +245,7 @@ impl Facts {
                 Command::Requeue { .. }
                 | Command::NewLeader { .. }
                 | Command::SetQueue { .. }
+                | Command::Due { .. }
                 | Command::Purge { .. } => {}
             }
         }
@@ -780,6 +781,8 @@ impl Model {
                         fairness_key: None,
                         priority: None,
                         queue: None,
+                        delay_millis: None,
+                        run_at_unix_ms: None,
                     },
                     Pending::Submit { key },
                 )
@@ -1450,6 +1453,8 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
                 fairness_key: None,
                 priority: None,
                 queue: None,
+                delay_millis: None,
+                run_at_unix_ms: None,
             },
         );
         let mut replies = Vec::new();

@@ -115,6 +115,7 @@ impl Table {
             fairness_key: None,
             priority: 0,
             queue: herder_core::queues::default_queue(),
+            run_at: None,
         })
     }
 
@@ -1094,6 +1095,7 @@ fn partition_ids_must_be_distinct_from_each_other_and_from_the_parent() {
                     fairness_key: None,
                     priority: 0,
                     queue: herder_core::queues::default_queue(),
+                    run_at: None,
                 },
             );
             (table, outcome)
@@ -1233,6 +1235,8 @@ impl Harness {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         });
         request_id
     }
@@ -1929,6 +1933,8 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     });
     assert!(matches!(
         h.reply_to(first),
@@ -1950,6 +1956,8 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         });
         match h.reply_to(again) {
             ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
@@ -1977,6 +1985,8 @@ fn reusing_a_key_with_another_partition_request_is_a_conflict() {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         });
         h.reply_to(request_id)
     };

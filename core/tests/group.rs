@@ -218,6 +218,8 @@ fn submit(key: Option<&str>) -> impl FnOnce(RequestId) -> ClientRequest + '_ {
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     }
 }
 
@@ -302,6 +304,8 @@ fn a_leader_that_loses_its_majority_answers_what_it_owed_as_uncertain() {
                 fairness_key: None,
                 priority: None,
                 queue: None,
+                delay_millis: None,
+                run_at_unix_ms: None,
             })
             .collect(),
     });

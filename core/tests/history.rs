@@ -68,6 +68,7 @@ impl Table {
                 fairness_key: None,
                 priority: 0,
                 queue: herder_core::queues::default_queue(),
+                run_at: None,
             },
         );
     }

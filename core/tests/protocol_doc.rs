@@ -324,6 +324,7 @@ fn kind_of_command(command: &Command) -> &'static str {
         Command::NewLeader { .. } => "new_leader",
         Command::Purge { .. } => "purge",
         Command::SetQueue { .. } => "set_queue",
+        Command::Due { .. } => "due",
     }
 }
 

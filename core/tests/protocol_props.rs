@@ -265,6 +265,7 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     fairness_key: None,
                     priority: 0,
                     queue: herder_core::queues::default_queue(),
+                    run_at_unix_ms: None,
                 }
             },
         )
@@ -394,6 +395,7 @@ fn command() -> impl Strategy<Value = Command> {
                         fairness_key: None,
                         priority: 0,
                         queue: herder_core::queues::default_queue(),
+                        run_at: None,
                     }
                 }
             ),
@@ -596,6 +598,8 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
                         fairness_key: None,
                         priority: None,
                         queue: None,
+                        delay_millis: None,
+                        run_at_unix_ms: None,
                     }
                 }
             ),
@@ -1562,6 +1566,8 @@ fn submit_wire_form_with_and_without_optional_fields() {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         },
         json!({
             "type": "SUBMIT",
@@ -1586,6 +1592,8 @@ fn submit_wire_form_with_and_without_optional_fields() {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         },
         json!({"type": "SUBMIT", "request_id": 6, "task": {"kind": "fail", "fail_until_attempt": 2}}),
     );
@@ -1712,6 +1720,7 @@ fn client_reply_wire_forms() {
                 fairness_key: None,
                 priority: 0,
                 queue: herder_core::queues::default_queue(),
+                run_at_unix_ms: None,
             }),
         },
         json!({
@@ -1829,6 +1838,7 @@ fn client_reply_wire_forms() {
                 fairness_key: None,
                 priority: 0,
                 queue: herder_core::queues::default_queue(),
+                run_at_unix_ms: None,
             }),
             cancelled: true,
         },

@@ -110,6 +110,8 @@ impl Harness {
                 fairness_key: None,
                 priority: None,
                 queue: None,
+                delay_millis: None,
+                run_at_unix_ms: None,
             },
         );
         self.pump();

@@ -17,6 +17,7 @@ use herder_core::job::{Job, JobState, Lease};
 use herder_core::storage::TableRows;
 use herder_core::table::{Applied, JobTable, Outcome, StaleReason};
 use herder_core::tasks::{TaskOutput, TaskSpec};
+use herder_core::time::UnixMillis;
 
 // ---------------------------------------------------------------------------------------------
 // Abstract operations, made concrete against the table as it is when they run
@@ -43,6 +44,13 @@ enum Op {
         max_attempts: u32,
         key: Option<usize>,
         limit: u64,
+        /// Wait until this many ms after the entry before it (`None`: run now); under 10 ms
+        /// is already reached by the submission's own stamp.
+        wait: Option<u64>,
+    },
+    /// Queue these jobs if their time has come.
+    Due {
+        jobs: Vec<JobRef>,
     },
     Assign {
         job: JobRef,
@@ -99,6 +107,12 @@ fn output(choice: usize) -> TaskOutput {
     }
 }
 
+/// The stamp of the entry at `index`: ten milliseconds apart, a function of the index so a
+/// replay stamps alike.
+fn stamp(index: LogIndex) -> UnixMillis {
+    UnixMillis(index.0 * 10)
+}
+
 fn pool_lease(i: usize) -> LeaseId {
     LeaseId(uuid::Uuid::from_u128(
         0x1ea5_e000_0000 + i as u128 % LEASE_POOL,
@@ -124,9 +138,21 @@ fn lease_ref() -> impl Strategy<Value = LeaseRef> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0..3usize, 1..=3u32, proptest::option::of(0..2usize), 1..=5u64).prop_map(
-            |(spec, max_attempts, key, limit)| Op::Submit { spec, max_attempts, key, limit }
-        ),
+        3 => (
+            0..3usize,
+            1..=3u32,
+            proptest::option::of(0..2usize),
+            1..=5u64,
+            proptest::option::weighted(0.3, 0..60u64),
+        )
+            .prop_map(|(spec, max_attempts, key, limit, wait)| Op::Submit {
+                spec,
+                max_attempts,
+                key,
+                limit,
+                wait
+            }),
+        2 => proptest::collection::vec(job_ref(), 1..4).prop_map(|jobs| Op::Due { jobs }),
         4 => (job_ref(), 0..LEASE_POOL as usize, 0..2usize, 1..=2u64).prop_map(
             |(job, lease, worker, incarnation)| Op::Assign { job, lease, worker, incarnation }
         ),
@@ -183,6 +209,7 @@ impl Concretizer {
                 max_attempts,
                 key,
                 limit,
+                wait,
             } => {
                 // The leader never proposes one job id twice.
                 self.next_job += 1;
@@ -201,8 +228,12 @@ impl Concretizer {
                     fairness_key: None,
                     priority: 0,
                     queue: herder_core::queues::default_queue(),
+                    run_at: wait.map(|ms| UnixMillis(stamp(table.applied_index()).0 + ms)),
                 }
             }
+            Op::Due { jobs } => Command::Due {
+                job_ids: jobs.iter().map(|job| self.job(job)).collect(),
+            },
             Op::Assign {
                 job,
                 lease,
@@ -560,6 +591,7 @@ fn check_step(
             partitions: _,
             partitions_asked,
             max_active_jobs,
+            run_at,
             ..
         } => {
             let bound = idempotency_key.as_ref().and_then(|key| {
@@ -602,9 +634,19 @@ fn check_step(
                     prop_assert!(before.active < *max_active_jobs, "admitted over the limit");
                     prop_assert_eq!(after.active_jobs(), before.active + 1);
                     let job = &after_rows[job_id];
-                    prop_assert_eq!(job.state, JobState::Queued);
                     prop_assert_eq!(job.attempt, Attempt(0));
-                    prop_assert_eq!(after.queued().last(), Some(*job_id), "new jobs queue last");
+                    if run_at.is_some_and(|at| at > stamp(after.applied_index())) {
+                        prop_assert_eq!(job.state, JobState::Scheduled);
+                        prop_assert!(after.scheduled().any(|(_, id)| id == *job_id));
+                        prop_assert!(after.queued().all(|id| id != *job_id));
+                    } else {
+                        prop_assert_eq!(job.state, JobState::Queued);
+                        prop_assert_eq!(
+                            after.queued().last(),
+                            Some(*job_id),
+                            "new jobs queue last"
+                        );
+                    }
                 }
                 other => {
                     return Err(TestCaseError::fail(format!(
@@ -685,6 +727,23 @@ fn check_step(
                 prop_assert_eq!(after.active_jobs(), before.active - 1);
             }
         },
+        Command::Due { job_ids } => {
+            // Exactly the named jobs waiting for a time this entry's stamp reached are queued,
+            // and never one whose time is still ahead.
+            let now = stamp(after.applied_index());
+            for job_id in job_ids {
+                let Some(old) = before.rows.get(job_id) else {
+                    continue;
+                };
+                let new = &after_rows[job_id];
+                if old.state == JobState::Scheduled && old.run_at.is_some_and(|at| at <= now) {
+                    prop_assert_eq!(new.state, JobState::Queued);
+                    prop_assert!(after.scheduled().all(|(_, id)| id != *job_id));
+                } else {
+                    prop_assert_eq!(new.state, old.state, "a job not due was moved");
+                }
+            }
+        }
         Command::Complete { .. }
         | Command::AttemptFailed { .. }
         | Command::Release { .. }
@@ -720,11 +779,7 @@ fn replay(start: JobTable, log: &[Command]) -> (JobTable, Vec<Applied>) {
     let mut outcomes = Vec::with_capacity(log.len());
     for command in log {
         let index = table.applied_index().next();
-        outcomes.push(
-            table
-                .apply(index, herder_core::time::UnixMillis::UNSTAMPED, command)
-                .applied,
-        );
+        outcomes.push(table.apply(index, stamp(index), command).applied);
     }
     (table, outcomes)
 }
@@ -744,7 +799,7 @@ fn run(ops: &[Op]) -> Result<Run, TestCaseError> {
         let command = concretizer.command(&table, op);
         let before = snapshot(&table);
         let index = table.applied_index().next();
-        let outcome = table.apply(index, herder_core::time::UnixMillis::UNSTAMPED, &command);
+        let outcome = table.apply(index, stamp(index), &command);
         prop_assert_eq!(table.applied_index(), index);
         check_state(&table)?;
         check_step(&before, &command, &outcome, &table)?;
@@ -788,7 +843,7 @@ proptest! {
         let mut table = JobTable::new();
         for (i, command) in log.iter().enumerate() {
             let index = table.applied_index().next();
-            table.apply(index, herder_core::time::UnixMillis::UNSTAMPED, command);
+            table.apply(index, stamp(index), command);
             prop_assert_eq!(&snapshot(&table), &snapshots[i + 1]);
         }
     }
@@ -831,6 +886,7 @@ fn submit(id: u128, key: Option<&str>, max_attempts: u32, limit: u64) -> Command
         fairness_key: None,
         priority: 0,
         queue: herder_core::queues::default_queue(),
+        run_at: None,
     }
 }
 
@@ -850,9 +906,7 @@ fn apply_all(table: &mut JobTable, log: &[Command]) -> Vec<Applied> {
     log.iter()
         .map(|command| {
             let index = table.applied_index().next();
-            let applied = table
-                .apply(index, herder_core::time::UnixMillis::UNSTAMPED, command)
-                .applied;
+            let applied = table.apply(index, stamp(index), command).applied;
             table.check_invariants().expect("invariants hold");
             applied
         })

@@ -265,6 +265,8 @@ impl HerderClient {
             queue: options.queue,
             priority: options.priority,
             fairness_key: options.fairness_key,
+            delay_millis: None,
+            run_at_unix_ms: None,
         });
         match self.call(op).await? {
             ClientReply::SubmitAccepted {

@@ -29,7 +29,7 @@ pub const WORKERS_REPORTED_MAX: usize = 256;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Observation {
     /// Jobs in each state, in `JobState::ALL` order.
-    pub jobs_by_state: [u64; 6],
+    pub jobs_by_state: [u64; JobState::ALL.len()],
     pub term: u64,
     pub last_index: u64,
     pub commit_index: u64,
@@ -535,6 +535,7 @@ impl Metrics {
                 ("queued", queue.queued),
                 ("running", queue.running),
                 ("retry_wait", queue.retry_wait),
+                ("scheduled", queue.scheduled),
             ];
             for (state, count) in by_state {
                 self.queue_jobs
@@ -702,7 +703,7 @@ mod tests {
     fn gauges_show_the_observation_and_forget_workers_that_left() {
         let metrics = Metrics::new();
         let mut now = Observation {
-            jobs_by_state: [4, 1, 0, 7, 0, 2],
+            jobs_by_state: [0, 4, 1, 0, 7, 0, 2],
             term: 3,
             last_index: 40,
             commit_index: 39,
@@ -739,6 +740,7 @@ mod tests {
                     per_millis: 1_000,
                 }),
                 max_active_jobs: None,
+                scheduled: 3,
             }],
         };
         let text = metrics.encode(&now);

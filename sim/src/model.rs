@@ -87,6 +87,8 @@ pub struct ModelJob {
     pub priority: u8,
     /// The entry that last queued it, and that entry's stamp.
     pub queued: (LogIndex, u64),
+    /// The wall time its submission asked it to wait for (resolved by the leader).
+    pub run_at: Option<u64>,
 }
 
 /// One attempt: its number, lease and worker, when it started, and when and how it ended.
@@ -123,6 +125,7 @@ impl ModelJob {
             fairness_key: String::new(),
             priority: 0,
             queued: (LogIndex(0), 0),
+            run_at: None,
         }
     }
 
@@ -350,6 +353,7 @@ impl Model {
                 queue,
                 priority,
                 fairness_key,
+                run_at,
             } => {
                 // The model binds keys as the clients sent them: no simulated client that
                 // writes holds a named token, so no submission may carry a name (the scoping of
@@ -360,10 +364,12 @@ impl Model {
                         entry.index.0
                     ));
                 }
+                // Where it waits, and from when.
                 let place = (
                     queue.clone(),
                     fairness_key.clone().unwrap_or_default(),
                     *priority,
+                    run_at.map(|at| at.0),
                 );
                 self.submit(
                     at,
@@ -374,6 +380,7 @@ impl Model {
                     place,
                 )?
             }
+            Command::Due { job_ids } => self.due(at, job_ids),
             Command::Assign {
                 job_id,
                 lease,
@@ -637,7 +644,7 @@ impl Model {
         ),
         key: &Option<String>,
         (max_active_jobs, partitions): (u64, &[JobId]),
-        (queue, fairness_key, priority): (String, String, u8),
+        (queue, fairness_key, priority, run_at): (String, String, u8, Option<u64>),
     ) -> Check {
         self.limit = self.limit.max(max_active_jobs);
         if let Some(key) = key {
@@ -651,7 +658,9 @@ impl Model {
             Vec::new()
         };
         let distinct: BTreeSet<&JobId> = partitions.iter().collect();
+        // A data-parallel job splits at once: it may not wait for a time.
         let valid = pieces.len() == partitions.len()
+            && !(task.is_data_parallel() && run_at.is_some())
             && distinct.len() == partitions.len()
             && !distinct.contains(&job_id)
             && !self.jobs.contains_key(&job_id)
@@ -687,6 +696,12 @@ impl Model {
         job.key = key.clone();
         job.timeout_millis = timeout_millis;
         job.partitions_asked = partitions_asked;
+        job.run_at = run_at;
+        // A time still ahead of the entry's stamp: it waits, and no entry stamped before that
+        // time may queue it.
+        if run_at.is_some_and(|run_at| run_at > self.stamp) {
+            job.state = JobState::Scheduled;
+        }
         if let Some(key) = key {
             self.keys.insert(key.clone(), job_id);
         }
@@ -934,6 +949,21 @@ impl Model {
         Ok(())
     }
 
+    /// `Due`: each named job still waiting whose time this entry's stamp has reached is
+    /// queued by it; any other stays as it is.
+    fn due(&mut self, at: LogIndex, job_ids: &[JobId]) {
+        let stamp = self.stamp;
+        for job_id in job_ids {
+            if let Some(job) = self.jobs.get_mut(job_id) {
+                let reached = job.run_at.is_some_and(|run_at| run_at <= stamp);
+                if job.state == JobState::Scheduled && reached {
+                    job.state = JobState::Queued;
+                    job.queued = (at, stamp);
+                }
+            }
+        }
+    }
+
     fn cancel_one(&mut self, at: LogIndex, job_id: JobId) -> Check {
         if let Some(job) = self.jobs.get_mut(&job_id) {
             if !job.state.is_terminal() {
@@ -978,6 +1008,7 @@ impl Model {
             && row.partition_of.map(|p| (p.parent, p.index)) == job.parent
             && row.partitions == job.partitions
             && row.timeout_millis == job.timeout_millis
+            && row.run_at.map(|at| at.0) == job.run_at
             && row.partitions_asked == job.partitions_asked
             && row.queue == job.queue
             && row.priority == job.priority

@@ -175,6 +175,7 @@ fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
             fairness_key: None,
             priority: 0,
             queue: herder_core::queues::default_queue(),
+            run_at: None,
         },
         Command::Assign {
             job_id: job_id(1),
@@ -239,6 +240,8 @@ fn the_checker_catches_an_acknowledgement_that_runs_ahead_of_the_disk() {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         },
     );
     let mut batches = Vec::new();
@@ -453,6 +456,7 @@ fn submit(task: TaskSpec) -> Command {
         fairness_key: None,
         priority: 0,
         queue: herder_core::queues::default_queue(),
+        run_at: None,
     }
 }
 
@@ -642,6 +646,8 @@ fn sent(task: serde_json::Value, max_attempts: Option<u32>, key: Option<&str>) -
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     }
 }
 
@@ -676,6 +682,7 @@ fn the_checker_judges_the_errors_a_submission_gets() {
         fairness_key: None,
         priority: 0,
         queue: herder_core::queues::default_queue(),
+        run_at: None,
     }]);
     checker.model.apply(&log[0]).expect("submit");
     let subject = Subject::Submit {

@@ -29,6 +29,11 @@ impl fmt::Display for LossReason {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// The wall clock stepped (by `step_millis`, negative: backwards) and this member took the
+    /// new reading: the stamps it gives and the delayed jobs it queues follow it from now on.
+    WallClockStepped {
+        step_millis: i64,
+    },
     Recovered {
         jobs: usize,
         active: u64,
@@ -114,6 +119,12 @@ pub enum Event {
         job_id: JobId,
         attempt: Attempt,
         max_attempts: u32,
+    },
+    /// Scheduled jobs whose time came were queued, by one entry.
+    ScheduledJobsDue {
+        queued: u64,
+        /// Still scheduled after it.
+        scheduled: u64,
     },
     /// A draining worker handed an attempt back; the job is queued again, uncharged.
     AttemptReleased {
@@ -337,6 +348,14 @@ impl fmt::Display for Event {
                 attempt,
                 max_attempts,
             } => write!(f, "Job requeued: jobId={job_id} attempt={attempt}/{max_attempts}"),
+            Event::WallClockStepped { step_millis } => write!(
+                f,
+                "Wall clock stepped: stepMillis={step_millis} (stamps and delayed jobs follow the new reading)"
+            ),
+            Event::ScheduledJobsDue { queued, scheduled } => write!(
+                f,
+                "Scheduled jobs due: queued={queued} stillScheduled={scheduled}"
+            ),
             Event::AttemptReleased { job_id, worker } => write!(
                 f,
                 "Attempt handed back by a draining worker: jobId={job_id} workerId={worker} (not charged; queued again)"

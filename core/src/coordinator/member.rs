@@ -11,6 +11,7 @@ use super::{CoordinatorConfig, Event, Output};
 use crate::auth::Caller;
 use crate::command::Command;
 use crate::ids::{ConnectionId, NodeId, RequestId};
+use crate::limits::WALL_CLOCK_STEP_MIN;
 use crate::protocol::{ClientReply, CoordinatorToWorker, ErrorCode, LeaderHint};
 use crate::replica::{NotLeader, Proposal, Replica};
 use crate::storage::Record;
@@ -176,6 +177,19 @@ impl Member {
     /// The wall time now, as the driver's epoch and the monotonic time since give it.
     pub(super) fn wall_now(&self) -> UnixMillis {
         self.config.wall_clock_at_epoch.at(self.now)
+    }
+
+    /// The wall clock reads `wall` at `self.now`: if that is a step from what this member's
+    /// clock expects (`WALL_CLOCK_STEP_MIN` or more either way), it is taken. Returns the step
+    /// taken, in milliseconds (negative: backwards).
+    pub(super) fn observe_wall_clock(&mut self, wall: UnixMillis) -> Option<i64> {
+        let expected = self.wall_now();
+        let step = i128::from(wall.0) - i128::from(expected.0);
+        if step.unsigned_abs() < crate::time::as_millis_u64(WALL_CLOCK_STEP_MIN).into() {
+            return None;
+        }
+        self.config.wall_clock_at_epoch = UnixMillis(wall.0.saturating_sub(self.now.as_millis()));
+        Some(i64::try_from(step).unwrap_or(if step < 0 { i64::MIN } else { i64::MAX }))
     }
 
     pub(super) fn advance_clock(&mut self, now: Instant) {

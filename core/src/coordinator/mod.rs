@@ -86,7 +86,7 @@ use crate::protocol::{
 use crate::replica::{Replica, ReplicaConfig};
 use crate::storage::TableRows;
 use crate::table::{JobTable, TableError};
-use crate::time::Instant;
+use crate::time::{Instant, UnixMillis};
 use group::Parked;
 use leader::LeaderState;
 use member::{Member, MemberAddresses};
@@ -399,6 +399,21 @@ impl Coordinator {
             leader.handle_closed(&mut self.member, conn);
         }
         self.member.callers.remove(&conn);
+        self.settle();
+    }
+
+    /// The driver read the wall clock: `wall` at `now`. Drivers read it now and then (the
+    /// runtime once a second); a step (`WALL_CLOCK_STEP_MIN` or more from what this member's
+    /// clock expects) is taken, anything smaller is drift and ignored.
+    pub fn handle_wall_clock(&mut self, now: Instant, wall: UnixMillis) {
+        self.member.advance_clock(now);
+        let Some(step_millis) = self.member.observe_wall_clock(wall) else {
+            return;
+        };
+        self.member.event(Event::WallClockStepped { step_millis });
+        if let Some(leader) = self.leader.as_mut() {
+            leader.wall_clock_moved(&mut self.member);
+        }
         self.settle();
     }
 

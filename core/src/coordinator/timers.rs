@@ -25,6 +25,8 @@ pub enum Timer {
     RetentionSweep,
     /// A rate-limited queue's next token is due: schedule again.
     RateDue,
+    /// The earliest scheduled job's `run_at` has come, by this leader's clock.
+    RunAtDue,
 }
 
 /// Names one armed timer so it can be disarmed.

@@ -276,6 +276,13 @@ pub enum ClientRequest {
         /// Whom the job is fair to within its queue; absent means no key.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fairness_key: Option<String>,
+        /// Not before this wall time (milliseconds since the Unix epoch); at most
+        /// `RUN_AT_AHEAD_MILLIS_MAX` ahead of the leader's clock, and not with `delay_millis`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_at_unix_ms: Option<u64>,
+        /// Not before this long after the leader admits it (at most `RUN_AT_AHEAD_MILLIS_MAX`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        delay_millis: Option<u64>,
     },
     /// Create many jobs in one frame and one durable write: each job as in `SUBMIT`, at most
     /// `SUBMIT_BATCH_JOBS_MAX` of them. A job that fails validation fails the whole batch
@@ -445,6 +452,10 @@ pub struct JobSubmission {
     pub priority: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fairness_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at_unix_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_millis: Option<u64>,
 }
 
 impl JobSubmission {
@@ -460,6 +471,8 @@ impl JobSubmission {
             queue: self.queue,
             priority: self.priority,
             fairness_key: self.fairness_key,
+            run_at_unix_ms: self.run_at_unix_ms,
+            delay_millis: self.delay_millis,
         }
     }
 }
@@ -698,6 +711,10 @@ pub struct JobView {
     /// Whom it is fair to within its queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fairness_key: Option<String>,
+    /// The wall time it was to wait for, if its submission set one still ahead (it is
+    /// `SCHEDULED` until then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at_unix_ms: Option<u64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -730,6 +747,8 @@ pub struct QueueView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_active_jobs: Option<u64>,
     /// Its jobs by state (partitions counted as jobs).
+    #[serde(default)]
+    pub scheduled: u64,
     pub queued: u64,
     pub running: u64,
     pub retry_wait: u64,

@@ -58,6 +58,7 @@ impl JobTable {
                 queue,
                 priority,
                 fairness_key,
+                run_at,
             } => {
                 return self.apply_submit(
                     (index, at),
@@ -76,6 +77,7 @@ impl JobTable {
                         idempotency_key,
                         max_active_jobs: *max_active_jobs,
                         partitions,
+                        run_at: *run_at,
                     },
                     follow_on,
                 )
@@ -114,6 +116,7 @@ impl JobTable {
                 leader: leader.clone(),
             },
             Command::Purge { job_ids } => self.apply_purge(job_ids, follow_on),
+            Command::Due { job_ids } => self.apply_due(job_ids, at, follow_on),
         };
         // What a partition's fate means for its parent.
         match &applied {

@@ -17,7 +17,11 @@ impl JobTable {
         let mut active = 0;
         let mut queued = BTreeSet::new();
         let mut finished = BTreeSet::new();
+        let mut scheduled = BTreeSet::new();
         for job in self.jobs.values() {
+            if job.state == JobState::Scheduled {
+                scheduled.insert((job.run_at.unwrap_or_default(), job.id));
+            }
             check_row(job).map_err(|detail| format!("job {}: {detail}", job.id))?;
             if !job.state.is_terminal() {
                 active += 1;
@@ -73,6 +77,13 @@ impl JobTable {
                 "queue holds {} entries but {} jobs are QUEUED",
                 self.queue.len(),
                 queued.len()
+            ));
+        }
+        if scheduled != self.scheduled {
+            return Err(format!(
+                "the index of scheduled jobs holds {} entries but {} jobs are SCHEDULED at their run_at",
+                self.scheduled.len(),
+                scheduled.len()
             ));
         }
         if finished != self.finished {
@@ -225,6 +236,19 @@ pub(super) fn check_row(job: &Job) -> Result<(), String> {
     }
     if !job.state.is_terminal() && job.finished_at.is_some() {
         return Err(format!("{} with a finish time", job.state));
+    }
+    if job.state == JobState::Scheduled
+        && (job.run_at.is_none()
+            || job.attempt.0 != 0
+            || job.is_parent()
+            || job.partition_of.is_some())
+    {
+        return Err(format!(
+            "scheduled with run_at {:?}, attempt {}, data-parallel = {}",
+            job.run_at,
+            job.attempt,
+            job.is_parent() || job.partition_of.is_some()
+        ));
     }
     if job.is_parent() {
         if job.lease.is_some() || job.attempt.0 != 0 || job.state == JobState::Queued {

@@ -76,6 +76,13 @@ impl JobTable {
                     detail: format!("queue position {} is held by two jobs", job.queue_seq),
                 });
             }
+            if job.state == JobState::Scheduled {
+                // `check_row` made sure a scheduled job has its time.
+                let run_at = job.run_at.unwrap_or_default();
+                if !table.scheduled.insert((run_at, id)) {
+                    return Err(TableError::DuplicateJob(id));
+                }
+            }
             if !job.state.is_terminal() {
                 table.active += 1;
             }

@@ -28,6 +28,7 @@
 //! | `submit.rs`     | `Submit`: idempotency, admission, creating a job and its partitions |
 //! | `attempts.rs`   | one attempt's life: assign, complete, fail, release, requeue, abandon |
 //! | `cancel.rs`     | `Cancel`, and cancelling one job for any reason                    |
+//! | `scheduled.rs`  | delayed jobs: the index by `run_at`, and `Due` queueing them       |
 //! | `purge.rs`      | `Purge`: retention removing finished jobs                          |
 //! | `queues.rs`     | `SetQueue`, creating queues, the rules that hold a queue back      |
 //! | `key_rates.rs`  | per-key rate buckets, and parking the lanes of keys out of tokens  |
@@ -59,6 +60,7 @@ mod load;
 mod outcome;
 mod purge;
 mod queues;
+mod scheduled;
 mod snapshot;
 mod submit;
 mod usage;
@@ -89,6 +91,8 @@ pub struct JobTable {
     enqueued_in_entry: u64,
     /// The wall-time stamp of the entry being applied, for the attempt history.
     entry_at: UnixMillis,
+    /// `SCHEDULED` jobs by when they may run (see `scheduled.rs`).
+    scheduled: BTreeSet<(UnixMillis, JobId)>,
     /// Idempotency key, within its submitter -> job, for the job's whole life.
     idempotency: BTreeMap<ScopedKey, JobId>,
     /// Jobs in submission order (for listing).

@@ -155,6 +155,16 @@ pub enum Applied {
         job_id: JobId,
         queues: u64,
     },
+    /// A `Due` entry applied: `queued` of the jobs it named were queued (each a `Due`
+    /// follow-on), `skipped` were not `SCHEDULED` or not due by its stamp.
+    DueChecked {
+        queued: u64,
+        skipped: u64,
+    },
+    /// A `SCHEDULED` job's time came: it is `QUEUED`.
+    Due {
+        job_id: JobId,
+    },
     /// A partition job was created with its data-parallel parent (a follow-on of `Submitted`).
     PartitionCreated {
         job_id: JobId,
@@ -207,6 +217,7 @@ impl Applied {
             | Applied::ParentCompleted { job_id }
             | Applied::ParentFailed { job_id, .. }
             | Applied::Retagged { job_id }
+            | Applied::Due { job_id }
             | Applied::Removed { job_id } => Some(*job_id),
             Applied::IdempotentReplay { .. }
             | Applied::IdempotencyConflict { .. }
@@ -222,7 +233,8 @@ impl Applied {
             | Applied::QueueSet { .. }
             | Applied::QueueRefused { .. }
             | Applied::TooManyQueues { .. }
-            | Applied::Purged { .. } => None,
+            | Applied::Purged { .. }
+            | Applied::DueChecked { .. } => None,
         }
     }
 }

@@ -17,6 +17,7 @@ pub(super) struct Submission<'a> {
     pub(super) idempotency_key: &'a Option<String>,
     pub(super) max_active_jobs: u64,
     pub(super) partitions: &'a [JobId],
+    pub(super) run_at: Option<UnixMillis>,
 }
 
 impl JobTable {
@@ -60,9 +61,16 @@ impl JobTable {
             options,
             max_active_jobs,
             partitions,
+            run_at,
             ..
         } = *submission;
         let task = options.task;
+        if run_at.is_some() && task.is_data_parallel() {
+            return Err(Applied::SubmitInvalid {
+                job_id,
+                reason: "a data-parallel job cannot wait for a run_at".to_owned(),
+            });
+        }
         let pieces = if task.is_data_parallel() {
             task.split(u32::try_from(partitions.len()).unwrap_or(u32::MAX))
         } else {
@@ -111,8 +119,9 @@ impl JobTable {
         Ok(pieces)
     }
 
-    /// Creates the admitted job: queued, or for a data-parallel task a running parent with one
-    /// queued partition per piece (each a follow-on).
+    /// Creates the admitted job: queued, scheduled if its `run_at` is still ahead of the
+    /// entry's stamp, or for a data-parallel task a running parent with one queued partition per
+    /// piece (each a follow-on).
     fn create(
         &mut self,
         submission: &Submission<'_>,
@@ -150,6 +159,7 @@ impl JobTable {
             created_at: at,
             finished_at: None,
             timeout_millis: options.timeout_millis,
+            run_at: None,
             first_started_at: None,
             history: Vec::new(),
             history_dropped: 0,
@@ -159,7 +169,16 @@ impl JobTable {
         job.idempotency_key = submission.idempotency_key.clone();
         self.active += 1;
         self.usage.admitted(&job);
+        if let Some(run_at) = submission.run_at.filter(|run_at| *run_at > at) {
+            // Created waiting: its first state, not a transition.
+            job.state = JobState::Scheduled;
+            job.run_at = Some(run_at);
+            self.jobs.insert(job_id, job);
+            self.schedule(job_id, run_at);
+            return;
+        }
         if !options.task.is_data_parallel() {
+            job.run_at = submission.run_at;
             self.jobs.insert(job_id, job);
             self.place_in_queue(job_id);
             return;

@@ -143,7 +143,7 @@ impl Driver {
     /// The gauges a scrape reports, read now.
     fn observe(&self) -> Observation {
         let now = self.clock.now();
-        let mut jobs_by_state = [0u64; 6];
+        let mut jobs_by_state = [0u64; JobState::ALL.len()];
         for job in self.coordinator.table().jobs() {
             if let Some(slot) = JobState::ALL.iter().position(|s| *s == job.state) {
                 jobs_by_state[slot] += 1;

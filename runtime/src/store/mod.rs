@@ -563,6 +563,7 @@ mod tests {
             fairness_key: None,
             turn: 0,
             queued_at: herder_core::time::UnixMillis::UNSTAMPED,
+            run_at: None,
         }
     }
 

@@ -293,6 +293,7 @@ fn error_label(answered: Answered, code: ErrorCode) -> &'static str {
 fn event_name(event: &Event) -> &'static str {
     match event {
         Event::Recovered { .. } => "coordinator: recovered",
+        Event::WallClockStepped { .. } => "coordinator: wall clock stepped",
         Event::JobSubmitted { .. } => "coordinator: job submitted",
         Event::JobsPurged { .. } => "coordinator: jobs purged",
         Event::SubmitRejected { .. } => "coordinator: submit rejected (admission)",
@@ -314,6 +315,7 @@ fn event_name(event: &Event) -> &'static str {
         Event::LeaseExpired { .. } => "coordinator: lease expired",
         Event::RetryScheduled { .. } => "coordinator: retry scheduled",
         Event::JobRequeued { .. } => "coordinator: job requeued",
+        Event::ScheduledJobsDue { .. } => "coordinator: scheduled jobs due",
         Event::AttemptReleased { .. } => "coordinator: drained attempt released",
         Event::WorkerDraining { .. } => "coordinator: worker draining",
         Event::JobCompleted { .. } => "coordinator: job completed",

@@ -179,7 +179,9 @@ impl LeaderState {
                 };
                 self.on_queue_set(m, pending, &queue, Some((code, reason)))
             }
+            Applied::DueChecked { queued, .. } => self.on_due_checked(m, pending.as_ref(), queued),
             Applied::NewLeader { .. }
+            | Applied::Due { .. }
             | Applied::PartitionCreated { .. }
             | Applied::Retagged { .. }
             | Applied::RequeueSkipped { .. } => {}

@@ -16,6 +16,7 @@
 //! | `scheduling.rs` | queued jobs onto free slots; assignments in flight |
 //! | `submissions/`  | `SUBMIT` and `SUBMIT_BATCH` down to one proposal each, and their answers |
 //! | `admission.rs`  | submissions proposed and not yet applied: slots they take, keys they bind |
+//! | `due.rs`        | delayed jobs: one timer for the earliest `run_at`, `Due` entries queueing them |
 //! | `clients.rs`    | `STATUS`, `LIST`, `CANCEL` |
 //! | `waits.rs`      | parked `WAIT`s and waking them |
 //! | `reads.rs`      | reads waiting for leadership to be confirmed (ReadIndex) |
@@ -33,6 +34,7 @@
 mod admission;
 mod attempts;
 mod clients;
+mod due;
 mod effects;
 mod queues;
 mod reads;
@@ -88,6 +90,8 @@ enum Pending {
         conn: ConnectionId,
         request_id: RequestId,
     },
+    /// A `Due` entry this leader proposed: the next may go once it applies.
+    Due,
     /// A client's `PURGE`: answer with how many it removed and how many more match.
     Purge {
         conn: ConnectionId,
@@ -144,6 +148,8 @@ pub(super) struct LeaderState {
     purging: retention::Purging,
     /// Batch submissions not yet answered.
     batches: submissions::Batches,
+    /// Delayed jobs: the timer for the next one due, the `Due` entry in flight.
+    due: due::DueJobs,
 }
 
 impl LeaderState {
@@ -163,6 +169,7 @@ impl LeaderState {
             admitting: admission::Admitting::default(),
             purging: retention::Purging::default(),
             batches: submissions::Batches::default(),
+            due: due::DueJobs::default(),
         }
     }
 
@@ -205,6 +212,7 @@ impl LeaderState {
             leader.timers.arm(window_end, Timer::ReadoptionEnd);
         }
         leader.start_retention(m);
+        leader.check_due(m);
         let (jobs, active, awaiting_readoption) = (
             m.table.len(),
             m.table.active_jobs(),
@@ -357,6 +365,7 @@ impl LeaderState {
                 }
                 Timer::RetentionSweep => self.retention_sweep(m),
                 Timer::RateDue => self.rate_due(m.now),
+                Timer::RunAtDue => self.run_at_due(m),
             }
         }
         self.schedule(m);
@@ -470,6 +479,8 @@ impl LeaderState {
                 queue,
                 priority,
                 fairness_key,
+                run_at_unix_ms,
+                delay_millis,
             } => {
                 let submission = JobSubmission {
                     task,
@@ -480,6 +491,8 @@ impl LeaderState {
                     queue,
                     priority,
                     fairness_key,
+                    run_at_unix_ms,
+                    delay_millis,
                 };
                 let to = SubmitTo::Request { conn, request_id };
                 self.submit(m, to, submission, confirmed)

@@ -102,6 +102,8 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
                     fairness_key: None,
                     priority: None,
                     queue: None,
+                    delay_millis: None,
+                    run_at_unix_ms: None,
                 },
             );
             request_id
@@ -152,6 +154,8 @@ fn unwritten_bytes_count_the_entries_waiting_for_the_disk() {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         });
     }
     let held: u64 = h.held.iter().map(|b| b.entry_bytes).sum();
@@ -253,6 +257,8 @@ fn a_keyed_resend_of_a_submission_still_being_written_waits_for_it_and_writes_no
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         });
         request_id
     };
@@ -305,6 +311,8 @@ fn a_parked_resend_whose_connection_closes_is_dropped() {
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     };
     let first = h.request_id();
     h.client_says(keyed(first));
@@ -431,6 +439,8 @@ fn duplicate_keys_in_one_batch_create_one_job() {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         });
     }
     h.release_writes();

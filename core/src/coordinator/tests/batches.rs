@@ -15,6 +15,8 @@ fn job(task: serde_json::Value, key: Option<&str>) -> JobSubmission {
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     }
 }
 

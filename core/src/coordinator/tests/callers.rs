@@ -37,6 +37,8 @@ impl Harness {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         };
         self.as_caller(conn, caller, submit);
         self.release_writes();
@@ -75,6 +77,8 @@ fn a_reader_is_refused_every_write_and_nothing_is_proposed() {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         },
     );
     assert!(matches!(

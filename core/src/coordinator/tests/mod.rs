@@ -187,6 +187,8 @@ impl Harness {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         });
         request_id
     }
@@ -1015,6 +1017,7 @@ fn the_lease_check_lives_in_apply() {
             fairness_key: None,
             priority: 0,
             queue: crate::queues::default_queue(),
+            run_at: None,
         },
         Command::Assign {
             job_id,
@@ -1161,6 +1164,8 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     });
     h.release_one();
     let ClientReply::SubmitAccepted { job_id, .. } = h.reply_to(submit) else {
@@ -1196,6 +1201,7 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
 mod admission;
 mod batches;
 mod callers;
+mod delayed;
 mod prefetch;
 mod queues;
 mod recovery;

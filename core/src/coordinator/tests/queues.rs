@@ -39,6 +39,8 @@ impl Harness {
             queue: place.queue.map(str::to_owned),
             priority: place.priority,
             fairness_key: place.key.map(str::to_owned),
+            delay_millis: None,
+            run_at_unix_ms: None,
         });
         self.reply_to(request_id)
     }
@@ -104,6 +106,7 @@ fn plain_submit(job_id: JobId, queue: &str) -> Command {
         queue: queue.to_owned(),
         priority: 0,
         fairness_key: None,
+        run_at: None,
     }
 }
 

@@ -238,6 +238,7 @@ fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
                 fairness_key: None,
                 priority: 0,
                 queue: crate::queues::default_queue(),
+                run_at: None,
             },
         },
     );

@@ -214,6 +214,8 @@ fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per
                 fairness_key: None,
                 priority: None,
                 queue: None,
+                delay_millis: None,
+                run_at_unix_ms: None,
             },
         );
         h.pump();

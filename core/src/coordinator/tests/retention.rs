@@ -281,6 +281,7 @@ fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
         fairness_key: None,
         priority: 0,
         queue: crate::queues::default_queue(),
+        run_at: None,
     };
     live.apply(next, UnixMillis::UNSTAMPED, &submit);
     rebuilt.apply(next, UnixMillis::UNSTAMPED, &submit);

@@ -49,6 +49,8 @@ fn submit_timed(
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     });
     h.reply_to(request_id)
 }

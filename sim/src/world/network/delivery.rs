@@ -222,6 +222,8 @@ impl World {
                     queue,
                     priority,
                     fairness_key,
+                    run_at_unix_ms,
+                    delay_millis,
                 } = &message
                 {
                     let committed = self.checker.model.applied;
@@ -240,6 +242,8 @@ impl World {
                         fairness_key: fairness_key.clone(),
                         priority: *priority,
                         queue: queue.clone(),
+                        delay_millis: *delay_millis,
+                        run_at_unix_ms: *run_at_unix_ms,
                     };
                     self.submit_jobs
                         .insert((conn, *request_id), (sent, committed));

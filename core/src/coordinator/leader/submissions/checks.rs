@@ -5,13 +5,14 @@
 use crate::coordinator::member::Member;
 use crate::limits::{
     ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, IDEMPOTENCY_KEY_BYTES_MAX, JOB_TIMEOUT_MILLIS_MAX,
-    PARTITIONS_MAX,
+    PARTITIONS_MAX, RUN_AT_AHEAD_MILLIS_MAX,
 };
 use crate::protocol::codec::binary_encoded_len;
 use crate::protocol::{ErrorCode, JobSubmission, Partitions};
 use crate::queues::{check_fairness_key, check_priority, check_queue_name, default_queue};
 use crate::table::SubmitOptions;
 use crate::tasks::TaskSpec;
+use crate::time::UnixMillis;
 
 /// More than any value's binary form can take against its JSON (see `check_submission`).
 const BINARY_GROWTH_MAX: usize = 3;
@@ -27,6 +28,9 @@ pub(super) struct Checked {
     pub(super) queue: String,
     pub(super) priority: u8,
     pub(super) fairness_key: Option<String>,
+    /// When it may run, if that is still ahead of this leader's clock (a delay resolved
+    /// against it); `None` runs it now.
+    pub(super) run_at: Option<UnixMillis>,
 }
 
 impl Checked {
@@ -128,6 +132,7 @@ pub(super) fn check_submission(
     if let Some(key) = &s.fairness_key {
         check_fairness_key(key).map_err(invalid)?;
     }
+    let run_at = check_run_at(&task, s, m.wall_now()).map_err(invalid)?;
     Ok(Checked {
         task,
         encoded,
@@ -136,7 +141,48 @@ pub(super) fn check_submission(
         queue,
         priority,
         fairness_key: s.fairness_key.clone(),
+        run_at,
     })
+}
+
+/// The wall time a job asks to wait for, resolved against `now` (the leader's clock): `None`
+/// if it asks for none or for a time already reached. At most `RUN_AT_AHEAD_MILLIS_MAX` ahead,
+/// one way of asking, and not for a data-parallel job.
+fn check_run_at(
+    task: &TaskSpec,
+    s: &JobSubmission,
+    now: UnixMillis,
+) -> Result<Option<UnixMillis>, String> {
+    let run_at = match (s.run_at_unix_ms, s.delay_millis) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => {
+            return Err("give run_at_unix_ms or delay_millis, not both".to_owned());
+        }
+        (Some(at), None) => {
+            let ahead = at.saturating_sub(now.0);
+            if ahead > RUN_AT_AHEAD_MILLIS_MAX {
+                return Err(format!(
+                    "run_at_unix_ms is {ahead} ms ahead of the leader's clock; the most is {RUN_AT_AHEAD_MILLIS_MAX} (366 days)"
+                ));
+            }
+            UnixMillis(at)
+        }
+        (None, Some(delay)) => {
+            if delay > RUN_AT_AHEAD_MILLIS_MAX {
+                return Err(format!(
+                    "delay_millis must be at most {RUN_AT_AHEAD_MILLIS_MAX} (366 days) (got {delay})"
+                ));
+            }
+            UnixMillis(now.0.saturating_add(delay))
+        }
+    };
+    if task.is_data_parallel() {
+        return Err(format!(
+            "a {} task splits across workers at once and cannot be delayed",
+            task.kind()
+        ));
+    }
+    Ok(Some(run_at).filter(|at| *at > now))
 }
 
 /// A `partitions` request is for a data-parallel task and within `1..=PARTITIONS_MAX`.

@@ -67,6 +67,9 @@ impl LeaderState {
         }
         self.answer_submit(m, pending, job_id, false);
         self.count_submission_for_rotation(m);
+        if m.table.get(&job_id).is_some_and(|j| j.run_at.is_some()) {
+            self.check_due(m);
+        }
     }
 
     /// A submission owed an answer is refused with `code`.
@@ -236,7 +239,9 @@ impl LeaderState {
             .idempotency_key
             .as_deref()
             .map(|k| m.scoped(to.conn(), k));
-        let plain = checked.partitions_asked.is_none() && partitions.is_empty();
+        // A plain job queued at once may be picked before its entry applies.
+        let plain =
+            checked.partitions_asked.is_none() && partitions.is_empty() && checked.run_at.is_none();
         let fresh = plain.then(|| Lane {
             kind: checked.task.kind().to_owned(),
             queue: checked.queue.clone(),
@@ -259,6 +264,7 @@ impl LeaderState {
                 queue: checked.queue,
                 priority: checked.priority,
                 fairness_key: checked.fairness_key,
+                run_at: checked.run_at,
             },
             Some(Pending::Submit { to }),
         );
