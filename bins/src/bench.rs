@@ -247,6 +247,8 @@ async fn run_connection(
                 fairness_key: placed.fairness_key,
                 priority: None,
                 queue: placed.queue,
+                delay_millis: None,
+                run_at_unix_ms: None,
             };
             let submitted = client.submit(&task, options).await;
             let ack = t0.elapsed();

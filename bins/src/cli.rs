@@ -415,9 +415,10 @@ pub struct SubmitArgs {
     /// Submit every job of FILE instead (`-` reads standard input): one JSON object per line
     /// with the fields of a submission, `{"task": {...}, "idempotency_key": "...",
     /// "max_attempts": N, "timeout_millis": N, "partitions": N, "queue": "...", "priority": N,
-    /// "fairness_key": "..."}`, only `task` required. Sent in batches of up to 1,000 jobs, each
-    /// one durable write; prints one line per job. --max-attempts, --timeout-millis, --queue,
-    /// --priority and --fairness-key apply to lines that do not say.
+    /// "fairness_key": "...", "delay_millis": N, "run_at_unix_ms": N}`, only `task` required.
+    /// Sent in batches of up to 1,000 jobs, each one durable write; prints one line per job.
+    /// --max-attempts, --timeout-millis, --queue, --priority and --fairness-key apply to lines
+    /// that do not say.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "wait", "idempotency_key", "partitions"])]
     pub batch_file: Option<std::path::PathBuf>,
     /// The task's payload as JSON (what its handler receives).
@@ -452,6 +453,19 @@ pub struct SubmitArgs {
     /// key with a large backlog does not hold up another's jobs.
     #[arg(long, global = true)]
     pub fairness_key: Option<String>,
+    /// Queue the job only after this long (`90s`, `10m`, `2h`, `7d`; at most 366 days):
+    /// it is SCHEDULED until then, by the leader's clock.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        conflicts_with = "run_at"
+    )]
+    pub delay: Option<String>,
+    /// Queue the job only at or after this time, in RFC 3339 (`2026-12-24T18:00:00Z`,
+    /// `2026-12-24T19:00:00+01:00`; at most 366 days ahead): it is SCHEDULED until then.
+    #[arg(long, global = true, value_name = "TIME")]
+    pub run_at: Option<String>,
     /// Retries of a retryable admission rejection (0 = one shot).
     #[arg(long, global = true, default_value_t = 0)]
     pub submit_retries: u32,

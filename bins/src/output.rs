@@ -78,6 +78,9 @@ pub fn job_for_people(job: &JobView) -> String {
     if let Some(created) = job.created_at_unix_ms {
         out += &format!("  Created:  {}\n", utc(created));
     }
+    if let Some(run_at) = job.run_at_unix_ms {
+        out += &format!("  Runs at:  {} (not queued before)\n", utc(run_at));
+    }
     if let Some(started) = job.first_started_at_unix_ms {
         out += &format!("  Started:  {}\n", utc(started));
     }

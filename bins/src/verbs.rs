@@ -403,6 +403,10 @@ pub async fn submit(args: SubmitArgs) -> u8 {
             as_json,
         );
     }
+    let (delay_millis, run_at_unix_ms) = match when_to_run(&args) {
+        Ok(when) => when,
+        Err(error) => return usage_error(&error, as_json),
+    };
     let mut config = ClientConfig::new(args.client.coordinator.clone());
     config.submit_retries = args.submit_retries;
     config.submit_retry_base = Duration::from_millis(args.submit_retry_base_millis.max(1));
@@ -420,6 +424,8 @@ pub async fn submit(args: SubmitArgs) -> u8 {
         fairness_key: args.fairness_key.clone(),
         priority: args.priority,
         queue: args.queue.clone(),
+        delay_millis,
+        run_at_unix_ms,
     };
     let submitted = match client.submit(&task, options).await {
         Ok(submitted) => submitted,
@@ -844,6 +850,32 @@ pub fn gen_certs(args: crate::cli::GenCertsArgs) -> u8 {
     }
 }
 
+/// `--delay` and `--run-at` as the wire carries them: `(delay_millis, run_at_unix_ms)`.
+pub fn when_to_run(args: &SubmitArgs) -> Result<(Option<u64>, Option<u64>), String> {
+    let delay = match &args.delay {
+        None => None,
+        Some(raw) => {
+            let delay =
+                crate::retention::parse_duration(raw).map_err(|e| format!("--delay: {e}"))?;
+            Some(herder_core::time::as_millis_u64(delay))
+        }
+    };
+    let run_at = match &args.run_at {
+        None => None,
+        Some(raw) => {
+            let time = chrono::DateTime::parse_from_rfc3339(raw.trim()).map_err(|e| {
+                format!(
+                    "--run-at {raw:?} is not an RFC 3339 time such as 2026-12-24T18:00:00Z: {e}"
+                )
+            })?;
+            let millis = u64::try_from(time.timestamp_millis())
+                .map_err(|_| format!("--run-at {raw:?} is before 1970"))?;
+            Some(millis)
+        }
+    };
+    Ok((delay, run_at))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -878,6 +910,50 @@ mod tests {
             submitted_by: None,
             run_at_unix_ms: None,
         }
+    }
+
+    fn submit_args(args: &[&str]) -> SubmitArgs {
+        let argv = ["herder", "submit", "sha256", "--text", "x"]
+            .iter()
+            .chain(args);
+        match <crate::cli::Cli as clap::Parser>::try_parse_from(argv) {
+            Ok(crate::cli::Cli {
+                command: crate::cli::Command::Submit(args),
+                ..
+            }) => args,
+            other => panic!("{args:?} does not parse as a submit: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn delay_and_run_at_are_read_as_people_write_them() {
+        assert_eq!(when_to_run(&submit_args(&[])), Ok((None, None)));
+        assert_eq!(
+            when_to_run(&submit_args(&["--delay", "90s"])),
+            Ok((Some(90_000), None))
+        );
+        assert_eq!(
+            when_to_run(&submit_args(&["--run-at", "2026-12-24T18:00:00Z"])),
+            Ok((None, Some(1_798_135_200_000)))
+        );
+        assert_eq!(
+            when_to_run(&submit_args(&["--run-at", "2026-12-24T19:00:00+01:00"])),
+            Ok((None, Some(1_798_135_200_000)))
+        );
+        assert!(when_to_run(&submit_args(&["--run-at", "tomorrow"])).is_err());
+        assert!(when_to_run(&submit_args(&["--delay", "5 minutes"])).is_err());
+        let both = [
+            "herder",
+            "submit",
+            "sha256",
+            "--text",
+            "x",
+            "--delay",
+            "1s",
+            "--run-at",
+            "2026-12-24T18:00:00Z",
+        ];
+        assert!(<crate::cli::Cli as clap::Parser>::try_parse_from(both).is_err());
     }
 
     #[test]

@@ -756,6 +756,11 @@
       ...field('Run time', runCell),
       ...field('Timeout', job.timeout_millis ? fmtDuration(job.timeout_millis) : el('span', { className: 'muted', text: 'none' })),
     ];
+    if (job.run_at_unix_ms) {
+      const ahead = job.run_at_unix_ms - Date.now();
+      fields.push(...field('Runs at', el('span', { text: fmtDateTime(job.run_at_unix_ms) }),
+        el('span', { className: 'muted', text: ahead > 0 ? ` (in ${fmtDuration(ahead)})` : '' })));
+    }
     if (job.idempotency_key) fields.push(...field('Idempotency key', el('span', { className: 'mono', text: job.idempotency_key })));
     if (job.progress) fields.push(...field('Progress', job.progress));
     if (job.partition_of) {

@@ -308,6 +308,8 @@ struct SubmitBody {
     queue: Option<String>,
     priority: Option<u8>,
     fairness_key: Option<String>,
+    run_at_unix_ms: Option<u64>,
+    delay_millis: Option<u64>,
 }
 
 async fn submit(
@@ -323,6 +325,8 @@ async fn submit(
         fairness_key: request.fairness_key,
         priority: request.priority,
         queue: request.queue,
+        run_at_unix_ms: request.run_at_unix_ms,
+        delay_millis: request.delay_millis,
     };
     let submitted = client.submit_json(request.task, options).await?;
     Ok(created(&submitted, views::submitted(&submitted)))
@@ -417,6 +421,8 @@ async fn retry(Group(client, _): Group, Path(id): Path<String>) -> Answer {
         fairness_key: original.fairness_key.clone(),
         priority: Some(original.priority),
         queue: Some(original.queue.clone()),
+        delay_millis: None,
+        run_at_unix_ms: None,
     };
     let submitted = client.submit_json(original.task.to_json(), options).await?;
     let mut answer = views::submitted(&submitted);
@@ -438,7 +444,7 @@ async fn list(Group(client, _): Group, params: Result<Query<ListQuery>, QueryRej
         None | Some("") => None,
         Some(raw) => Some(JobState::parse(raw).ok_or_else(|| {
             ApiError::invalid(format!(
-                "unknown state {raw:?}; one of QUEUED, RUNNING, RETRY_WAIT, COMPLETED, FAILED, CANCELLED"
+                "unknown state {raw:?}; one of SCHEDULED, QUEUED, RUNNING, RETRY_WAIT, COMPLETED, FAILED, CANCELLED"
             ))
         })?),
     };

@@ -94,6 +94,10 @@ pub struct SubmitOptions {
     pub priority: Option<u8>,
     /// Whom the job is fair to within its queue.
     pub fairness_key: Option<String>,
+    /// Not before this wall time, in ms since the Unix epoch (`None`: now).
+    pub run_at_unix_ms: Option<u64>,
+    /// Not before this long after the leader admits it (`None`: now).
+    pub delay_millis: Option<u64>,
 }
 
 /// A durable submission.
@@ -265,8 +269,8 @@ impl HerderClient {
             queue: options.queue,
             priority: options.priority,
             fairness_key: options.fairness_key,
-            delay_millis: None,
-            run_at_unix_ms: None,
+            delay_millis: options.delay_millis,
+            run_at_unix_ms: options.run_at_unix_ms,
         });
         match self.call(op).await? {
             ClientReply::SubmitAccepted {

@@ -14,14 +14,9 @@ pub struct Clock {
 
 impl Clock {
     pub fn new() -> Clock {
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| {
-                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-            });
         Clock {
             epoch: tokio::time::Instant::now(),
-            wall_at_epoch: wall,
+            wall_at_epoch: read_wall_clock().0,
         }
     }
 
@@ -45,6 +40,17 @@ impl Default for Clock {
     fn default() -> Clock {
         Clock::new()
     }
+}
+
+/// The system's wall clock now (0 if it reads before 1970).
+pub fn read_wall_clock() -> UnixMillis {
+    UnixMillis(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            }),
+    )
 }
 
 /// A seed for a state machine's RNG from the OS (the runtime may use OS randomness; core may not).

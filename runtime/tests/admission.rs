@@ -66,6 +66,8 @@ fn keyed(key: &str, max_attempts: Option<u32>) -> SubmitOptions {
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     }
 }
 

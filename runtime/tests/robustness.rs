@@ -557,6 +557,8 @@ async fn a_request_larger_than_a_frame_fails_alone() {
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         };
         let result = tokio::time::timeout(SHORT, client.submit(&huge, options))
             .await
@@ -678,6 +680,8 @@ async fn a_request_over_the_coordinators_frame_limit_fails_instead_of_being_rese
             fairness_key: None,
             priority: None,
             queue: None,
+            delay_millis: None,
+            run_at_unix_ms: None,
         };
         let result = tokio::time::timeout(SHORT, client.submit(&task, options))
             .await

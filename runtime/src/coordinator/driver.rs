@@ -23,6 +23,8 @@ use crate::peer::PeerLinks;
 const UNWRITTEN_BYTES_MAX: u64 = 32 * 1024 * 1024;
 /// Inputs the driver takes in one go before draining outputs and running due timers.
 const INPUT_BURST_MAX: usize = 512;
+/// How often the wall clock is read (see `Coordinator::handle_wall_clock`).
+const WALL_CLOCK_READ_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(super) struct Driver {
     pub(super) coordinator: Coordinator,
@@ -46,6 +48,10 @@ impl Driver {
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), CoordinatorError> {
         self.drain()?;
+        // The wall clock is read once a second, so a step (an operator's or NTP's) reaches the
+        // coordinator within one: it takes steps of a second or more and ignores drift.
+        let mut wall_reads = tokio::time::interval(WALL_CLOCK_READ_INTERVAL);
+        wall_reads.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Timers first, whatever the input rate: each turn of the loop takes at most one
             // burst of inputs, so heartbeat loss, lease deadlines, retries and waits are never
@@ -86,6 +92,9 @@ impl Driver {
                     self.take_burst(&mut clients, true);
                 }
                 _ = sleep_until(timer) => self.coordinator.handle_timeout(self.clock.now()),
+                _ = wall_reads.tick() => {
+                    self.coordinator.handle_wall_clock(self.clock.now(), crate::clock::read_wall_clock());
+                }
             }
             self.drain()?;
         }

@@ -238,6 +238,8 @@ pub fn attempts(n: u32) -> SubmitOptions {
         fairness_key: None,
         priority: None,
         queue: None,
+        delay_millis: None,
+        run_at_unix_ms: None,
     }
 }
 
