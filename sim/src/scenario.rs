@@ -74,6 +74,11 @@ pub struct Faults {
     /// milliseconds: in the middle of an election (it must not vote again in that term) or of
     /// a snapshot install (it must not take the part it holds for the whole).
     pub crash_mid_consensus: f64,
+    /// A coordinator's wall clock steps forwards or back (seconds to a minute), its monotonic
+    /// clock steady: the coordinator is handed the stepped reading, as the runtime's once-a-
+    /// second read hands it one, and keeps it across its restarts (the host's clock stays
+    /// stepped).
+    pub clock_step: bool,
 }
 
 impl Faults {
@@ -101,6 +106,7 @@ impl Faults {
             impostors: false,
             peer_straggle: 0.0,
             crash_mid_consensus: 0.0,
+            clock_step: false,
         }
     }
 
@@ -168,6 +174,9 @@ pub struct Scenario {
     /// Jobs go to several queues, with priorities and hot and cold fairness keys, and an
     /// operator pauses, resumes and re-tunes the queues while they run.
     pub queues: bool,
+    /// Some submissions wait for a time (a delay or a wall time, a few seconds ahead at most),
+    /// so jobs are `SCHEDULED` through crashes, leader changes and clock steps.
+    pub delayed_jobs: bool,
     /// Faults at set times (milliseconds of simulated time), beside any drawn ones: how a
     /// test stages the situation a safety argument is about and lets the checker judge what
     /// follows. Empty in every drawn scenario.
@@ -288,6 +297,7 @@ impl Scenario {
             impostors: false,
             peer_straggle: 0.0,
             crash_mid_consensus: 0.0,
+            clock_step: false,
         };
         scenario
     }
@@ -414,6 +424,7 @@ impl Scenario {
             reader_clients: 0,
             group_ops: false,
             queues: false,
+            delayed_jobs: false,
             script: Vec::new(),
         };
         // Network faults are drawn last so adding them did not reshuffle the draws above.
@@ -512,6 +523,9 @@ impl Scenario {
         if scenario.queues && rng.chance(0.5) {
             scenario.coordinator.max_active_jobs = rng.range(100, 400);
         }
+        // Delayed jobs and clock steps, drawn last of all.
+        scenario.delayed_jobs = rng.chance(0.5);
+        scenario.faults.clock_step = scenario.faults != Faults::none() && rng.chance(0.4);
         scenario
     }
 }

@@ -14,10 +14,11 @@ use std::sync::OnceLock;
 use herder_core::ids::RequestId;
 use herder_core::limits::{
     ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
-    JOB_TIMEOUT_MILLIS_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX, SUBMIT_BATCH_JOBS_MAX,
-    SUBMIT_RESULT_BYTES_MAX,
+    JOB_TIMEOUT_MILLIS_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX, RUN_AT_AHEAD_MILLIS_MAX,
+    SUBMIT_BATCH_JOBS_MAX, SUBMIT_RESULT_BYTES_MAX,
 };
 use herder_core::protocol::{ErrorCode, JobSubmission, Partitions};
+use herder_core::time::UnixMillis;
 use serde_json::{json, Value};
 
 use crate::model::ModelJob;
@@ -39,6 +40,14 @@ impl Default for Rules {
         }
     }
 }
+
+/// A `run_at_unix_ms` at or beyond this is too far ahead of any coordinator's clock in a run:
+/// a run lasts minutes of the world's time from its epoch and clocks are stepped by at most a
+/// minute, while the bound is 366 days. (The workload sends times either within seconds of
+/// its clock or at least this far ahead.)
+pub const TOO_FAR_AHEAD: UnixMillis = UnixMillis(
+    crate::world::WORLD_WALL_EPOCH.0 + RUN_AT_AHEAD_MILLIS_MAX + 30 * 24 * 60 * 60 * 1000,
+);
 
 /// The kinds whose jobs are split into partitions.
 const DATA_PARALLEL: [&str; 3] = ["max", "prime-count-list", "prime-sum"];
@@ -184,6 +193,17 @@ pub fn verdict(job: &JobSubmission, rules: &Rules) -> Verdict {
         .is_some_and(|k| !label_ok(k, 128))
     {
         invalid_request("a fairness key not of 1 to 128 letters, digits and -_.:/")
+    } else if job.run_at_unix_ms.is_some() && job.delay_millis.is_some() {
+        invalid_request("both a run_at_unix_ms and a delay_millis")
+    } else if job
+        .delay_millis
+        .is_some_and(|d| d > RUN_AT_AHEAD_MILLIS_MAX)
+    {
+        invalid_request("a delay_millis over 366 days")
+    } else if job.run_at_unix_ms.is_some_and(|at| at >= TOO_FAR_AHEAD.0) {
+        invalid_request("a run_at_unix_ms over 366 days ahead")
+    } else if dp && (job.run_at_unix_ms.is_some() || job.delay_millis.is_some()) {
+        invalid_request("a delayed data-parallel job")
     } else {
         None
     };

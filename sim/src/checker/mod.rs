@@ -1296,7 +1296,7 @@ impl Checker {
     }
 
     /// A job of a kind no worker serves is never assigned, so while it is not terminal it (or
-    /// a partition of it) is queued: its view must say nobody serves it.
+    /// a partition of it) is queued or scheduled: its view must say nobody serves it.
     fn check_unserved(&self, view: &JobView) -> Check {
         let kind = view.task.kind();
         ensure!(

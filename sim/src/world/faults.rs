@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 
 use herder_core::coordinator::Coordinator;
 use herder_core::protocol::codec::FrameError;
+use herder_core::time::UnixMillis;
 use herder_core::worker::Worker;
 
 use super::events::Ev;
@@ -63,6 +64,9 @@ impl World {
         }
         if faults.impostors {
             kinds.push(11);
+        }
+        if faults.clock_step {
+            kinds.push(12);
         }
         let kind = self.fault_rng.pick(&kinds).copied();
         let result = match kind {
@@ -135,6 +139,10 @@ impl World {
             }
             Some(10) => self.begin_drain(),
             Some(11) => self.knock(),
+            Some(12) => {
+                let c = self.fault_target();
+                self.step_clock(c)
+            }
             _ => Ok(()),
         };
         let gap = self
@@ -350,7 +358,7 @@ impl World {
             self.now,
             &self.scenario,
         );
-        let config = coordinator_config(&self.scenario, c, &clock);
+        let config = coordinator_config(&self.scenario, c, &clock, self.coords[c].wall_step_ms);
         let node = &mut self.coords[c];
         node.clock = clock;
         let seed = node.seeds.next_u64();
@@ -660,6 +668,50 @@ impl World {
         Ok(())
     }
 
+    /// Steps coordinator `c`'s wall clock, its monotonic clock steady: forwards by 1 to 60 s
+    /// or back by 1 to 10 s (steps back are kept short, so a job it then holds back still
+    /// runs within the liveness span). The coordinator is handed the new reading at once, as
+    /// the runtime's once-a-second read would hand it; its host keeps the step across restarts.
+    fn step_clock(&mut self, c: usize) -> Check {
+        let back = self.fault_rng.chance(0.4);
+        let millis = if back {
+            self.fault_rng.range(1_000, 10_000)
+        } else {
+            self.fault_rng.range(1_000, 60_000)
+        } as i64;
+        let step = if back { -millis } else { millis };
+        self.coords[c].wall_step_ms += step;
+        self.count(if back {
+            "fault: a coordinator's wall clock steps back"
+        } else {
+            "fault: a coordinator's wall clock steps forward"
+        });
+        self.note(
+            NodeRef::Coordinator(c),
+            format_args!("FAULT wall clock stepped by {step} ms"),
+        );
+        self.read_wall_clock(c)
+    }
+
+    /// Coordinator `c` reads its host's wall clock (a paused or stopped one does when it runs
+    /// again: on resume, or from its configuration when it restarts).
+    pub(super) fn read_wall_clock(&mut self, c: usize) -> Check {
+        let node = &mut self.coords[c];
+        if node.paused {
+            return Ok(());
+        }
+        let local = node.clock.local(self.now);
+        let host = node.clock.wall_at_epoch.at(local);
+        let Some(machine) = node.machine.as_mut() else {
+            return Ok(());
+        };
+        machine.handle_wall_clock(
+            local,
+            UnixMillis(host.0.saturating_add_signed(node.wall_step_ms)),
+        );
+        self.drain_coord(c)
+    }
+
     /// Pauses are drawn relative to the heartbeat timeout, so they cross it sometimes.
     fn heartbeat_timeout_micros(&self) -> u64 {
         u64::try_from(self.scenario.coordinator.heartbeat_timeout.as_micros()).unwrap_or(0)
@@ -696,7 +748,8 @@ impl World {
         }
         node.paused = false;
         let stalled = std::mem::take(&mut node.stalled);
-        self.deliver_held(NodeRef::Coordinator(c), stalled)
+        self.deliver_held(NodeRef::Coordinator(c), stalled)?;
+        self.read_wall_clock(c)
     }
 
     /// Starts a partition of a randomly chosen shape; it heals after a span drawn around the

@@ -40,7 +40,7 @@ use herder_core::ids::{Incarnation, JobId, LeaseId, LogIndex, RequestId, WorkerI
 use herder_core::job::JobState;
 use herder_core::protocol::{CoordinatorToWorker, JobSubmission, WorkerToCoordinator};
 use herder_core::tasks::TaskSpec;
-use herder_core::time::Instant;
+use herder_core::time::{Instant, UnixMillis};
 use herder_core::worker::{Worker, WorkerConfig};
 
 use crate::budget::{
@@ -60,7 +60,7 @@ use nodes::{
 };
 use workload::WAIT_MILLIS_MAX;
 
-pub use nodes::{Clock, NodeRef};
+pub use nodes::{Clock, NodeRef, WORLD_WALL_EPOCH};
 
 /// What one seed's run produced.
 #[derive(Clone, Debug)]
@@ -242,7 +242,7 @@ impl World {
         for c in 0..scenario.coordinators {
             let mut seeds = SimRng::new(seed, "coordinator-process", c as u64);
             let clock = clock_for(seed, NodeRef::Coordinator(c), 0, 0, &scenario);
-            let config = coordinator_config(&scenario, c, &clock);
+            let config = coordinator_config(&scenario, c, &clock, 0);
             let machine = Coordinator::new(config, seeds.next_u64())
                 .map_err(|e| format!("bad coordinator config: {e}"))?;
             coords.push(CoordNode {
@@ -257,6 +257,7 @@ impl World {
                 stuck: None,
                 paused: false,
                 stalled: Vec::new(),
+                wall_step_ms: 0,
             });
         }
         let mut checker = Checker::new(scenario.coordinators);
@@ -696,12 +697,24 @@ impl World {
                         .values()
                         .filter(|j| !j.state.is_terminal() && j.parent.is_none())
                         .count();
-                    if waiting > 0 {
+                    let scheduled = self
+                        .checker
+                        .model
+                        .jobs
+                        .values()
+                        .filter(|j| j.state == JobState::Scheduled)
+                        .count();
+                    if waiting > scheduled {
                         self.count("liveness: a job waits queued, no worker serves its kind");
+                    }
+                    if scheduled > 0 {
+                        self.count(
+                            "liveness: a job waits scheduled, its time ahead of the leader's clock",
+                        );
                     }
                     self.note(
                         NodeRef::World,
-                        format_args!("liveness reached: {acked} acknowledged jobs terminal or waiting for a worker that serves them ({waiting} waiting), every operation done"),
+                        format_args!("liveness reached: {acked} acknowledged jobs terminal, waiting for a worker that serves them or for their time ({waiting} waiting, {scheduled} of them for their time), every operation done"),
                     );
                     return Ok(());
                 }
@@ -793,6 +806,21 @@ impl World {
     }
 
     /// The member acting as leader (caught up with its term), if any.
+    /// The wall clock of the member acting as leader, now (what its `Due` entries are
+    /// stamped with).
+    fn leader_wall_now(&self) -> Option<UnixMillis> {
+        self.coords
+            .iter()
+            .filter_map(|c| Some((c, c.machine.as_ref()?)))
+            .filter(|(_, m)| m.is_acting_leader())
+            .max_by_key(|(_, m)| m.replica().term())
+            .map(|(node, m)| {
+                m.config()
+                    .wall_clock_at_epoch
+                    .at(node.clock.local(self.now))
+            })
+    }
+
     fn acting_leader(&self) -> Option<&Coordinator> {
         self.coords
             .iter()
@@ -841,6 +869,12 @@ impl World {
         };
         if job.state.is_terminal() {
             return true;
+        }
+        // A job waiting for a time the leader's clock has not reached is not late: members'
+        // clocks disagree (and are stepped), and it waits for the leader's.
+        if job.state == JobState::Scheduled {
+            let run_at = job.run_at.unwrap_or(0);
+            return self.leader_wall_now().is_some_and(|now| now.0 < run_at);
         }
         // A paused queue starts nothing: its queued jobs wait for an operator, for good.
         let paused = model.rules_of(&job.queue, model.applied).paused;

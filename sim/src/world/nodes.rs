@@ -112,6 +112,9 @@ pub(super) struct CoordNode {
     pub(super) paused: bool,
     /// Inputs that reached the node while it was paused, delivered on resume.
     pub(super) stalled: Vec<Ev>,
+    /// How far its host's wall clock has been stepped, in all (negative: back); a restarted
+    /// process reads the stepped clock.
+    pub(super) wall_step_ms: i64,
 }
 
 pub(super) struct WorkerNode {
@@ -223,9 +226,11 @@ pub(super) fn coordinator_config(
     scenario: &Scenario,
     c: usize,
     clock: &Clock,
+    wall_step_ms: i64,
 ) -> CoordinatorConfig {
     let mut config = scenario.coordinator.clone();
-    config.wall_clock_at_epoch = clock.wall_at_epoch;
+    config.wall_clock_at_epoch =
+        UnixMillis(clock.wall_at_epoch.0.saturating_add_signed(wall_step_ms));
     config.node_id = NodeId(coordinator_address(c));
     config.peers = (0..scenario.coordinators)
         .filter(|&d| d != c)

@@ -11,7 +11,7 @@ use herder_core::ids::NodeId;
 use herder_core::job::JobState;
 use herder_core::limits::{
     ATTEMPTS_MAX, IDEMPOTENCY_KEY_BYTES_MAX, JOB_TIMEOUT_MILLIS_MAX, PARTITIONS_MAX,
-    SUBMIT_BATCH_JOBS_MAX,
+    RUN_AT_AHEAD_MILLIS_MAX, SUBMIT_BATCH_JOBS_MAX,
 };
 use herder_core::protocol::{JobSubmission, Partitions};
 use herder_core::queues::{QueueChange, RateLimit};
@@ -22,7 +22,7 @@ use super::events::Ev;
 use super::{NodeRef, World};
 use crate::checker::Check;
 use crate::rng::SimRng;
-use crate::submission::{invalid_tasks, is_data_parallel};
+use crate::submission::{invalid_tasks, is_data_parallel, TOO_FAR_AHEAD};
 
 /// The longest `WAIT` timeout the workload asks for.
 pub(super) const WAIT_MILLIS_MAX: u64 = 3_000;
@@ -122,8 +122,24 @@ fn batch_len(rng: &mut SimRng) -> u64 {
 }
 
 /// Makes `job` fail one check of `SUBMIT` (docs/PROTOCOL.md, steps 1 to 6): an invalid task,
-/// or a request field out of range.
-fn spoil(rng: &mut SimRng, job: &mut JobSubmission) {
+/// or a request field out of range (with `timing`, now and then its time).
+fn spoil(rng: &mut SimRng, job: &mut JobSubmission, timing: bool) {
+    // (Drawn only in seeds with delayed jobs, so other seeds draw what they always drew.)
+    if timing && rng.chance(0.25) {
+        match rng.below(4) {
+            0 => {
+                job.delay_millis = Some(rng.range(0, 1_000));
+                job.run_at_unix_ms = Some(rng.range(0, 1 << 45));
+            }
+            1 => job.delay_millis = Some(RUN_AT_AHEAD_MILLIS_MAX + rng.range(1, 1_000_000)),
+            2 => job.run_at_unix_ms = Some(TOO_FAR_AHEAD.0 + rng.range(0, 1 << 40)),
+            _ => {
+                job.task = random_parallel_spec(rng).to_json();
+                job.delay_millis = Some(rng.range(1, 1_000));
+            }
+        }
+        return;
+    }
     match rng.below(6) {
         0 => {
             if let Some((task, _)) = rng.pick(invalid_tasks()) {
@@ -294,7 +310,11 @@ impl World {
                 let mut jobs: Vec<JobSubmission> =
                     (0..len).map(|_| self.next_submission(c)).collect();
                 if let Some(index) = flawed {
-                    spoil(&mut self.clients[c].rng, &mut jobs[index]);
+                    spoil(
+                        &mut self.clients[c].rng,
+                        &mut jobs[index],
+                        self.scenario.delayed_jobs,
+                    );
                 }
                 self.count(match len {
                     1..=4 => "client: a batch of 1 to 4 jobs sent",
@@ -310,7 +330,11 @@ impl World {
                 let mut job = self.next_submission(c);
                 // (Drawn only in seeds with batches, so other seeds draw what they always drew.)
                 if batch_submits && self.clients[c].rng.chance(0.03) {
-                    spoil(&mut self.clients[c].rng, &mut job);
+                    spoil(
+                        &mut self.clients[c].rng,
+                        &mut job,
+                        self.scenario.delayed_jobs,
+                    );
                     self.count("client: a submission that fails the checks sent");
                 }
                 Operation::Submit(job)
@@ -445,6 +469,28 @@ impl World {
             ..JobSubmission::default()
         };
         self.placement(c, &mut job);
+        self.timing(c, &mut job);
         job
+    }
+
+    /// In seeds with delayed jobs, a third of the submissions wait: for a delay of up to 3 s,
+    /// or for a wall time by the client's own clock from 1 s past to 3 s ahead (its clock may
+    /// disagree with the leader's by the seed's offsets).
+    fn timing(&mut self, c: usize, job: &mut JobSubmission) {
+        if !self.scenario.delayed_jobs || is_data_parallel(&job.task) {
+            return;
+        }
+        let client = &mut self.clients[c];
+        if !client.rng.chance(0.35) {
+            return;
+        }
+        if client.rng.chance(0.6) {
+            job.delay_millis = Some(client.rng.range(0, 3_000));
+        } else {
+            let wall = client.clock.wall_at_epoch.at(client.clock.local(self.now));
+            let at = wall.0 + client.rng.range(0, 4_000);
+            job.run_at_unix_ms = Some(at.saturating_sub(1_000));
+        }
+        self.count("client: a delayed job sent");
     }
 }

@@ -71,10 +71,10 @@ impl LeaderState {
     }
 
     /// What clients see of a job, from the applied table, marked `unserved` while it (or a
-    /// partition of it) is queued and no worker that takes work serves its kind.
+    /// partition of it) is queued or scheduled and no worker that takes work serves its kind.
     pub(super) fn job_view(&self, m: &Member, job_id: &JobId) -> Option<JobView> {
         let mut view = m.table.view(job_id)?;
-        let queued = view.state == JobState::Queued
+        let queued = matches!(view.state, JobState::Queued | JobState::Scheduled)
             || view
                 .partitions
                 .as_ref()
