@@ -39,7 +39,11 @@ impl LeaderState {
             let proposal = self.propose(m, Command::Due { job_ids }, Some(Pending::Due));
             // `propose` stamps the entry with this same clock reading, so apply finds every
             // job it names due.
-            debug_assert_eq!(m.replica.log().get(proposal.index).map(|e| e.at), Some(now));
+            assert_eq!(
+                m.replica.log().get(proposal.index).map(|e| e.at),
+                Some(now),
+                "a Due entry stamped other than the clock that found its jobs due"
+            );
             return;
         }
         let Some(next) = m.table.next_run_at() else {
