@@ -526,3 +526,59 @@ async fn finish_retry(
         "{job:?}"
     );
 }
+
+/// A delayed job survives a restart of its coordinator in the store, still `SCHEDULED`; it is
+/// never started before its time (its first attempt's stamp is at or after `run_at`), and runs
+/// once its time comes. A cancelled scheduled job never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_job_waits_across_a_restart_and_runs_at_its_time() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let dir = TestDir::new("restart-delayed");
+    let config = fast_config();
+    let first = start_coordinator(config.clone(), dir.path()).await;
+    let (worker_addr, client_addr) = (first.worker_addr(), first.client_addr());
+    let client1 = client(client_addr);
+    let worker = start_worker("idle", 2, worker_addr);
+    let delayed = |delay_millis| SubmitOptions {
+        delay_millis: Some(delay_millis),
+        ..attempts(1)
+    };
+    let task = TaskSpec::Sha256 {
+        text: "later".into(),
+    };
+    let job_id = submit_with(&client1, task.clone(), delayed(3_000)).await;
+    let dropped = submit_with(&client1, task, delayed(3_000)).await;
+    let before = status(&client1, job_id).await;
+    assert_eq!(before.state, JobState::Scheduled, "{before:?}");
+    let run_at = before
+        .run_at_unix_ms
+        .expect("a scheduled job shows its time");
+    assert!(client1.cancel(dropped).await.expect("cancel answered").1);
+    first.shutdown().await.expect("clean shutdown");
+
+    let second = restart_coordinator(config, dir.path(), worker_addr, client_addr).await;
+    let client2 = client(client_addr);
+    let recovered = status(&client2, job_id).await;
+    assert!(
+        matches!(
+            recovered.state,
+            JobState::Scheduled | JobState::Queued | JobState::Running | JobState::Completed
+        ),
+        "{recovered:?}"
+    );
+    assert_eq!(recovered.run_at_unix_ms, Some(run_at));
+    let job = wait_terminal(&client2, job_id).await;
+    assert_eq!(job.state, JobState::Completed, "{job:?}");
+    let started = job.history.first().expect("one attempt").started_at_unix_ms;
+    assert!(
+        started.0 >= run_at,
+        "started at {} before its time {run_at}",
+        started.0
+    );
+    let cancelled = status(&client2, dropped).await;
+    assert_eq!(cancelled.state, JobState::Cancelled);
+    assert!(cancelled.history.is_empty(), "{cancelled:?}");
+
+    worker.shutdown().await;
+    second.shutdown().await.expect("clean shutdown");
+}
