@@ -56,6 +56,7 @@ fn submit(n: u64, count: u64) -> Command {
         fairness_key: None,
         // Spread over the day after the first entry, in an order unlike submission's.
         run_at: Some(UnixMillis(START + 1 + (n * 7_919) % DAY_MS)),
+        retry_of: None,
     }
 }
 

@@ -249,6 +249,7 @@ async fn run_connection(
                 queue: placed.queue,
                 delay_millis: None,
                 run_at_unix_ms: None,
+                retry_of: None,
             };
             let submitted = client.submit(&task, options).await;
             let ack = t0.elapsed();
@@ -301,6 +302,7 @@ async fn run_batches(
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     };
     let mut outcomes = Vec::with_capacity(load.jobs as usize);
     let mut left = load.jobs as usize;

@@ -66,6 +66,9 @@ pub enum Command {
     Queue(QueueArgs),
     /// Remove terminal jobs that finished long enough ago (results and keys go with them).
     Purge(PurgeArgs),
+    /// Resubmit failed or cancelled jobs as new jobs linked to them (`retry_of`): by id, or
+    /// every one in a state, filtered. Retrying the same job twice creates one new job.
+    Retry(RetryArgs),
     /// Show the coordinator group, or hand leadership to another member.
     Cluster(ClusterArgs),
     /// Load generator: submit N jobs over C connections and wait for all of them.
@@ -230,6 +233,34 @@ pub struct PurgeArgs {
     /// Only jobs that finished at least this long ago (500ms, 30s, 15m, 12h, 7d; 0 for all).
     #[arg(long, value_parser = crate::retention::parse_duration)]
     pub older_than: std::time::Duration,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct RetryArgs {
+    /// The jobs to retry.
+    #[arg(value_name = "JOB_ID", conflicts_with = "state")]
+    pub job_ids: Vec<String>,
+    /// Or every job in this state: failed or cancelled.
+    #[arg(long, required_unless_present = "job_ids")]
+    pub state: Option<String>,
+    /// With --state: only jobs of this queue.
+    #[arg(long, requires = "state")]
+    pub queue: Option<String>,
+    /// With --state: only jobs that finished at least this long ago (30s, 15m, 12h, 7d).
+    #[arg(long, requires = "state", value_parser = crate::retention::parse_duration)]
+    pub older_than: Option<std::time::Duration>,
+    /// With --state: only jobs whose error contains this text.
+    #[arg(long, requires = "state")]
+    pub error_contains: Option<String>,
+    /// With --state: at most this many jobs (newest first).
+    #[arg(long, default_value_t = 1_000)]
+    pub limit: usize,
+    /// Print which jobs would be retried; submit nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub client: ClientArgs,
 }

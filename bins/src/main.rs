@@ -10,6 +10,7 @@ mod group;
 mod log_writer;
 mod output;
 mod retention;
+mod retry;
 mod verbs;
 mod web;
 
@@ -85,6 +86,7 @@ fn main() -> ExitCode {
             Command::Queues(args) => verbs::queues(args).await,
             Command::Queue(args) => verbs::queue(args).await,
             Command::Purge(args) => verbs::purge(args).await,
+            Command::Retry(args) => retry::run(args).await,
             Command::Cluster(args) => verbs::cluster(args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Dev(args) => dev::run(args).await,

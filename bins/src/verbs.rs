@@ -426,6 +426,7 @@ pub async fn submit(args: SubmitArgs) -> u8 {
         queue: args.queue.clone(),
         delay_millis,
         run_at_unix_ms,
+        retry_of: None,
     };
     let submitted = match client.submit(&task, options).await {
         Ok(submitted) => submitted,
@@ -909,6 +910,7 @@ mod tests {
             history_dropped: 0,
             submitted_by: None,
             run_at_unix_ms: None,
+            retry_of: None,
         }
     }
 

@@ -919,3 +919,123 @@ fn io_threads_out_of_range_are_a_usage_error_and_in_range_run_the_verb() {
     ]);
     assert_eq!(code(&output), 4);
 }
+
+#[test]
+fn failed_and_cancelled_jobs_are_retried_once_as_new_jobs_linked_to_them() {
+    let (server, dir) = dev_cluster("retry");
+    let at = ["--coordinator", server.client_addr.as_str()];
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&at);
+        herder(&all)
+    };
+    let id_of = |output: &std::process::Output| {
+        stdout_json(output)["job_id"]
+            .as_str()
+            .expect("an id")
+            .to_owned()
+    };
+    // Two jobs that fail for good, one that completes, one delayed and then cancelled.
+    let mut failed = Vec::new();
+    for _ in 0..2 {
+        let job = run(&[
+            "submit",
+            "fail",
+            "--fail-until-attempt",
+            "9",
+            "--max-attempts",
+            "1",
+            "--wait",
+            "--json",
+        ]);
+        assert_eq!(code(&job), 1, "{}", String::from_utf8_lossy(&job.stderr));
+        failed.push(id_of(&job));
+    }
+    let done = run(&["submit", "sha256", "--text", "fine", "--wait", "--json"]);
+    assert_eq!(code(&done), 0);
+    let done = id_of(&done);
+    let later = run(&[
+        "submit", "sha256", "--text", "later", "--delay", "1h", "--json",
+    ]);
+    assert_eq!(code(&later), 0);
+    let later = id_of(&later);
+    let waiting = stdout_json(&run(&["status", &later, "--json"]));
+    assert_eq!(waiting["state"], "SCHEDULED", "{waiting}");
+    assert!(waiting["run_at_unix_ms"].as_u64() > waiting["created_at_unix_ms"].as_u64());
+    assert_eq!(code(&run(&["cancel", &later])), 0);
+
+    let dry = run(&["retry", "--state", "failed", "--dry-run", "--json"]);
+    assert_eq!(code(&dry), 0);
+    let mut would: Vec<String> = stdout_json(&dry)["would_retry"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|id| id.as_str().expect("an id").to_owned())
+        .collect();
+    would.sort();
+    let mut expected = failed.clone();
+    expected.sort();
+    assert_eq!(would, expected);
+
+    let retried = run(&["retry", "--state", "failed", "--json"]);
+    assert_eq!(
+        code(&retried),
+        0,
+        "{}",
+        String::from_utf8_lossy(&retried.stderr)
+    );
+    let first = stdout_json(&retried);
+    let links: Vec<(String, String)> = first["retried"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|r| {
+            assert_eq!(r["existing"], false, "{r}");
+            (
+                r["retry_of"].as_str().expect("of").to_owned(),
+                r["job_id"].as_str().expect("id").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(links.len(), 2);
+    for (of, new) in &links {
+        assert!(failed.contains(of));
+        let view = stdout_json(&run(&["status", new, "--json"]));
+        assert_eq!(view["retry_of"].as_str(), Some(of.as_str()), "{view}");
+        assert_eq!(view["task"]["kind"], "fail");
+    }
+    // The same retry again creates nothing new: each job is retried once.
+    let again = stdout_json(&run(&["retry", "--state", "failed", "--json"]));
+    let mut repeated: Vec<(String, String)> = again["retried"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|r| failed.contains(&r["retry_of"].as_str().expect("of").to_owned()))
+        .map(|r| {
+            assert_eq!(r["existing"], true, "{r}");
+            (
+                r["retry_of"].as_str().expect("of").to_owned(),
+                r["job_id"].as_str().expect("id").to_owned(),
+            )
+        })
+        .collect();
+    let mut links = links;
+    links.sort();
+    repeated.sort();
+    assert_eq!(repeated, links);
+    // A cancelled job by id; a completed one is refused.
+    let by_id = run(&["retry", &later, "--json"]);
+    assert_eq!(code(&by_id), 0);
+    assert_eq!(
+        stdout_json(&by_id)["retried"][0]["retry_of"],
+        later.as_str()
+    );
+    let refused = run(&["retry", &done, "--json"]);
+    assert_eq!(code(&refused), 5);
+    assert!(stdout_json(&refused)["refused"][0]["error"]
+        .as_str()
+        .expect("why")
+        .contains("COMPLETED"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -65,6 +65,9 @@ pub enum Command {
         /// leader resolved a relative delay against its clock.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         run_at: Option<UnixMillis>,
+        /// The job this one retries, as its submission said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_of: Option<JobId>,
     },
     /// Scheduled jobs whose `run_at` the leader's clock has reached: each one still
     /// `SCHEDULED` whose `run_at` is at or before this entry's stamp is queued; any other is

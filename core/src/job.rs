@@ -305,6 +305,9 @@ pub struct Job {
     /// afterwards, so the job shows when it was meant to run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_at: Option<UnixMillis>,
+    /// The job this one retries (resubmitted after it failed or was cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<JobId>,
     /// The wall time its first attempt started (`None` until one has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_started_at: Option<UnixMillis>,
@@ -398,6 +401,7 @@ mod tests {
             finished_at: None,
             timeout_millis: None,
             run_at: None,
+            retry_of: None,
             first_started_at: None,
             history: Vec::new(),
             history_dropped: 0,

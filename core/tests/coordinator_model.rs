@@ -783,6 +783,7 @@ impl Model {
                         queue: None,
                         delay_millis: None,
                         run_at_unix_ms: None,
+                        retry_of: None,
                     },
                     Pending::Submit { key },
                 )
@@ -1455,6 +1456,7 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
                 queue: None,
                 delay_millis: None,
                 run_at_unix_ms: None,
+                retry_of: None,
             },
         );
         let mut replies = Vec::new();

@@ -116,6 +116,7 @@ impl Table {
             priority: 0,
             queue: herder_core::queues::default_queue(),
             run_at: None,
+            retry_of: None,
         })
     }
 
@@ -1096,6 +1097,7 @@ fn partition_ids_must_be_distinct_from_each_other_and_from_the_parent() {
                     priority: 0,
                     queue: herder_core::queues::default_queue(),
                     run_at: None,
+                    retry_of: None,
                 },
             );
             (table, outcome)
@@ -1237,6 +1239,7 @@ impl Harness {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         });
         request_id
     }
@@ -1935,6 +1938,7 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     });
     assert!(matches!(
         h.reply_to(first),
@@ -1958,6 +1962,7 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         });
         match h.reply_to(again) {
             ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
@@ -1987,6 +1992,7 @@ fn reusing_a_key_with_another_partition_request_is_a_conflict() {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         });
         h.reply_to(request_id)
     };

@@ -220,6 +220,7 @@ fn submit(key: Option<&str>) -> impl FnOnce(RequestId) -> ClientRequest + '_ {
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     }
 }
 
@@ -306,6 +307,7 @@ fn a_leader_that_loses_its_majority_answers_what_it_owed_as_uncertain() {
                 queue: None,
                 delay_millis: None,
                 run_at_unix_ms: None,
+                retry_of: None,
             })
             .collect(),
     });

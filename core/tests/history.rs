@@ -69,6 +69,7 @@ impl Table {
                 priority: 0,
                 queue: herder_core::queues::default_queue(),
                 run_at: None,
+                retry_of: None,
             },
         );
     }

@@ -266,6 +266,7 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     priority: 0,
                     queue: herder_core::queues::default_queue(),
                     run_at_unix_ms: None,
+                    retry_of: None,
                 }
             },
         )
@@ -396,6 +397,7 @@ fn command() -> impl Strategy<Value = Command> {
                         priority: 0,
                         queue: herder_core::queues::default_queue(),
                         run_at: None,
+                        retry_of: None,
                     }
                 }
             ),
@@ -600,6 +602,7 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
                         queue: None,
                         delay_millis: None,
                         run_at_unix_ms: None,
+                        retry_of: None,
                     }
                 }
             ),
@@ -1568,6 +1571,7 @@ fn submit_wire_form_with_and_without_optional_fields() {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         },
         json!({
             "type": "SUBMIT",
@@ -1594,6 +1598,7 @@ fn submit_wire_form_with_and_without_optional_fields() {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         },
         json!({"type": "SUBMIT", "request_id": 6, "task": {"kind": "fail", "fail_until_attempt": 2}}),
     );
@@ -1721,6 +1726,7 @@ fn client_reply_wire_forms() {
                 priority: 0,
                 queue: herder_core::queues::default_queue(),
                 run_at_unix_ms: None,
+                retry_of: None,
             }),
         },
         json!({
@@ -1839,6 +1845,7 @@ fn client_reply_wire_forms() {
                 priority: 0,
                 queue: herder_core::queues::default_queue(),
                 run_at_unix_ms: None,
+                retry_of: None,
             }),
             cancelled: true,
         },

@@ -112,6 +112,7 @@ impl Harness {
                 queue: None,
                 delay_millis: None,
                 run_at_unix_ms: None,
+                retry_of: None,
             },
         );
         self.pump();

@@ -229,6 +229,7 @@ impl Concretizer {
                     priority: 0,
                     queue: herder_core::queues::default_queue(),
                     run_at: wait.map(|ms| UnixMillis(stamp(table.applied_index()).0 + ms)),
+                    retry_of: None,
                 }
             }
             Op::Due { jobs } => Command::Due {
@@ -887,6 +888,7 @@ fn submit(id: u128, key: Option<&str>, max_attempts: u32, limit: u64) -> Command
         priority: 0,
         queue: herder_core::queues::default_queue(),
         run_at: None,
+        retry_of: None,
     }
 }
 

@@ -424,6 +424,65 @@
     renderQueues((data && data.queues) || []);
   }
 
+  /** The latest failed jobs, grouped by what went wrong. */
+  async function loadFailures() {
+    const data = await api('GET', '/jobs?state=FAILED&limit=1000');
+    renderFailures((data && data.jobs) || []);
+  }
+
+  /** An error with its ids and numbers blanked, so failures of one cause share a group. */
+  function errorShape(error) {
+    return String(error || '(no error recorded)')
+      .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi, '…')
+      .replace(/\d+/g, 'N')
+      .slice(0, 200);
+  }
+
+  function renderFailures(jobs) {
+    const groups = new Map();
+    for (const job of jobs) {
+      const shape = errorShape(job.error);
+      const group = groups.get(shape) || { shape, ids: [], latest: 0, example: job.error || '' };
+      group.ids.push(job.id);
+      group.latest = Math.max(group.latest, job.finished_at_unix_ms || 0);
+      groups.set(shape, group);
+    }
+    const sorted = [...groups.values()].sort((a, b) => b.ids.length - a.ids.length || b.latest - a.latest);
+    setText($('failures-count'), jobs.length ? `${jobs.length} failed, ${sorted.length} causes` : '');
+    $('failures-empty').hidden = jobs.length > 0;
+    const rows = sorted.map((g) => {
+      const retry = el('button', { className: 'btn btn-small', text: `Retry ${g.ids.length}`, attrs: { type: 'button' } });
+      retry.addEventListener('click', () => retryAll(g, retry));
+      return el('tr', { data: { shape: g.shape } },
+        el('td', { className: 'mono failure-error', text: g.example, title: g.example }),
+        el('td', { className: 'num mono', text: String(g.ids.length) }),
+        el('td', { text: g.latest ? fmtDateTime(g.latest) : DASH }),
+        el('td', {}, retry),
+      );
+    });
+    fill($('failures').tBodies[0], ...rows);
+  }
+
+  /** Retries every job of a group as a new job (each once: a job retried before is not again). */
+  async function retryAll(group, button) {
+    button.disabled = true;
+    let retried = 0;
+    const failed = [];
+    for (const id of group.ids) {
+      try {
+        await api('POST', `/jobs/${encodeURIComponent(id)}/retry`);
+        retried += 1;
+      } catch (err) {
+        failed.push(`${shortId(id)}: ${describeError(err)}`);
+      }
+    }
+    const out = $('failures-result');
+    if (failed.length) showResult(out, 'error', `Retried ${retried}; not retried: ${failed.slice(0, 3).join('; ')}`);
+    else showResult(out, 'ok', `Retried ${retried} jobs as new jobs.`);
+    button.disabled = false;
+    requestRefresh();
+  }
+
   /** Remembers this poll's sample of each queue and forgets samples older than the window. */
   function sampleQueues(queues, now) {
     for (const q of queues) {
@@ -756,6 +815,7 @@
       ...field('Run time', runCell),
       ...field('Timeout', job.timeout_millis ? fmtDuration(job.timeout_millis) : el('span', { className: 'muted', text: 'none' })),
     ];
+    if (job.retry_of) fields.push(...field('Retry of', jobLink(job.retry_of, shortId(job.retry_of))));
     if (job.run_at_unix_ms) {
       const ahead = job.run_at_unix_ms - Date.now();
       fields.push(...field('Runs at', el('span', { text: fmtDateTime(job.run_at_unix_ms) }),
@@ -977,7 +1037,7 @@
   }
 
   async function refresh() {
-    const sources = [['cluster', loadCluster], ['workers', loadWorkers], ['queues', loadQueues], ['jobs', loadJobs], ['detail', loadDetail]];
+    const sources = [['cluster', loadCluster], ['workers', loadWorkers], ['queues', loadQueues], ['failures', loadFailures], ['jobs', loadJobs], ['detail', loadDetail]];
     const results = await Promise.allSettled(sources.map(([, load]) => load()));
     results.forEach((r, i) => {
       const name = sources[i][0];

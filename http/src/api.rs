@@ -22,7 +22,7 @@ use herder_core::limits::{GROUP_MEMBERS_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX}
 use herder_core::protocol::{ClusterView, ErrorCode, JobSubmission, Partitions};
 use herder_core::queues::{check_queue_name, QueueChange, RateLimit};
 use herder_runtime::auth::Tokens;
-use herder_runtime::client::CallError;
+use herder_runtime::client::{retry_submission, CallError};
 use herder_runtime::coordinator::Observer;
 use herder_runtime::tls::ClientTls;
 use herder_runtime::{HerderClient, SubmitOptions, Submitted};
@@ -327,6 +327,7 @@ async fn submit(
         queue: request.queue,
         run_at_unix_ms: request.run_at_unix_ms,
         delay_millis: request.delay_millis,
+        retry_of: None,
     };
     let submitted = client.submit_json(request.task, options).await?;
     Ok(created(&submitted, views::submitted(&submitted)))
@@ -397,34 +398,9 @@ async fn cancel(Group(client, _): Group, Path(id): Path<String>) -> Answer {
 /// Submits a failed or cancelled job's task again, as a new job with the same options.
 async fn retry(Group(client, _): Group, Path(id): Path<String>) -> Answer {
     let original = client.status(job_id(&id)?).await?;
-    let not_retryable = |why: String| ApiError::new(StatusCode::CONFLICT, "NOT_RETRYABLE", why);
-    if !matches!(original.state, JobState::Failed | JobState::Cancelled) {
-        return Err(not_retryable(format!(
-            "job {} is {}; only a FAILED or CANCELLED job can be retried as a new job",
-            original.id, original.state
-        )));
-    }
-    if let Some(of) = original.partition_of {
-        return Err(not_retryable(format!(
-            "job {} is partition {} of job {}; retry that job instead",
-            original.id, of.index, of.parent
-        )));
-    }
-    let options = SubmitOptions {
-        max_attempts: Some(original.max_attempts),
-        idempotency_key: None,
-        partitions: original
-            .partitions
-            .as_ref()
-            .map(|p| Partitions::Count(p.total.max(1))),
-        timeout_millis: original.timeout_millis,
-        fairness_key: original.fairness_key.clone(),
-        priority: Some(original.priority),
-        queue: Some(original.queue.clone()),
-        delay_millis: None,
-        run_at_unix_ms: None,
-    };
-    let submitted = client.submit_json(original.task.to_json(), options).await?;
+    let job = retry_submission(&original)
+        .map_err(|why| ApiError::new(StatusCode::CONFLICT, "NOT_RETRYABLE", why))?;
+    let submitted = client.submit_job(job).await?;
     let mut answer = views::submitted(&submitted);
     answer["retry_of"] = json!(original.id);
     Ok(created(&submitted, answer))

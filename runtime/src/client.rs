@@ -98,6 +98,8 @@ pub struct SubmitOptions {
     pub run_at_unix_ms: Option<u64>,
     /// Not before this long after the leader admits it (`None`: now).
     pub delay_millis: Option<u64>,
+    /// The job this one retries (`None`: a job of its own).
+    pub retry_of: Option<JobId>,
 }
 
 /// A durable submission.
@@ -260,7 +262,7 @@ impl HerderClient {
         task: serde_json::Value,
         options: SubmitOptions,
     ) -> Result<Submitted, CallError> {
-        let op = Operation::Submit(JobSubmission {
+        self.submit_job(JobSubmission {
             timeout_millis: options.timeout_millis,
             partitions: options.partitions,
             task,
@@ -271,8 +273,14 @@ impl HerderClient {
             fairness_key: options.fairness_key,
             delay_millis: options.delay_millis,
             run_at_unix_ms: options.run_at_unix_ms,
-        });
-        match self.call(op).await? {
+            retry_of: options.retry_of,
+        })
+        .await
+    }
+
+    /// Submits one job given as the fields of a `SUBMIT`.
+    pub async fn submit_job(&self, job: JobSubmission) -> Result<Submitted, CallError> {
+        match self.call(Operation::Submit(job)).await? {
             ClientReply::SubmitAccepted {
                 job_id, existing, ..
             } => Ok(Submitted { job_id, existing }),
@@ -548,4 +556,40 @@ impl Driver {
             }
         }
     }
+}
+
+/// The submission that retries `original` as a new job: the same task, attempts, deadline,
+/// queue, priority, fairness key and partition count, linked back by `retry_of`, and keyed by
+/// `retry:` and the original's id, so retrying one job twice (a bulk retry run again, a resend)
+/// creates one new job. Only a `FAILED` or `CANCELLED` job that is not a partition can be
+/// retried; otherwise, why not.
+pub fn retry_submission(original: &JobView) -> Result<JobSubmission, String> {
+    if !matches!(original.state, JobState::Failed | JobState::Cancelled) {
+        return Err(format!(
+            "job {} is {}; only a FAILED or CANCELLED job can be retried as a new job",
+            original.id, original.state
+        ));
+    }
+    if let Some(of) = original.partition_of {
+        return Err(format!(
+            "job {} is partition {} of job {}; retry that job instead",
+            original.id, of.index, of.parent
+        ));
+    }
+    Ok(JobSubmission {
+        task: original.task.to_json(),
+        max_attempts: Some(original.max_attempts),
+        idempotency_key: Some(format!("retry:{}", original.id)),
+        partitions: original
+            .partitions
+            .as_ref()
+            .map(|p| Partitions::Count(p.total.max(1))),
+        timeout_millis: original.timeout_millis,
+        queue: Some(original.queue.clone()),
+        priority: Some(original.priority),
+        fairness_key: original.fairness_key.clone(),
+        run_at_unix_ms: None,
+        delay_millis: None,
+        retry_of: Some(original.id),
+    })
 }

@@ -68,6 +68,7 @@ fn keyed(key: &str, max_attempts: Option<u32>) -> SubmitOptions {
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     }
 }
 

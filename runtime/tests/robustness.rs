@@ -559,6 +559,7 @@ async fn a_request_larger_than_a_frame_fails_alone() {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         };
         let result = tokio::time::timeout(SHORT, client.submit(&huge, options))
             .await
@@ -682,6 +683,7 @@ async fn a_request_over_the_coordinators_frame_limit_fails_instead_of_being_rese
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         };
         let result = tokio::time::timeout(SHORT, client.submit(&task, options))
             .await

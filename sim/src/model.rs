@@ -354,6 +354,7 @@ impl Model {
                 priority,
                 fairness_key,
                 run_at,
+                retry_of: _,
             } => {
                 // The model binds keys as the clients sent them: no simulated client that
                 // writes holds a named token, so no submission may carry a name (the scoping of

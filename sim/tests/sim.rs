@@ -176,6 +176,7 @@ fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
             priority: 0,
             queue: herder_core::queues::default_queue(),
             run_at: None,
+            retry_of: None,
         },
         Command::Assign {
             job_id: job_id(1),
@@ -242,6 +243,7 @@ fn the_checker_catches_an_acknowledgement_that_runs_ahead_of_the_disk() {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         },
     );
     let mut batches = Vec::new();
@@ -457,6 +459,7 @@ fn submit(task: TaskSpec) -> Command {
         priority: 0,
         queue: herder_core::queues::default_queue(),
         run_at: None,
+        retry_of: None,
     }
 }
 
@@ -648,6 +651,7 @@ fn sent(task: serde_json::Value, max_attempts: Option<u32>, key: Option<&str>) -
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     }
 }
 
@@ -683,6 +687,7 @@ fn the_checker_judges_the_errors_a_submission_gets() {
         priority: 0,
         queue: herder_core::queues::default_queue(),
         run_at: None,
+        retry_of: None,
     }]);
     checker.model.apply(&log[0]).expect("submit");
     let subject = Subject::Submit {

@@ -293,6 +293,36 @@ async function main() {
     );
   });
 
+  await step('a failed job shows in the failures panel and is retried from it', async () => {
+    const { status, data } = await api('POST', '/api/v1/jobs', {
+      task: { kind: 'fail', fail_until_attempt: 9 },
+      max_attempts: 1,
+    });
+    if (status !== 201 || !UUID.test((data && data.job_id) || '')) {
+      fail(`POST /api/v1/jobs answered ${status}: ${JSON.stringify(data)}`);
+    }
+    const failedId = data.job_id;
+    await waitInPage(
+      'a failures row naming the failed task with a retry button',
+      () => [...document.querySelectorAll('#failures tbody tr')]
+        .some((row) => row.querySelector('button') !== null && row.textContent.includes('fail')),
+      null,
+      async () => page.locator('#failures').innerText(),
+    );
+    const row = page.locator('#failures tbody tr', { hasText: 'fail' }).first();
+    await row.locator('button').click();
+    await waitInPage(
+      'the failures panel to say the jobs were retried',
+      () => (document.querySelector('#failures-result')?.textContent || '').includes('Retried'),
+      null,
+      async () => page.locator('#failures-result').innerText(),
+    );
+    const listed = await api('GET', '/api/v1/jobs?limit=50');
+    const retry = (listed.data.jobs || []).find((job) => job.retry_of === failedId);
+    if (!retry) fail(`no job retries ${failedId}: ${JSON.stringify(listed.data.jobs.map((j) => [j.id, j.retry_of]))}`);
+    log(`     failed job ${failedId} retried as ${retry.id}`);
+  });
+
   await step('the state filter narrows the table', async () => {
     await page.locator('#state-filter').selectOption('COMPLETED');
     await waitInPage(

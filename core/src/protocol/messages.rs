@@ -283,6 +283,10 @@ pub enum ClientRequest {
         /// Not before this long after the leader admits it (at most `RUN_AT_AHEAD_MILLIS_MAX`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         delay_millis: Option<u64>,
+        /// The job this one retries (a failed or cancelled one resubmitted): a link the new
+        /// job's views show, nothing more.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_of: Option<JobId>,
     },
     /// Create many jobs in one frame and one durable write: each job as in `SUBMIT`, at most
     /// `SUBMIT_BATCH_JOBS_MAX` of them. A job that fails validation fails the whole batch
@@ -456,6 +460,8 @@ pub struct JobSubmission {
     pub run_at_unix_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_millis: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<JobId>,
 }
 
 impl JobSubmission {
@@ -473,6 +479,7 @@ impl JobSubmission {
             fairness_key: self.fairness_key,
             run_at_unix_ms: self.run_at_unix_ms,
             delay_millis: self.delay_millis,
+            retry_of: self.retry_of,
         }
     }
 }
@@ -715,6 +722,9 @@ pub struct JobView {
     /// `SCHEDULED` until then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_at_unix_ms: Option<u64>,
+    /// The job this one retries, if it was submitted as a retry of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<JobId>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -59,6 +59,7 @@ impl JobTable {
                 priority,
                 fairness_key,
                 run_at,
+                retry_of,
             } => {
                 return self.apply_submit(
                     (index, at),
@@ -78,6 +79,7 @@ impl JobTable {
                         max_active_jobs: *max_active_jobs,
                         partitions,
                         run_at: *run_at,
+                        retry_of: *retry_of,
                     },
                     follow_on,
                 )

@@ -18,6 +18,7 @@ pub(super) struct Submission<'a> {
     pub(super) max_active_jobs: u64,
     pub(super) partitions: &'a [JobId],
     pub(super) run_at: Option<UnixMillis>,
+    pub(super) retry_of: Option<JobId>,
 }
 
 impl JobTable {
@@ -160,6 +161,7 @@ impl JobTable {
             finished_at: None,
             timeout_millis: options.timeout_millis,
             run_at: None,
+            retry_of: None,
             first_started_at: None,
             history: Vec::new(),
             history_dropped: 0,
@@ -167,6 +169,7 @@ impl JobTable {
         };
         let mut job = new_job(job_id, options.task.clone(), 0);
         job.idempotency_key = submission.idempotency_key.clone();
+        job.retry_of = submission.retry_of;
         self.active += 1;
         self.usage.admitted(&job);
         if let Some(run_at) = submission.run_at.filter(|run_at| *run_at > at) {

@@ -122,6 +122,7 @@ impl Job {
             priority: self.priority,
             fairness_key: self.fairness_key.clone(),
             run_at_unix_ms: self.run_at.map(|at| at.0),
+            retry_of: self.retry_of,
         }
     }
 }

@@ -564,6 +564,7 @@ mod tests {
             turn: 0,
             queued_at: herder_core::time::UnixMillis::UNSTAMPED,
             run_at: None,
+            retry_of: None,
         }
     }
 

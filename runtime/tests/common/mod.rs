@@ -240,6 +240,7 @@ pub fn attempts(n: u32) -> SubmitOptions {
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     }
 }
 

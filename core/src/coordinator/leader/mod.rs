@@ -481,6 +481,7 @@ impl LeaderState {
                 fairness_key,
                 run_at_unix_ms,
                 delay_millis,
+                retry_of,
             } => {
                 let submission = JobSubmission {
                     task,
@@ -493,6 +494,7 @@ impl LeaderState {
                     fairness_key,
                     run_at_unix_ms,
                     delay_millis,
+                    retry_of,
                 };
                 let to = SubmitTo::Request { conn, request_id };
                 self.submit(m, to, submission, confirmed)

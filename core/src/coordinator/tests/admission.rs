@@ -104,6 +104,7 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
                     queue: None,
                     delay_millis: None,
                     run_at_unix_ms: None,
+                    retry_of: None,
                 },
             );
             request_id
@@ -156,6 +157,7 @@ fn unwritten_bytes_count_the_entries_waiting_for_the_disk() {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         });
     }
     let held: u64 = h.held.iter().map(|b| b.entry_bytes).sum();
@@ -259,6 +261,7 @@ fn a_keyed_resend_of_a_submission_still_being_written_waits_for_it_and_writes_no
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         });
         request_id
     };
@@ -313,6 +316,7 @@ fn a_parked_resend_whose_connection_closes_is_dropped() {
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     };
     let first = h.request_id();
     h.client_says(keyed(first));
@@ -441,6 +445,7 @@ fn duplicate_keys_in_one_batch_create_one_job() {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         });
     }
     h.release_writes();

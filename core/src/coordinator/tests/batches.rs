@@ -17,6 +17,7 @@ fn job(task: serde_json::Value, key: Option<&str>) -> JobSubmission {
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     }
 }
 

@@ -39,6 +39,7 @@ impl Harness {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         };
         self.as_caller(conn, caller, submit);
         self.release_writes();
@@ -79,6 +80,7 @@ fn a_reader_is_refused_every_write_and_nothing_is_proposed() {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         },
     );
     assert!(matches!(

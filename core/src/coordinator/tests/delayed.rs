@@ -21,6 +21,7 @@ impl Harness {
             fairness_key: None,
             run_at_unix_ms: run_at,
             delay_millis,
+            retry_of: None,
         });
         self.reply_to(request_id)
     }
@@ -145,6 +146,7 @@ fn bad_times_are_refused_and_write_nothing() {
         fairness_key: None,
         run_at_unix_ms: None,
         delay_millis: Some(1_000),
+        retry_of: None,
     });
     match h.reply_to(request_id) {
         ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),

@@ -189,6 +189,7 @@ impl Harness {
             queue: None,
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         });
         request_id
     }
@@ -1018,6 +1019,7 @@ fn the_lease_check_lives_in_apply() {
             priority: 0,
             queue: crate::queues::default_queue(),
             run_at: None,
+            retry_of: None,
         },
         Command::Assign {
             job_id,
@@ -1166,6 +1168,7 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     });
     h.release_one();
     let ClientReply::SubmitAccepted { job_id, .. } = h.reply_to(submit) else {

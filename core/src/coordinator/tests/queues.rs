@@ -41,6 +41,7 @@ impl Harness {
             fairness_key: place.key.map(str::to_owned),
             delay_millis: None,
             run_at_unix_ms: None,
+            retry_of: None,
         });
         self.reply_to(request_id)
     }
@@ -107,6 +108,7 @@ fn plain_submit(job_id: JobId, queue: &str) -> Command {
         priority: 0,
         fairness_key: None,
         run_at: None,
+        retry_of: None,
     }
 }
 

@@ -239,6 +239,7 @@ fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
                 priority: 0,
                 queue: crate::queues::default_queue(),
                 run_at: None,
+                retry_of: None,
             },
         },
     );

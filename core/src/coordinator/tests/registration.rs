@@ -216,6 +216,7 @@ fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per
                 queue: None,
                 delay_millis: None,
                 run_at_unix_ms: None,
+                retry_of: None,
             },
         );
         h.pump();

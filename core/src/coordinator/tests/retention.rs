@@ -282,6 +282,7 @@ fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
         priority: 0,
         queue: crate::queues::default_queue(),
         run_at: None,
+        retry_of: None,
     };
     live.apply(next, UnixMillis::UNSTAMPED, &submit);
     rebuilt.apply(next, UnixMillis::UNSTAMPED, &submit);

@@ -51,6 +51,7 @@ fn submit_timed(
         queue: None,
         delay_millis: None,
         run_at_unix_ms: None,
+        retry_of: None,
     });
     h.reply_to(request_id)
 }

@@ -224,6 +224,7 @@ impl World {
                     fairness_key,
                     run_at_unix_ms,
                     delay_millis,
+                    retry_of,
                 } = &message
                 {
                     let committed = self.checker.model.applied;
@@ -244,6 +245,7 @@ impl World {
                         queue: queue.clone(),
                         delay_millis: *delay_millis,
                         run_at_unix_ms: *run_at_unix_ms,
+                        retry_of: *retry_of,
                     };
                     self.submit_jobs
                         .insert((conn, *request_id), (sent, committed));

@@ -265,6 +265,7 @@ impl LeaderState {
                 priority: checked.priority,
                 fairness_key: checked.fairness_key,
                 run_at: checked.run_at,
+                retry_of: submission.retry_of,
             },
             Some(Pending::Submit { to }),
         );
