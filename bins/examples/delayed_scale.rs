@@ -57,6 +57,8 @@ fn submit(n: u64, count: u64) -> Command {
         // Spread over the day after the first entry, in an order unlike submission's.
         run_at: Some(UnixMillis(START + 1 + (n * 7_919) % DAY_MS)),
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }
 }
 

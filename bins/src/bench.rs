@@ -303,6 +303,8 @@ async fn run_batches(
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     };
     let mut outcomes = Vec::with_capacity(load.jobs as usize);
     let mut left = load.jobs as usize;

@@ -911,6 +911,8 @@ mod tests {
             submitted_by: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         }
     }
 

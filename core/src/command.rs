@@ -68,6 +68,12 @@ pub enum Command {
         /// The job this one retries, as its submission said.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_of: Option<JobId>,
+        /// Jobs it waits for (each must exist when this applies): `BLOCKED` until all are
+        /// terminal; cancelled if one ends `FAILED` or `CANCELLED`, unless `after_any_outcome`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        after: Vec<JobId>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        after_any_outcome: bool,
     },
     /// Scheduled jobs whose `run_at` the leader's clock has reached: each one still
     /// `SCHEDULED` whose `run_at` is at or before this entry's stamp is queued; any other is

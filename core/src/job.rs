@@ -2,6 +2,8 @@
 //! runs under a fresh lease:
 //!
 //! ```text
+//!   [submit, after ...] -> BLOCKED --(every job it names ended)--> QUEUED or SCHEDULED
+//!                            '--(one it names FAILED or CANCELLED)--> CANCELLED
 //!   [submit, run_at ahead] -> SCHEDULED --(its time came)--.
 //!                                 |                          v
 //!                 assign (new lease)            result accepted
@@ -35,6 +37,8 @@ use crate::time::UnixMillis;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobState {
+    /// Waiting for the jobs it names in `after` to finish.
+    Blocked,
     /// Waiting for its `run_at`; it joins its queue then.
     Scheduled,
     Queued,
@@ -46,7 +50,8 @@ pub enum JobState {
 }
 
 impl JobState {
-    pub const ALL: [JobState; 7] = [
+    pub const ALL: [JobState; 8] = [
+        JobState::Blocked,
         JobState::Scheduled,
         JobState::Queued,
         JobState::Running,
@@ -68,7 +73,10 @@ impl JobState {
         use JobState::*;
         matches!(
             (self, to),
-            (Scheduled, Queued)
+            (Blocked, Queued)
+                | (Blocked, Scheduled)
+                | (Blocked, Cancelled)
+                | (Scheduled, Queued)
                 | (Scheduled, Cancelled)
                 | (Queued, Running)
                 | (Running, Completed)
@@ -84,6 +92,7 @@ impl JobState {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            JobState::Blocked => "BLOCKED",
             JobState::Scheduled => "SCHEDULED",
             JobState::Queued => "QUEUED",
             JobState::Running => "RUNNING",
@@ -308,6 +317,12 @@ pub struct Job {
     /// The job this one retries (resubmitted after it failed or was cancelled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<JobId>,
+    /// The jobs it waits for: `BLOCKED` until every one of them is terminal. If one ends
+    /// `FAILED` or `CANCELLED`, it is cancelled too, unless `after_any_outcome`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobId>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_any_outcome: bool,
     /// The wall time its first attempt started (`None` until one has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_started_at: Option<UnixMillis>,
@@ -402,6 +417,8 @@ mod tests {
             timeout_millis: None,
             run_at: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
             first_started_at: None,
             history: Vec::new(),
             history_dropped: 0,
@@ -413,6 +430,9 @@ mod tests {
     fn exactly_the_diagram_edges_are_legal() {
         use JobState::*;
         let legal = [
+            (Blocked, Queued),
+            (Blocked, Scheduled),
+            (Blocked, Cancelled),
             (Scheduled, Queued),
             (Scheduled, Cancelled),
             (Queued, Running),

@@ -142,6 +142,8 @@ pub const DUE_JOBS_PER_ENTRY_MAX: usize = 1024;
 /// plus the monotonic time since) by at least this much is a step, and is taken; a smaller
 /// difference is drift, and is ignored, so stamps do not jitter.
 pub const WALL_CLOCK_STEP_MIN: std::time::Duration = std::time::Duration::from_secs(1);
+/// Most jobs one job may wait for (`after`).
+pub const AFTER_JOBS_MAX: usize = 64;
 /// How far ahead of the leader's clock a job may be scheduled: a year and a day.
 pub const RUN_AT_AHEAD_MILLIS_MAX: u64 = 366 * 24 * 60 * 60 * 1000;
 /// How often a leader checks whether retention has jobs to purge.

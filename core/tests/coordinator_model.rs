@@ -784,6 +784,8 @@ impl Model {
                         delay_millis: None,
                         run_at_unix_ms: None,
                         retry_of: None,
+                        after: Vec::new(),
+                        after_any_outcome: false,
                     },
                     Pending::Submit { key },
                 )
@@ -1457,6 +1459,8 @@ fn recovering_with_the_previous_processes_seed_does_not_reissue_job_ids() {
                 delay_millis: None,
                 run_at_unix_ms: None,
                 retry_of: None,
+                after: Vec::new(),
+                after_any_outcome: false,
             },
         );
         let mut replies = Vec::new();

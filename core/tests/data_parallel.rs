@@ -117,6 +117,8 @@ impl Table {
             queue: herder_core::queues::default_queue(),
             run_at: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         })
     }
 
@@ -1098,6 +1100,8 @@ fn partition_ids_must_be_distinct_from_each_other_and_from_the_parent() {
                     queue: herder_core::queues::default_queue(),
                     run_at: None,
                     retry_of: None,
+                    after: Vec::new(),
+                    after_any_outcome: false,
                 },
             );
             (table, outcome)
@@ -1240,6 +1244,8 @@ impl Harness {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         });
         request_id
     }
@@ -1939,6 +1945,8 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     });
     assert!(matches!(
         h.reply_to(first),
@@ -1963,6 +1971,8 @@ fn an_invalid_partitions_request_is_refused_even_with_a_known_key() {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         });
         match h.reply_to(again) {
             ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
@@ -1993,6 +2003,8 @@ fn reusing_a_key_with_another_partition_request_is_a_conflict() {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         });
         h.reply_to(request_id)
     };

@@ -221,6 +221,8 @@ fn submit(key: Option<&str>) -> impl FnOnce(RequestId) -> ClientRequest + '_ {
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }
 }
 
@@ -308,6 +310,8 @@ fn a_leader_that_loses_its_majority_answers_what_it_owed_as_uncertain() {
                 delay_millis: None,
                 run_at_unix_ms: None,
                 retry_of: None,
+                after: Vec::new(),
+                after_any_outcome: false,
             })
             .collect(),
     });

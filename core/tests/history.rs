@@ -70,6 +70,8 @@ impl Table {
                 queue: herder_core::queues::default_queue(),
                 run_at: None,
                 retry_of: None,
+                after: Vec::new(),
+                after_any_outcome: false,
             },
         );
     }

@@ -267,6 +267,8 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     queue: herder_core::queues::default_queue(),
                     run_at_unix_ms: None,
                     retry_of: None,
+                    after: Vec::new(),
+                    after_any_outcome: false,
                 }
             },
         )
@@ -398,6 +400,8 @@ fn command() -> impl Strategy<Value = Command> {
                         queue: herder_core::queues::default_queue(),
                         run_at: None,
                         retry_of: None,
+                        after: Vec::new(),
+                        after_any_outcome: false,
                     }
                 }
             ),
@@ -603,6 +607,8 @@ fn client_request() -> impl Strategy<Value = ClientRequest> {
                         delay_millis: None,
                         run_at_unix_ms: None,
                         retry_of: None,
+                        after: Vec::new(),
+                        after_any_outcome: false,
                     }
                 }
             ),
@@ -1572,6 +1578,8 @@ fn submit_wire_form_with_and_without_optional_fields() {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         },
         json!({
             "type": "SUBMIT",
@@ -1599,6 +1607,8 @@ fn submit_wire_form_with_and_without_optional_fields() {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         },
         json!({"type": "SUBMIT", "request_id": 6, "task": {"kind": "fail", "fail_until_attempt": 2}}),
     );
@@ -1727,6 +1737,8 @@ fn client_reply_wire_forms() {
                 queue: herder_core::queues::default_queue(),
                 run_at_unix_ms: None,
                 retry_of: None,
+                after: Vec::new(),
+                after_any_outcome: false,
             }),
         },
         json!({
@@ -1846,6 +1858,8 @@ fn client_reply_wire_forms() {
                 queue: herder_core::queues::default_queue(),
                 run_at_unix_ms: None,
                 retry_of: None,
+                after: Vec::new(),
+                after_any_outcome: false,
             }),
             cancelled: true,
         },

@@ -113,6 +113,8 @@ impl Harness {
                 delay_millis: None,
                 run_at_unix_ms: None,
                 retry_of: None,
+                after: Vec::new(),
+                after_any_outcome: false,
             },
         );
         self.pump();

@@ -230,6 +230,8 @@ impl Concretizer {
                     queue: herder_core::queues::default_queue(),
                     run_at: wait.map(|ms| UnixMillis(stamp(table.applied_index()).0 + ms)),
                     retry_of: None,
+                    after: Vec::new(),
+                    after_any_outcome: false,
                 }
             }
             Op::Due { jobs } => Command::Due {
@@ -889,6 +891,8 @@ fn submit(id: u128, key: Option<&str>, max_attempts: u32, limit: u64) -> Command
         queue: herder_core::queues::default_queue(),
         run_at: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }
 }
 

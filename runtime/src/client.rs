@@ -274,6 +274,8 @@ impl HerderClient {
             delay_millis: options.delay_millis,
             run_at_unix_ms: options.run_at_unix_ms,
             retry_of: options.retry_of,
+            after: Vec::new(),
+            after_any_outcome: false,
         })
         .await
     }
@@ -591,5 +593,7 @@ pub fn retry_submission(original: &JobView) -> Result<JobSubmission, String> {
         run_at_unix_ms: None,
         delay_millis: None,
         retry_of: Some(original.id),
+        after: Vec::new(),
+        after_any_outcome: false,
     })
 }

@@ -535,6 +535,7 @@ impl Metrics {
                 ("queued", queue.queued),
                 ("running", queue.running),
                 ("retry_wait", queue.retry_wait),
+                ("blocked", queue.blocked),
                 ("scheduled", queue.scheduled),
             ];
             for (state, count) in by_state {
@@ -703,7 +704,7 @@ mod tests {
     fn gauges_show_the_observation_and_forget_workers_that_left() {
         let metrics = Metrics::new();
         let mut now = Observation {
-            jobs_by_state: [0, 4, 1, 0, 7, 0, 2],
+            jobs_by_state: [0, 0, 4, 1, 0, 7, 0, 2],
             term: 3,
             last_index: 40,
             commit_index: 39,
@@ -741,6 +742,7 @@ mod tests {
                 }),
                 max_active_jobs: None,
                 scheduled: 3,
+                blocked: 0,
             }],
         };
         let text = metrics.encode(&now);

@@ -89,6 +89,19 @@ pub struct ModelJob {
     pub queued: (LogIndex, u64),
     /// The wall time its submission asked it to wait for (resolved by the leader).
     pub run_at: Option<u64>,
+    /// The jobs it waits for, and whether it runs whatever they end as.
+    pub after: Vec<JobId>,
+    pub after_any_outcome: bool,
+}
+
+/// Where a submission places its job, and what it waits for first.
+struct Placed {
+    queue: String,
+    fairness_key: String,
+    priority: u8,
+    run_at: Option<u64>,
+    after: Vec<JobId>,
+    after_any_outcome: bool,
 }
 
 /// One attempt: its number, lease and worker, when it started, and when and how it ended.
@@ -126,6 +139,8 @@ impl ModelJob {
             priority: 0,
             queued: (LogIndex(0), 0),
             run_at: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         }
     }
 
@@ -296,6 +311,7 @@ impl Model {
             .collect();
         let queued_before = self.queued_lanes();
         self.apply_command(entry)?;
+        self.settle_blocked(entry.index)?;
         let queued_after = self.queued_lanes();
         let started: BTreeSet<JobId> = queued_before
             .keys()
@@ -355,6 +371,8 @@ impl Model {
                 fairness_key,
                 run_at,
                 retry_of: _,
+                after,
+                after_any_outcome,
             } => {
                 // The model binds keys as the clients sent them: no simulated client that
                 // writes holds a named token, so no submission may carry a name (the scoping of
@@ -366,12 +384,14 @@ impl Model {
                     ));
                 }
                 // Where it waits, and from when.
-                let place = (
-                    queue.clone(),
-                    fairness_key.clone().unwrap_or_default(),
-                    *priority,
-                    run_at.map(|at| at.0),
-                );
+                let place = Placed {
+                    queue: queue.clone(),
+                    fairness_key: fairness_key.clone().unwrap_or_default(),
+                    priority: *priority,
+                    run_at: run_at.map(|at| at.0),
+                    after: after.clone(),
+                    after_any_outcome: *after_any_outcome,
+                };
                 self.submit(
                     at,
                     *job_id,
@@ -645,8 +665,16 @@ impl Model {
         ),
         key: &Option<String>,
         (max_active_jobs, partitions): (u64, &[JobId]),
-        (queue, fairness_key, priority, run_at): (String, String, u8, Option<u64>),
+        place: Placed,
     ) -> Check {
+        let Placed {
+            queue,
+            fairness_key,
+            priority,
+            run_at,
+            after,
+            after_any_outcome,
+        } = place;
         self.limit = self.limit.max(max_active_jobs);
         if let Some(key) = key {
             if self.keys.contains_key(key) {
@@ -659,9 +687,11 @@ impl Model {
             Vec::new()
         };
         let distinct: BTreeSet<&JobId> = partitions.iter().collect();
-        // A data-parallel job splits at once: it may not wait for a time.
+        // A data-parallel job splits at once: it may wait neither for a time nor for jobs; the
+        // jobs it waits for must all be known.
         let valid = pieces.len() == partitions.len()
-            && !(task.is_data_parallel() && run_at.is_some())
+            && !(task.is_data_parallel() && (run_at.is_some() || !after.is_empty()))
+            && after.iter().all(|parent| self.jobs.contains_key(parent))
             && distinct.len() == partitions.len()
             && !distinct.contains(&job_id)
             && !self.jobs.contains_key(&job_id)
@@ -699,8 +729,13 @@ impl Model {
         job.partitions_asked = partitions_asked;
         job.run_at = run_at;
         // A time still ahead of the entry's stamp: it waits, and no entry stamped before that
-        // time may queue it.
-        if run_at.is_some_and(|run_at| run_at > self.stamp) {
+        // time may queue it. Jobs to wait for come first: it is blocked until they end (and
+        // `settle_blocked` judges it with the rest, after this entry).
+        if !after.is_empty() {
+            job.state = JobState::Blocked;
+            job.after = after;
+            job.after_any_outcome = after_any_outcome;
+        } else if run_at.is_some_and(|run_at| run_at > self.stamp) {
             job.state = JobState::Scheduled;
         }
         if let Some(key) = key {
@@ -950,6 +985,52 @@ impl Model {
         Ok(())
     }
 
+    /// After every entry: each blocked job one of whose jobs ended `FAILED` or `CANCELLED` is
+    /// cancelled (unless it runs after any outcome), and each whose jobs all ended (or are
+    /// gone: only a terminal job is purged) is released, to wait for its time if that is still
+    /// ahead of the entry's stamp, else queued by this entry; repeated until nothing changes,
+    /// since a cancel may settle the jobs waiting for the cancelled one.
+    fn settle_blocked(&mut self, at: LogIndex) -> Check {
+        loop {
+            let mut cancel = Vec::new();
+            let mut release = Vec::new();
+            for (id, job) in &self.jobs {
+                if job.state != JobState::Blocked {
+                    continue;
+                }
+                let states: Vec<Option<JobState>> = job
+                    .after
+                    .iter()
+                    .map(|parent| self.jobs.get(parent).map(|p| p.state))
+                    .collect();
+                let bad = states
+                    .iter()
+                    .any(|s| matches!(s, Some(JobState::Failed | JobState::Cancelled)));
+                if bad && !job.after_any_outcome {
+                    cancel.push(*id);
+                } else if states.iter().all(|s| s.is_none_or(|s| s.is_terminal())) {
+                    release.push(*id);
+                }
+            }
+            if cancel.is_empty() && release.is_empty() {
+                return Ok(());
+            }
+            for id in cancel {
+                self.cancel_one(at, id)?;
+            }
+            let stamp = self.stamp;
+            for id in release {
+                let job = self.job_mut(&id)?;
+                if job.run_at.is_some_and(|run_at| run_at > stamp) {
+                    job.state = JobState::Scheduled;
+                } else {
+                    job.state = JobState::Queued;
+                    job.queued = (at, stamp);
+                }
+            }
+        }
+    }
+
     /// `Due`: each named job still waiting whose time this entry's stamp has reached is
     /// queued by it; any other stays as it is.
     fn due(&mut self, at: LogIndex, job_ids: &[JobId]) {
@@ -1010,6 +1091,8 @@ impl Model {
             && row.partitions == job.partitions
             && row.timeout_millis == job.timeout_millis
             && row.run_at.map(|at| at.0) == job.run_at
+            && row.after == job.after
+            && row.after_any_outcome == job.after_any_outcome
             && row.partitions_asked == job.partitions_asked
             && row.queue == job.queue
             && row.priority == job.priority

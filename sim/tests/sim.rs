@@ -177,6 +177,8 @@ fn completed_log(spec: TaskSpec, output: TaskOutput) -> Vec<LogEntry> {
             queue: herder_core::queues::default_queue(),
             run_at: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         },
         Command::Assign {
             job_id: job_id(1),
@@ -244,6 +246,8 @@ fn the_checker_catches_an_acknowledgement_that_runs_ahead_of_the_disk() {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         },
     );
     let mut batches = Vec::new();
@@ -460,6 +464,8 @@ fn submit(task: TaskSpec) -> Command {
         queue: herder_core::queues::default_queue(),
         run_at: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }
 }
 
@@ -652,6 +658,8 @@ fn sent(task: serde_json::Value, max_attempts: Option<u32>, key: Option<&str>) -
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }
 }
 
@@ -688,6 +696,8 @@ fn the_checker_judges_the_errors_a_submission_gets() {
         queue: herder_core::queues::default_queue(),
         run_at: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }]);
     checker.model.apply(&log[0]).expect("submit");
     let subject = Subject::Submit {

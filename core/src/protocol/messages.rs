@@ -287,6 +287,13 @@ pub enum ClientRequest {
         /// job's views show, nothing more.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_of: Option<JobId>,
+        /// Jobs to wait for (at most `AFTER_JOBS_MAX`): the job is `BLOCKED` until all of them
+        /// are terminal, and cancelled if one ends `FAILED` or `CANCELLED`...
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        after: Vec<JobId>,
+        /// ...unless this is true: then it runs whatever they ended as.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        after_any_outcome: bool,
     },
     /// Create many jobs in one frame and one durable write: each job as in `SUBMIT`, at most
     /// `SUBMIT_BATCH_JOBS_MAX` of them. A job that fails validation fails the whole batch
@@ -462,6 +469,10 @@ pub struct JobSubmission {
     pub delay_millis: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<JobId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobId>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_any_outcome: bool,
 }
 
 impl JobSubmission {
@@ -480,6 +491,8 @@ impl JobSubmission {
             run_at_unix_ms: self.run_at_unix_ms,
             delay_millis: self.delay_millis,
             retry_of: self.retry_of,
+            after: self.after,
+            after_any_outcome: self.after_any_outcome,
         }
     }
 }
@@ -725,6 +738,12 @@ pub struct JobView {
     /// The job this one retries, if it was submitted as a retry of one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<JobId>,
+    /// The jobs it waits for (it is `BLOCKED` until they end).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobId>,
+    /// It runs whatever the jobs it waits for ended as.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_any_outcome: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -757,6 +776,8 @@ pub struct QueueView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_active_jobs: Option<u64>,
     /// Its jobs by state (partitions counted as jobs).
+    #[serde(default)]
+    pub blocked: u64,
     #[serde(default)]
     pub scheduled: u64,
     pub queued: u64,

@@ -23,6 +23,12 @@ impl JobTable {
         self.release_rate_waits(at);
         let mut follow_on = Vec::new();
         let applied = self.apply_command(index, at, command, &mut follow_on);
+        // Jobs that ended release, or cancel, the jobs waiting for them.
+        let changed = std::iter::once(&applied)
+            .chain(&follow_on)
+            .filter_map(Applied::changed_job)
+            .collect();
+        self.settle_dependents(changed, &mut follow_on);
         let outcome = Outcome { applied, follow_on };
         self.stamp_finished(at, &outcome);
         if cfg!(debug_assertions) {
@@ -60,6 +66,8 @@ impl JobTable {
                 fairness_key,
                 run_at,
                 retry_of,
+                after,
+                after_any_outcome,
             } => {
                 return self.apply_submit(
                     (index, at),
@@ -80,6 +88,8 @@ impl JobTable {
                         partitions,
                         run_at: *run_at,
                         retry_of: *retry_of,
+                        after,
+                        after_any_outcome: *after_any_outcome,
                     },
                     follow_on,
                 )

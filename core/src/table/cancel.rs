@@ -36,6 +36,12 @@ impl JobTable {
                 "queued job {job_id} was not at its queue position"
             );
         }
+        if previous == JobState::Blocked {
+            self.unblock(job_id);
+        }
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            panic!("job {job_id} vanished during apply");
+        };
         if previous == JobState::Scheduled {
             let run_at = job.run_at;
             self.unschedule(job_id, run_at);

@@ -79,6 +79,7 @@ impl JobTable {
                 queued.len()
             ));
         }
+        self.check_dependents()?;
         if scheduled != self.scheduled {
             return Err(format!(
                 "the index of scheduled jobs holds {} entries but {} jobs are SCHEDULED at their run_at",
@@ -102,6 +103,45 @@ impl JobTable {
                     ))
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The index of who waits for whom holds exactly each blocked job under each job it names
+    /// that has not ended, and a blocked job still has one to wait for, none of which ended
+    /// badly unless it runs after any outcome (it would have been released or cancelled).
+    fn check_dependents(&self) -> Result<(), String> {
+        let mut derived: std::collections::BTreeMap<JobId, BTreeSet<JobId>> = Default::default();
+        for job in self.jobs.values().filter(|j| j.state == JobState::Blocked) {
+            let mut waiting = false;
+            for parent in &job.after {
+                match self.jobs.get(parent).map(|p| p.state) {
+                    Some(state) if !state.is_terminal() => {
+                        waiting = true;
+                        derived.entry(*parent).or_default().insert(job.id);
+                    }
+                    Some(JobState::Failed | JobState::Cancelled) if !job.after_any_outcome => {
+                        return Err(format!(
+                            "job {} is BLOCKED though job {parent} it waits for ended badly",
+                            job.id
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            if !waiting {
+                return Err(format!(
+                    "job {} is BLOCKED with every job it waits for ended",
+                    job.id
+                ));
+            }
+        }
+        if derived != self.dependents {
+            return Err(format!(
+                "the index of waiting jobs holds {} jobs waited for, the rows {}",
+                self.dependents.len(),
+                derived.len()
+            ));
         }
         Ok(())
     }
@@ -236,6 +276,18 @@ pub(super) fn check_row(job: &Job) -> Result<(), String> {
     }
     if !job.state.is_terminal() && job.finished_at.is_some() {
         return Err(format!("{} with a finish time", job.state));
+    }
+    if job.state == JobState::Blocked
+        && (job.after.is_empty()
+            || job.attempt.0 != 0
+            || job.is_parent()
+            || job.partition_of.is_some())
+    {
+        return Err(format!(
+            "blocked with {} jobs to wait for, attempt {}",
+            job.after.len(),
+            job.attempt
+        ));
     }
     if job.state == JobState::Scheduled
         && (job.run_at.is_none()

@@ -127,6 +127,21 @@ impl JobTable {
                 }
             }
         }
+        // Who waits for whom: each blocked job for each job it names that has not ended.
+        for job in table.jobs.values() {
+            if job.state != JobState::Blocked {
+                continue;
+            }
+            for parent in &job.after {
+                if table
+                    .jobs
+                    .get(parent)
+                    .is_some_and(|p| !p.state.is_terminal())
+                {
+                    table.dependents.entry(*parent).or_default().insert(job.id);
+                }
+            }
+        }
         table.usage = super::QueueUsage::of_rows(table.jobs.values());
         for bucket in &key_buckets {
             if !table.key_buckets.load(bucket) {

@@ -29,6 +29,7 @@
 //! | `attempts.rs`   | one attempt's life: assign, complete, fail, release, requeue, abandon |
 //! | `cancel.rs`     | `Cancel`, and cancelling one job for any reason                    |
 //! | `scheduled.rs`  | delayed jobs: the index by `run_at`, and `Due` queueing them       |
+//! | `dependencies.rs` | jobs waiting for others (`after`): blocking, releasing, cancelling |
 //! | `purge.rs`      | `Purge`: retention removing finished jobs                          |
 //! | `queues.rs`     | `SetQueue`, creating queues, the rules that hold a queue back      |
 //! | `key_rates.rs`  | per-key rate buckets, and parking the lanes of keys out of tokens  |
@@ -54,6 +55,7 @@ mod apply;
 mod attempts;
 mod cancel;
 mod cascade;
+mod dependencies;
 mod invariants;
 mod key_rates;
 mod load;
@@ -91,6 +93,8 @@ pub struct JobTable {
     enqueued_in_entry: u64,
     /// The wall-time stamp of the entry being applied, for the attempt history.
     entry_at: UnixMillis,
+    /// A job not yet terminal -> the `BLOCKED` jobs waiting for it (see `dependencies.rs`).
+    dependents: BTreeMap<JobId, BTreeSet<JobId>>,
     /// `SCHEDULED` jobs by when they may run (see `scheduled.rs`).
     scheduled: BTreeSet<(UnixMillis, JobId)>,
     /// Idempotency key, within its submitter -> job, for the job's whole life.

@@ -165,6 +165,10 @@ pub enum Applied {
     Due {
         job_id: JobId,
     },
+    /// Every job a `BLOCKED` job waited for ended: it is `QUEUED` (or `SCHEDULED`).
+    Unblocked {
+        job_id: JobId,
+    },
     /// A partition job was created with its data-parallel parent (a follow-on of `Submitted`).
     PartitionCreated {
         job_id: JobId,
@@ -218,6 +222,7 @@ impl Applied {
             | Applied::ParentFailed { job_id, .. }
             | Applied::Retagged { job_id }
             | Applied::Due { job_id }
+            | Applied::Unblocked { job_id }
             | Applied::Removed { job_id } => Some(*job_id),
             Applied::IdempotentReplay { .. }
             | Applied::IdempotencyConflict { .. }

@@ -19,6 +19,8 @@ pub(super) struct Submission<'a> {
     pub(super) partitions: &'a [JobId],
     pub(super) run_at: Option<UnixMillis>,
     pub(super) retry_of: Option<JobId>,
+    pub(super) after: &'a [JobId],
+    pub(super) after_any_outcome: bool,
 }
 
 impl JobTable {
@@ -70,6 +72,20 @@ impl JobTable {
             return Err(Applied::SubmitInvalid {
                 job_id,
                 reason: "a data-parallel job cannot wait for a run_at".to_owned(),
+            });
+        }
+        if !submission.after.is_empty() && task.is_data_parallel() {
+            return Err(Applied::SubmitInvalid {
+                job_id,
+                reason: "a data-parallel job cannot wait for other jobs".to_owned(),
+            });
+        }
+        if let Some(unknown) = self.unknown_parent(submission.after) {
+            return Err(Applied::SubmitInvalid {
+                job_id,
+                reason: format!(
+                    "job {unknown} it waits for is not known (never submitted, or purged)"
+                ),
             });
         }
         let pieces = if task.is_data_parallel() {
@@ -162,6 +178,8 @@ impl JobTable {
             timeout_millis: options.timeout_millis,
             run_at: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
             first_started_at: None,
             history: Vec::new(),
             history_dropped: 0,
@@ -172,6 +190,16 @@ impl JobTable {
         job.retry_of = submission.retry_of;
         self.active += 1;
         self.usage.admitted(&job);
+        if !submission.after.is_empty() {
+            // Created waiting for its jobs: its first state, not a transition.
+            job.state = JobState::Blocked;
+            job.run_at = submission.run_at;
+            job.after = submission.after.to_vec();
+            job.after_any_outcome = submission.after_any_outcome;
+            self.jobs.insert(job_id, job);
+            self.block(job_id, follow_on);
+            return;
+        }
         if let Some(run_at) = submission.run_at.filter(|run_at| *run_at > at) {
             // Created waiting: its first state, not a transition.
             job.state = JobState::Scheduled;

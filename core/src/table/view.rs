@@ -48,7 +48,7 @@ impl JobTable {
     /// Every queue as clients see it, at wall time `now`. Counts by state walk the table: this
     /// answers an operator's request, and is not on any scheduling path.
     pub fn queue_views(&self, now: UnixMillis) -> Vec<QueueView> {
-        let mut counts: BTreeMap<&str, [u64; 7]> = BTreeMap::new();
+        let mut counts: BTreeMap<&str, [u64; 8]> = BTreeMap::new();
         for job in self.jobs.values() {
             let slot = JobState::ALL
                 .iter()
@@ -59,7 +59,7 @@ impl JobTable {
         self.queues
             .values()
             .map(|queue| {
-                let [scheduled, queued, running, retry_wait, completed, failed, cancelled] =
+                let [blocked, scheduled, queued, running, retry_wait, completed, failed, cancelled] =
                     counts.get(queue.name.as_str()).copied().unwrap_or_default();
                 QueueView {
                     name: queue.name.clone(),
@@ -71,6 +71,7 @@ impl JobTable {
                     rate: queue.settings.rate,
                     key_rate: queue.settings.key_rate,
                     max_active_jobs: queue.settings.max_active_jobs,
+                    blocked,
                     scheduled,
                     queued,
                     running,
@@ -123,6 +124,8 @@ impl Job {
             fairness_key: self.fairness_key.clone(),
             run_at_unix_ms: self.run_at.map(|at| at.0),
             retry_of: self.retry_of,
+            after: self.after.clone(),
+            after_any_outcome: self.after_any_outcome,
         }
     }
 }

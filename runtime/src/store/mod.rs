@@ -565,6 +565,8 @@ mod tests {
             queued_at: herder_core::time::UnixMillis::UNSTAMPED,
             run_at: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         }
     }
 

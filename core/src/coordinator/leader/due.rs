@@ -28,7 +28,7 @@ pub(super) struct DueJobs {
 impl LeaderState {
     /// Queues what this leader's clock says is due, or arms the timer for the next `run_at`.
     /// Cheap enough to call whenever the earliest `run_at` may have changed.
-    pub(super) fn check_due(&mut self, m: &mut Member) {
+    pub(in crate::coordinator) fn check_due(&mut self, m: &mut Member) {
         if self.due.in_flight {
             return;
         }

@@ -9,6 +9,7 @@ use super::{LeaderState, Pending};
 use crate::command::{Command, LogEntry};
 use crate::coordinator::member::Member;
 use crate::coordinator::Event;
+use crate::job::JobState;
 use crate::protocol::ErrorCode;
 use crate::table::{Applied, Outcome};
 
@@ -180,6 +181,15 @@ impl LeaderState {
                 self.on_queue_set(m, pending, &queue, Some((code, reason)))
             }
             Applied::DueChecked { queued, .. } => self.on_due_checked(m, pending.as_ref(), queued),
+            // Released to wait for its time: the timer may have to move up.
+            Applied::Unblocked { job_id } => {
+                if m.table
+                    .get(&job_id)
+                    .is_some_and(|j| j.state == JobState::Scheduled)
+                {
+                    self.check_due(m);
+                }
+            }
             Applied::NewLeader { .. }
             | Applied::Due { .. }
             | Applied::PartitionCreated { .. }

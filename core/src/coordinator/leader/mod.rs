@@ -482,6 +482,8 @@ impl LeaderState {
                 run_at_unix_ms,
                 delay_millis,
                 retry_of,
+                after,
+                after_any_outcome,
             } => {
                 let submission = JobSubmission {
                     task,
@@ -495,6 +497,8 @@ impl LeaderState {
                     run_at_unix_ms,
                     delay_millis,
                     retry_of,
+                    after,
+                    after_any_outcome,
                 };
                 let to = SubmitTo::Request { conn, request_id };
                 self.submit(m, to, submission, confirmed)

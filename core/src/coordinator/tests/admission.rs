@@ -105,6 +105,8 @@ fn racing_submissions_in_one_batch_admit_exactly_the_limit() {
                     delay_millis: None,
                     run_at_unix_ms: None,
                     retry_of: None,
+                    after: Vec::new(),
+                    after_any_outcome: false,
                 },
             );
             request_id
@@ -158,6 +160,8 @@ fn unwritten_bytes_count_the_entries_waiting_for_the_disk() {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         });
     }
     let held: u64 = h.held.iter().map(|b| b.entry_bytes).sum();
@@ -262,6 +266,8 @@ fn a_keyed_resend_of_a_submission_still_being_written_waits_for_it_and_writes_no
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         });
         request_id
     };
@@ -317,6 +323,8 @@ fn a_parked_resend_whose_connection_closes_is_dropped() {
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     };
     let first = h.request_id();
     h.client_says(keyed(first));
@@ -446,6 +454,8 @@ fn duplicate_keys_in_one_batch_create_one_job() {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         });
     }
     h.release_writes();

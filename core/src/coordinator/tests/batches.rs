@@ -18,6 +18,8 @@ fn job(task: serde_json::Value, key: Option<&str>) -> JobSubmission {
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }
 }
 

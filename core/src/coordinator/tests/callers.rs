@@ -40,6 +40,8 @@ impl Harness {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         };
         self.as_caller(conn, caller, submit);
         self.release_writes();
@@ -81,6 +83,8 @@ fn a_reader_is_refused_every_write_and_nothing_is_proposed() {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         },
     );
     assert!(matches!(

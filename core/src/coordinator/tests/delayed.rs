@@ -22,6 +22,8 @@ impl Harness {
             run_at_unix_ms: run_at,
             delay_millis,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         });
         self.reply_to(request_id)
     }
@@ -147,6 +149,8 @@ fn bad_times_are_refused_and_write_nothing() {
         run_at_unix_ms: None,
         delay_millis: Some(1_000),
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     });
     match h.reply_to(request_id) {
         ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),

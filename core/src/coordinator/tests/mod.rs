@@ -190,6 +190,8 @@ impl Harness {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         });
         request_id
     }
@@ -1020,6 +1022,8 @@ fn the_lease_check_lives_in_apply() {
             queue: crate::queues::default_queue(),
             run_at: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         },
         Command::Assign {
             job_id,
@@ -1169,6 +1173,8 @@ fn a_cancel_racing_an_assignment_never_leaves_a_cancelled_job_running() {
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     });
     h.release_one();
     let ClientReply::SubmitAccepted { job_id, .. } = h.reply_to(submit) else {
@@ -1205,6 +1211,7 @@ mod admission;
 mod batches;
 mod callers;
 mod delayed;
+mod dependencies;
 mod prefetch;
 mod queues;
 mod recovery;

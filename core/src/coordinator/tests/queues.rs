@@ -42,6 +42,8 @@ impl Harness {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         });
         self.reply_to(request_id)
     }
@@ -109,6 +111,8 @@ fn plain_submit(job_id: JobId, queue: &str) -> Command {
         fairness_key: None,
         run_at: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }
 }
 

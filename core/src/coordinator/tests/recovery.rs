@@ -240,6 +240,8 @@ fn recovery_replays_durable_log_entries_beyond_the_materialized_rows() {
                 queue: crate::queues::default_queue(),
                 run_at: None,
                 retry_of: None,
+                after: Vec::new(),
+                after_any_outcome: false,
             },
         },
     );

@@ -217,6 +217,8 @@ fn sixty_jobs_from_four_clients_over_five_workers_get_exactly_one_assignment_per
                 delay_millis: None,
                 run_at_unix_ms: None,
                 retry_of: None,
+                after: Vec::new(),
+                after_any_outcome: false,
             },
         );
         h.pump();

@@ -283,6 +283,8 @@ fn a_table_rebuilt_from_rows_after_a_purge_queues_exactly_as_the_live_one() {
         queue: crate::queues::default_queue(),
         run_at: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     };
     live.apply(next, UnixMillis::UNSTAMPED, &submit);
     rebuilt.apply(next, UnixMillis::UNSTAMPED, &submit);

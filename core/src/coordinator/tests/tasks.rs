@@ -52,6 +52,8 @@ fn submit_timed(
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     });
     h.reply_to(request_id)
 }

@@ -225,6 +225,8 @@ impl World {
                     run_at_unix_ms,
                     delay_millis,
                     retry_of,
+                    after,
+                    after_any_outcome,
                 } = &message
                 {
                     let committed = self.checker.model.applied;
@@ -246,6 +248,8 @@ impl World {
                         delay_millis: *delay_millis,
                         run_at_unix_ms: *run_at_unix_ms,
                         retry_of: *retry_of,
+                        after: after.clone(),
+                        after_any_outcome: *after_any_outcome,
                     };
                     self.submit_jobs
                         .insert((conn, *request_id), (sent, committed));

@@ -4,8 +4,8 @@
 
 use crate::coordinator::member::Member;
 use crate::limits::{
-    ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, IDEMPOTENCY_KEY_BYTES_MAX, JOB_TIMEOUT_MILLIS_MAX,
-    PARTITIONS_MAX, RUN_AT_AHEAD_MILLIS_MAX,
+    AFTER_JOBS_MAX, ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
+    JOB_TIMEOUT_MILLIS_MAX, PARTITIONS_MAX, RUN_AT_AHEAD_MILLIS_MAX,
 };
 use crate::protocol::codec::binary_encoded_len;
 use crate::protocol::{ErrorCode, JobSubmission, Partitions};
@@ -133,6 +133,7 @@ pub(super) fn check_submission(
         check_fairness_key(key).map_err(invalid)?;
     }
     let run_at = check_run_at(&task, s, m.wall_now()).map_err(invalid)?;
+    check_after(&task, s).map_err(invalid)?;
     Ok(Checked {
         task,
         encoded,
@@ -197,4 +198,34 @@ fn check_partitions_request(task: &TaskSpec, partitions: Option<Partitions>) -> 
         )),
         _ => Ok(()),
     }
+}
+
+/// The jobs a job waits for: at most `AFTER_JOBS_MAX`, each named once, not for a
+/// data-parallel job, and `after_any_outcome` only with some. (Whether they exist is for apply
+/// to say: one may be written just before this job.)
+fn check_after(task: &TaskSpec, s: &JobSubmission) -> Result<(), String> {
+    if s.after.is_empty() {
+        return if s.after_any_outcome {
+            Err("after_any_outcome needs jobs to wait for in after".to_owned())
+        } else {
+            Ok(())
+        };
+    }
+    if s.after.len() > AFTER_JOBS_MAX {
+        return Err(format!(
+            "after names {} jobs; the most is {AFTER_JOBS_MAX}",
+            s.after.len()
+        ));
+    }
+    let distinct: std::collections::BTreeSet<_> = s.after.iter().collect();
+    if distinct.len() != s.after.len() {
+        return Err("after names a job twice".to_owned());
+    }
+    if task.is_data_parallel() {
+        return Err(format!(
+            "a {} task splits across workers at once and cannot wait for other jobs",
+            task.kind()
+        ));
+    }
+    Ok(())
 }

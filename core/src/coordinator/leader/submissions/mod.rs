@@ -240,8 +240,10 @@ impl LeaderState {
             .as_deref()
             .map(|k| m.scoped(to.conn(), k));
         // A plain job queued at once may be picked before its entry applies.
-        let plain =
-            checked.partitions_asked.is_none() && partitions.is_empty() && checked.run_at.is_none();
+        let plain = checked.partitions_asked.is_none()
+            && partitions.is_empty()
+            && checked.run_at.is_none()
+            && submission.after.is_empty();
         let fresh = plain.then(|| Lane {
             kind: checked.task.kind().to_owned(),
             queue: checked.queue.clone(),
@@ -266,6 +268,8 @@ impl LeaderState {
                 fairness_key: checked.fairness_key,
                 run_at: checked.run_at,
                 retry_of: submission.retry_of,
+                after: submission.after,
+                after_any_outcome: submission.after_any_outcome,
             },
             Some(Pending::Submit { to }),
         );
