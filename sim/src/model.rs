@@ -92,6 +92,8 @@ pub struct ModelJob {
     /// The jobs it waits for, and whether it runs whatever they end as.
     pub after: Vec<JobId>,
     pub after_any_outcome: bool,
+    /// A job it names was not held by the rules when it was submitted.
+    pub waits_for_unknown: bool,
 }
 
 /// Where a submission places its job, and what it waits for first.
@@ -141,6 +143,7 @@ impl ModelJob {
             run_at: None,
             after: Vec::new(),
             after_any_outcome: false,
+            waits_for_unknown: false,
         }
     }
 
@@ -687,11 +690,9 @@ impl Model {
             Vec::new()
         };
         let distinct: BTreeSet<&JobId> = partitions.iter().collect();
-        // A data-parallel job splits at once: it may wait neither for a time nor for jobs; the
-        // jobs it waits for must all be known.
+        // A data-parallel job splits at once: it may wait neither for a time nor for jobs.
         let valid = pieces.len() == partitions.len()
             && !(task.is_data_parallel() && (run_at.is_some() || !after.is_empty()))
-            && after.iter().all(|parent| self.jobs.contains_key(parent))
             && distinct.len() == partitions.len()
             && !distinct.contains(&job_id)
             && !self.jobs.contains_key(&job_id)
@@ -733,6 +734,7 @@ impl Model {
         // `settle_blocked` judges it with the rest, after this entry).
         if !after.is_empty() {
             job.state = JobState::Blocked;
+            job.waits_for_unknown = after.iter().any(|parent| !self.jobs.contains_key(parent));
             job.after = after;
             job.after_any_outcome = after_any_outcome;
         } else if run_at.is_some_and(|run_at| run_at > self.stamp) {
@@ -986,8 +988,8 @@ impl Model {
     }
 
     /// After every entry: each blocked job one of whose jobs ended `FAILED` or `CANCELLED` is
-    /// cancelled (unless it runs after any outcome), and each whose jobs all ended (or are
-    /// gone: only a terminal job is purged) is released, to wait for its time if that is still
+    /// cancelled (unless it runs after any outcome), or waits for one the rules do not hold,
+    /// and each whose jobs all ended is released, to wait for its time if that is still
     /// ahead of the entry's stamp, else queued by this entry; repeated until nothing changes,
     /// since a cancel may settle the jobs waiting for the cancelled one.
     fn settle_blocked(&mut self, at: LogIndex) -> Check {
@@ -1006,9 +1008,12 @@ impl Model {
                 let bad = states
                     .iter()
                     .any(|s| matches!(s, Some(JobState::Failed | JobState::Cancelled)));
-                if bad && !job.after_any_outcome {
+                // One it waited for that the rules did not hold when it was submitted
+                // (purged, or never created): how that one ended is unknown, so it never runs.
+                // One purged since has ended, and was judged then.
+                if job.waits_for_unknown || (bad && !job.after_any_outcome) {
                     cancel.push(*id);
-                } else if states.iter().all(|s| s.is_none_or(|s| s.is_terminal())) {
+                } else if states.iter().flatten().all(|s| s.is_terminal()) {
                     release.push(*id);
                 }
             }

@@ -177,6 +177,9 @@ pub struct Scenario {
     /// Some submissions wait for a time (a delay or a wall time, a few seconds ahead at most),
     /// so jobs are `SCHEDULED` through crashes, leader changes and clock steps.
     pub delayed_jobs: bool,
+    /// Some submissions wait for jobs the client knows (`after`), now and then whatever
+    /// they end as, so chains and fan-ins form, and failures and cancels spread downstream.
+    pub dependencies: bool,
     /// Faults at set times (milliseconds of simulated time), beside any drawn ones: how a
     /// test stages the situation a safety argument is about and lets the checker judge what
     /// follows. Empty in every drawn scenario.
@@ -425,6 +428,7 @@ impl Scenario {
             group_ops: false,
             queues: false,
             delayed_jobs: false,
+            dependencies: false,
             script: Vec::new(),
         };
         // Network faults are drawn last so adding them did not reshuffle the draws above.
@@ -526,6 +530,8 @@ impl Scenario {
         // Delayed jobs and clock steps, drawn last of all.
         scenario.delayed_jobs = rng.chance(0.5);
         scenario.faults.clock_step = scenario.faults != Faults::none() && rng.chance(0.4);
+        // Dependencies, drawn last of all.
+        scenario.dependencies = rng.chance(0.5);
         scenario
     }
 }

@@ -13,9 +13,9 @@ use std::sync::OnceLock;
 
 use herder_core::ids::RequestId;
 use herder_core::limits::{
-    ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX,
-    JOB_TIMEOUT_MILLIS_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX, RUN_AT_AHEAD_MILLIS_MAX,
-    SUBMIT_BATCH_JOBS_MAX, SUBMIT_RESULT_BYTES_MAX,
+    AFTER_JOBS_MAX, ASSIGN_ENVELOPE_BYTES, ATTEMPTS_MAX, ATTEMPT_ERROR_BYTES_MAX,
+    IDEMPOTENCY_KEY_BYTES_MAX, JOB_TIMEOUT_MILLIS_MAX, PARTITIONS_MAX, PARTITION_VIEW_BYTES_MAX,
+    RUN_AT_AHEAD_MILLIS_MAX, SUBMIT_BATCH_JOBS_MAX, SUBMIT_RESULT_BYTES_MAX,
 };
 use herder_core::protocol::{ErrorCode, JobSubmission, Partitions};
 use herder_core::time::UnixMillis;
@@ -204,6 +204,20 @@ pub fn verdict(job: &JobSubmission, rules: &Rules) -> Verdict {
         invalid_request("a run_at_unix_ms over 366 days ahead")
     } else if dp && (job.run_at_unix_ms.is_some() || job.delay_millis.is_some()) {
         invalid_request("a delayed data-parallel job")
+    } else if job.after.is_empty() && job.after_any_outcome {
+        invalid_request("after_any_outcome without jobs to wait for")
+    } else if job.after.len() > AFTER_JOBS_MAX {
+        invalid_request("more than 64 jobs to wait for")
+    } else if job
+        .after
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        != job.after.len()
+    {
+        invalid_request("a job to wait for named twice")
+    } else if dp && !job.after.is_empty() {
+        invalid_request("a data-parallel job waiting for others")
     } else {
         None
     };

@@ -705,7 +705,7 @@ pub struct JobView {
     /// The per-attempt deadline the submission asked for (absent: the coordinator's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_millis: Option<u64>,
-    /// True on a queued or scheduled job that no live worker serves: it waits for one to register.
+    /// True on a waiting (queued, scheduled or blocked) job that no live worker serves.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unserved: bool,
     /// The running attempt's latest progress note, as its worker reported it (leader memory

@@ -1,7 +1,8 @@
 //! Dependencies: a job that names others in `after` is `BLOCKED` until every one of them is
 //! terminal, then queued (or scheduled, if its `run_at` is still ahead); if one of them ends
 //! `FAILED` or `CANCELLED` it is cancelled with that reason, unless it asked to run after any
-//! outcome. A cancel spreads along the graph: a cancelled job's own dependents are judged in
+//! outcome; one it names that the table does not hold (never submitted, or purged) cancels it
+//! too, whatever it asked, since how that one ended is not known. A cancel spreads along the graph: a cancelled job's own dependents are judged in
 //! the same entry.
 //!
 //! The index of who waits for whom (`dependents`: a job not yet terminal -> the `BLOCKED` jobs
@@ -18,7 +19,7 @@ enum Verdict {
     Cancel {
         because: String,
     },
-    /// Every one it names is terminal (or gone, which only a terminal job can be).
+    /// Every one it names is terminal.
     Release,
     Wait,
 }
@@ -27,12 +28,6 @@ impl JobTable {
     /// The `BLOCKED` jobs waiting for `job_id`.
     pub fn dependents_of(&self, job_id: &JobId) -> impl Iterator<Item = JobId> + '_ {
         self.dependents.get(job_id).into_iter().flatten().copied()
-    }
-
-    /// A job named by `after` that the table does not hold, if any: a submission naming one
-    /// is refused.
-    pub(super) fn unknown_parent(&self, after: &[JobId]) -> Option<JobId> {
-        after.iter().copied().find(|id| !self.jobs.contains_key(id))
     }
 
     /// `job_id` (in the table, `BLOCKED`) waits for each job it names that is not terminal
@@ -101,7 +96,9 @@ impl JobTable {
             if job.state != JobState::Blocked {
                 continue; // judged already, through another job it waited for
             }
-            match self.verdict(job) {
+            // A job it names that is gone was purged: at its creation, before this job
+            // could see how it ended; later, after it ended in a way this job was judged by.
+            match self.verdict(job, themselves) {
                 Verdict::Wait => {}
                 Verdict::Release => {
                     self.unblock(child);
@@ -117,10 +114,23 @@ impl JobTable {
         }
     }
 
-    fn verdict(&self, job: &Job) -> Verdict {
+    /// How `job` stands. A job it names that the table does not hold was never submitted or
+    /// was purged (only a terminal job is). When `job` is new, how that one ended is not known,
+    /// so it does not run, whatever it asked. Later, one purged since ended while `job` waited,
+    /// and `job` was judged by that end then (cancelled, had it ended badly): it counts as
+    /// ended.
+    fn verdict(&self, job: &Job, new: bool) -> Verdict {
         let mut all_ended = true;
         for parent in &job.after {
             match self.jobs.get(parent).map(|p| p.state) {
+                None if !new => {}
+                None => {
+                    return Verdict::Cancel {
+                        because: format!(
+                            "job {parent} it waits for is not known (never submitted, or purged)"
+                        ),
+                    };
+                }
                 Some(state @ (JobState::Failed | JobState::Cancelled))
                     if !job.after_any_outcome =>
                 {

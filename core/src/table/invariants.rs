@@ -109,7 +109,8 @@ impl JobTable {
 
     /// The index of who waits for whom holds exactly each blocked job under each job it names
     /// that has not ended, and a blocked job still has one to wait for, none of which ended
-    /// badly unless it runs after any outcome (it would have been released or cancelled).
+    /// badly unless it runs after any outcome (it would have been released or cancelled). One
+    /// it names may be gone: purged once it ended.
     fn check_dependents(&self) -> Result<(), String> {
         let mut derived: std::collections::BTreeMap<JobId, BTreeSet<JobId>> = Default::default();
         for job in self.jobs.values().filter(|j| j.state == JobState::Blocked) {

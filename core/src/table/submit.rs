@@ -80,14 +80,7 @@ impl JobTable {
                 reason: "a data-parallel job cannot wait for other jobs".to_owned(),
             });
         }
-        if let Some(unknown) = self.unknown_parent(submission.after) {
-            return Err(Applied::SubmitInvalid {
-                job_id,
-                reason: format!(
-                    "job {unknown} it waits for is not known (never submitted, or purged)"
-                ),
-            });
-        }
+
         let pieces = if task.is_data_parallel() {
             task.split(u32::try_from(partitions.len()).unwrap_or(u32::MAX))
         } else {

@@ -1042,8 +1042,8 @@ impl Checker {
     /// one a `SUBMIT` of it alone could get: the code of the first check it fails; else an
     /// `IDEMPOTENCY_CONFLICT` when its key is bound to a job with other options; else
     /// `INVALID_REQUEST` when the job and its partitions could never fit under the admission
-    /// limit, or `INVALID_TASK` when a reply about it might not fit a frame. A line of a batch
-    /// gets neither of the last two (those checks fail the whole batch).
+    /// limit, or `INVALID_TASK` when a reply about it might not fit a frame (a line of a batch
+    /// gets neither: those checks fail the whole batch).
     fn judge_error(
         &self,
         subject: Subject,
@@ -1065,6 +1065,7 @@ impl Checker {
         match code {
             ErrorCode::IdempotencyConflict => self.check_conflict(subject, sent, committed),
             ErrorCode::InvalidRequest if verdict.oversize && !batch_line => Ok(()),
+
             ErrorCode::InvalidTask if verdict.maybe_too_large && !batch_line => Ok(()),
             ErrorCode::InvalidRequest | ErrorCode::InvalidTask if batch_line => Err(format!(
                 "submission checks: {subject} was answered ERROR {name} ({message:?}) on its own line; a batch's jobs are checked before any is admitted, and a job that fails a check fails the whole batch"
@@ -1296,7 +1297,8 @@ impl Checker {
     }
 
     /// A job of a kind no worker serves is never assigned, so while it is not terminal it (or
-    /// a partition of it) is queued or scheduled: its view must say nobody serves it.
+    /// a partition of it) waits (queued, scheduled or blocked): its view must say nobody
+    /// serves it.
     fn check_unserved(&self, view: &JobView) -> Check {
         let kind = view.task.kind();
         ensure!(

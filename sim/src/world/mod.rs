@@ -870,6 +870,15 @@ impl World {
         if job.state.is_terminal() {
             return true;
         }
+        // A job waiting for others rests while every one it still waits for rests (the graph
+        // has no cycles: a job waits only for jobs submitted before it).
+        if job.state == JobState::Blocked {
+            return job.after.iter().all(|parent| {
+                model
+                    .job_ever(parent)
+                    .is_none_or(|p| p.state.is_terminal() || self.at_rest(parent))
+            });
+        }
         // A job waiting for a time the leader's clock has not reached is not late: members'
         // clocks disagree (and are stepped), and it waits for the leader's.
         if job.state == JobState::Scheduled {

@@ -125,6 +125,16 @@ fn batch_len(rng: &mut SimRng) -> u64 {
 /// or a request field out of range (with `timing`, now and then its time).
 fn spoil(rng: &mut SimRng, job: &mut JobSubmission, timing: bool) {
     // (Drawn only in seeds with delayed jobs, so other seeds draw what they always drew.)
+    if !job.after.is_empty() && rng.chance(0.2) {
+        match rng.below(2) {
+            0 => job.after.push(job.after[0]),
+            _ => {
+                job.after.clear();
+                job.after_any_outcome = true;
+            }
+        }
+        return;
+    }
     if timing && rng.chance(0.25) {
         match rng.below(4) {
             0 => {
@@ -470,7 +480,37 @@ impl World {
         };
         self.placement(c, &mut job);
         self.timing(c, &mut job);
+        self.waits_for(c, &mut job);
         job
+    }
+
+    /// In seeds with dependencies, a quarter of the submissions wait for one to three jobs
+    /// the client knows (the newest more often, so chains form), a third of those whatever
+    /// the jobs end as.
+    fn waits_for(&mut self, c: usize, job: &mut JobSubmission) {
+        if !self.scenario.dependencies || is_data_parallel(&job.task) {
+            return;
+        }
+        let client = &mut self.clients[c];
+        if client.known.is_empty() || !client.rng.chance(0.25) {
+            return;
+        }
+        let count = client.rng.range(1, 3) as usize;
+        for _ in 0..count {
+            let known = client.known.len() as u64;
+            // Half the picks among the last four jobs it learned of.
+            let index = if client.rng.chance(0.5) {
+                known - 1 - client.rng.below(known.min(4))
+            } else {
+                client.rng.below(known)
+            };
+            let parent = client.known[index as usize];
+            if !job.after.contains(&parent) {
+                job.after.push(parent);
+            }
+        }
+        job.after_any_outcome = client.rng.chance(0.33);
+        self.count("client: a job waiting for others sent");
     }
 
     /// In seeds with delayed jobs, a third of the submissions wait: for a delay of up to 3 s,

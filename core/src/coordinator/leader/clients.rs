@@ -71,14 +71,17 @@ impl LeaderState {
     }
 
     /// What clients see of a job, from the applied table, marked `unserved` while it (or a
-    /// partition of it) is queued or scheduled and no worker that takes work serves its kind.
+    /// partition of it) waits (queued, scheduled or blocked) and no worker that takes work
+    /// serves its kind.
     pub(super) fn job_view(&self, m: &Member, job_id: &JobId) -> Option<JobView> {
         let mut view = m.table.view(job_id)?;
-        let queued = matches!(view.state, JobState::Queued | JobState::Scheduled)
-            || view
-                .partitions
-                .as_ref()
-                .is_some_and(|parts| parts.pieces.iter().any(|p| p.state == JobState::Queued));
+        let queued = matches!(
+            view.state,
+            JobState::Queued | JobState::Scheduled | JobState::Blocked
+        ) || view
+            .partitions
+            .as_ref()
+            .is_some_and(|parts| parts.pieces.iter().any(|p| p.state == JobState::Queued));
         view.unserved = queued && !self.registry.serves(view.task.kind());
         view.progress = view
             .lease_id

@@ -138,16 +138,8 @@ fn a_cancelled_blocked_job_releases_its_parents_and_cancels_its_children() {
 }
 
 #[test]
-fn unknown_parents_and_bad_lists_are_refused_and_create_nothing() {
+fn bad_lists_are_refused_and_an_unknown_job_waited_for_cancels_the_waiting_one() {
     let mut h = Harness::new();
-    let ghost = JobId(uuid::Uuid::from_u128(7));
-    match h.submit_after("x", &[ghost], false) {
-        ClientReply::Error { code, message, .. } => {
-            assert_eq!(code, ErrorCode::InvalidRequest);
-            assert!(message.contains(&ghost.to_string()), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
     let a = h.submit(sha("a"), 1);
     for (after, any) in [(vec![a, a], false), (vec![], true)] {
         match h.submit_after("x", &after, any) {
@@ -156,6 +148,21 @@ fn unknown_parents_and_bad_lists_are_refused_and_create_nothing() {
         }
     }
     assert_eq!(h.c.table().len(), 1);
+    // A job never submitted (or purged): how it ended is unknown, so the job waiting for it
+    // never runs, even one that asked to run after any outcome.
+    let ghost = JobId(uuid::Uuid::from_u128(7));
+    for any in [false, true] {
+        let job = match h.submit_after("x", &[a, ghost], any) {
+            ClientReply::SubmitAccepted { job_id, .. } => job_id,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(h.state(job), JobState::Cancelled);
+        let why = h.job(job).error.clone().expect("a reason");
+        assert!(
+            why.contains(&ghost.to_string()) && why.contains("not known"),
+            "{why}"
+        );
+    }
 }
 
 #[test]
