@@ -95,6 +95,7 @@ fn read_bounded(path: &Path) -> Result<String, String> {
 /// coordinator's own rules for tasks, so a bad line stops everything before anything is sent.
 fn parse_lines(text: &str, args: &SubmitArgs) -> Result<Vec<(usize, JobSubmission)>, String> {
     let (delay_millis, run_at_unix_ms) = crate::verbs::when_to_run(args)?;
+    let after = crate::verbs::parse_after(&args.after)?;
     let mut jobs = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -112,6 +113,10 @@ fn parse_lines(text: &str, args: &SubmitArgs) -> Result<Vec<(usize, JobSubmissio
             .fairness_key
             .take()
             .or_else(|| args.fairness_key.clone());
+        if job.after.is_empty() {
+            job.after = after.clone();
+            job.after_any_outcome = args.after_any_outcome;
+        }
         if job.delay_millis.is_none() && job.run_at_unix_ms.is_none() {
             job.delay_millis = delay_millis;
             job.run_at_unix_ms = run_at_unix_ms;

@@ -250,6 +250,8 @@ async fn run_connection(
                 delay_millis: None,
                 run_at_unix_ms: None,
                 retry_of: None,
+                after: Vec::new(),
+                after_any_outcome: false,
             };
             let submitted = client.submit(&task, options).await;
             let ack = t0.elapsed();

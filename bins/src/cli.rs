@@ -497,6 +497,13 @@ pub struct SubmitArgs {
     /// `2026-12-24T19:00:00+01:00`; at most 366 days ahead): it is SCHEDULED until then.
     #[arg(long, global = true, value_name = "TIME")]
     pub run_at: Option<String>,
+    /// Wait for these jobs (comma-separated ids, at most 64): the job is BLOCKED until all of
+    /// them end, and cancelled if one fails or is cancelled (see --after-any-outcome).
+    #[arg(long, global = true, value_name = "ID,...", value_delimiter = ',')]
+    pub after: Vec<String>,
+    /// With --after: run whatever the jobs waited for end as.
+    #[arg(long, global = true, requires = "after")]
+    pub after_any_outcome: bool,
     /// Retries of a retryable admission rejection (0 = one shot).
     #[arg(long, global = true, default_value_t = 0)]
     pub submit_retries: u32,

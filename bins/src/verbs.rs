@@ -407,6 +407,10 @@ pub async fn submit(args: SubmitArgs) -> u8 {
         Ok(when) => when,
         Err(error) => return usage_error(&error, as_json),
     };
+    let after = match parse_after(&args.after) {
+        Ok(after) => after,
+        Err(error) => return usage_error(&error, as_json),
+    };
     let mut config = ClientConfig::new(args.client.coordinator.clone());
     config.submit_retries = args.submit_retries;
     config.submit_retry_base = Duration::from_millis(args.submit_retry_base_millis.max(1));
@@ -427,6 +431,8 @@ pub async fn submit(args: SubmitArgs) -> u8 {
         delay_millis,
         run_at_unix_ms,
         retry_of: None,
+        after,
+        after_any_outcome: args.after_any_outcome,
     };
     let submitted = match client.submit(&task, options).await {
         Ok(submitted) => submitted,
@@ -464,17 +470,39 @@ pub async fn status(args: JobArgs) -> u8 {
         Ok(id) => id,
         Err(code) => return code,
     };
-    match client_for(&args.client).status(job_id).await {
+    let client = client_for(&args.client);
+    match client.status(job_id).await {
         Ok(job) => {
             if as_json {
                 println!("{}", job_json(&job));
             } else {
                 print!("{}", job_for_people(&job));
+                print!("{}", waits_for_people(&client, &job).await);
             }
             exit::OK
         }
         Err(error) => report_error(&error, as_json),
     }
+}
+
+/// The jobs `job` waits for, each with where it is now (one `STATUS` each).
+async fn waits_for_people(client: &HerderClient, job: &JobView) -> String {
+    if job.after.is_empty() {
+        return String::new();
+    }
+    let mut out = if job.after_any_outcome {
+        "  After:    (runs whatever these end as)\n".to_owned()
+    } else {
+        "  After:    (runs once these completed; cancelled if one fails)\n".to_owned()
+    };
+    for parent in &job.after {
+        let state = match client.status(*parent).await {
+            Ok(view) => view.state.to_string(),
+            Err(error) => format!("not known ({error})"),
+        };
+        out += &format!("    {parent}  {state}\n");
+    }
+    out
 }
 
 pub async fn wait(args: WaitArgs) -> u8 {
@@ -849,6 +877,15 @@ pub fn gen_certs(args: crate::cli::GenCertsArgs) -> u8 {
         }
         Err(error) => usage_error(&error, false),
     }
+}
+
+/// `--after` as job ids.
+pub fn parse_after(raw: &[String]) -> Result<Vec<JobId>, String> {
+    raw.iter()
+        .map(|id| {
+            JobId::from_str(id.trim()).map_err(|_| format!("--after: {id:?} is not a job id"))
+        })
+        .collect()
 }
 
 /// `--delay` and `--run-at` as the wire carries them: `(delay_millis, run_at_unix_ms)`.

@@ -816,6 +816,15 @@
       ...field('Timeout', job.timeout_millis ? fmtDuration(job.timeout_millis) : el('span', { className: 'muted', text: 'none' })),
     ];
     if (job.retry_of) fields.push(...field('Retry of', jobLink(job.retry_of, shortId(job.retry_of))));
+    if (job.after && job.after.length) {
+      const links = [];
+      job.after.forEach((id, i) => {
+        if (i > 0) links.push(el('span', { text: ', ' }));
+        links.push(jobLink(id, shortId(id)));
+      });
+      links.push(el('span', { className: 'muted', text: job.after_any_outcome ? ' (whatever they end as)' : ' (once they completed)' }));
+      fields.push(...field('Waits for', ...links));
+    }
     if (job.run_at_unix_ms) {
       const ahead = job.run_at_unix_ms - Date.now();
       fields.push(...field('Runs at', el('span', { text: fmtDateTime(job.run_at_unix_ms) }),

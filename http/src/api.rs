@@ -310,6 +310,10 @@ struct SubmitBody {
     fairness_key: Option<String>,
     run_at_unix_ms: Option<u64>,
     delay_millis: Option<u64>,
+    #[serde(default)]
+    after: Vec<JobId>,
+    #[serde(default)]
+    after_any_outcome: bool,
 }
 
 async fn submit(
@@ -327,6 +331,8 @@ async fn submit(
         queue: request.queue,
         run_at_unix_ms: request.run_at_unix_ms,
         delay_millis: request.delay_millis,
+        after: request.after,
+        after_any_outcome: request.after_any_outcome,
         retry_of: None,
     };
     let submitted = client.submit_json(request.task, options).await?;

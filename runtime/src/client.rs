@@ -100,6 +100,10 @@ pub struct SubmitOptions {
     pub delay_millis: Option<u64>,
     /// The job this one retries (`None`: a job of its own).
     pub retry_of: Option<JobId>,
+    /// Jobs to wait for: `BLOCKED` until they end.
+    pub after: Vec<JobId>,
+    /// Run whatever the jobs in `after` end as.
+    pub after_any_outcome: bool,
 }
 
 /// A durable submission.
@@ -274,8 +278,8 @@ impl HerderClient {
             delay_millis: options.delay_millis,
             run_at_unix_ms: options.run_at_unix_ms,
             retry_of: options.retry_of,
-            after: Vec::new(),
-            after_any_outcome: false,
+            after: options.after,
+            after_any_outcome: options.after_any_outcome,
         })
         .await
     }

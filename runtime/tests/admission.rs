@@ -69,6 +69,8 @@ fn keyed(key: &str, max_attempts: Option<u32>) -> SubmitOptions {
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }
 }
 

@@ -360,3 +360,89 @@ async fn cancelling_a_queued_job_and_a_running_job() {
     worker.shutdown().await;
     coordinator.shutdown().await.expect("clean shutdown");
 }
+
+/// A chain A -> B -> C and a fan-in of ten parents into one child run in order on real
+/// workers, and the child reads its parents' results through their views; a failed parent
+/// cancels what waits for it, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_and_a_fan_in_run_in_order_and_a_failed_parent_cancels_its_dependents() {
+    use herder_runtime::client::SubmitOptions;
+    let dir = TestDir::new("dependencies");
+    let coordinator = start_coordinator(fast_config(), dir.path()).await;
+    let client = client(coordinator.client_addr());
+    let after = |parents: Vec<herder_core::ids::JobId>| SubmitOptions {
+        after: parents,
+        ..attempts(1)
+    };
+    let sha = |text: &str| TaskSpec::Sha256 { text: text.into() };
+    // Submitted before any worker is up, so nothing has run when the graph is built.
+    let a = submit_with(&client, sha("a"), attempts(1)).await;
+    let b = submit_with(&client, sha("b"), after(vec![a])).await;
+    let c = submit_with(&client, sha("c"), after(vec![b])).await;
+    let mut parents = Vec::new();
+    for i in 0..10 {
+        parents.push(
+            submit_with(
+                &client,
+                TaskSpec::PrimeCount {
+                    limit: 1_000 * (i + 1),
+                },
+                attempts(1),
+            )
+            .await,
+        );
+    }
+    let child = submit_with(&client, sha("child"), after(parents.clone())).await;
+    let broken = submit_with(
+        &client,
+        TaskSpec::Fail {
+            fail_until_attempt: 9,
+        },
+        attempts(1),
+    )
+    .await;
+    let doomed = submit_with(&client, sha("doomed"), after(vec![broken])).await;
+    let downstream = submit_with(&client, sha("downstream"), after(vec![doomed])).await;
+    assert_eq!(status(&client, c).await.state, JobState::Blocked);
+
+    let worker = start_worker("worker-1", 4, coordinator.worker_addr());
+    let started = |job: &herder_core::protocol::JobView| {
+        job.history
+            .first()
+            .expect("an attempt")
+            .started_at_unix_ms
+            .0
+    };
+    let ended = |job: &herder_core::protocol::JobView| job.finished_at_unix_ms.expect("ended");
+    let (a, b, c) = (
+        wait_terminal(&client, a).await,
+        wait_terminal(&client, b).await,
+        wait_terminal(&client, c).await,
+    );
+    for job in [&a, &b, &c] {
+        assert_eq!(job.state, JobState::Completed, "{job:?}");
+    }
+    assert!(started(&b) >= ended(&a) && started(&c) >= ended(&b));
+    let child = wait_terminal(&client, child).await;
+    assert_eq!(child.state, JobState::Completed, "{child:?}");
+    assert_eq!(child.after, parents);
+    for parent in &child.after {
+        let parent = status(&client, *parent).await;
+        assert!(started(&child) >= ended(&parent));
+        assert!(
+            matches!(parent.result, Some(TaskOutput::PrimeCount { .. })),
+            "{parent:?}"
+        );
+    }
+    assert_eq!(wait_terminal(&client, broken).await.state, JobState::Failed);
+    for job in [doomed, downstream] {
+        let job = wait_terminal(&client, job).await;
+        assert_eq!(job.state, JobState::Cancelled, "{job:?}");
+        assert!(job.history.is_empty(), "it never ran: {job:?}");
+        assert!(job
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("FAILED") || e.contains("CANCELLED")));
+    }
+    worker.shutdown().await;
+}

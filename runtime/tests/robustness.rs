@@ -560,6 +560,8 @@ async fn a_request_larger_than_a_frame_fails_alone() {
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         };
         let result = tokio::time::timeout(SHORT, client.submit(&huge, options))
             .await
@@ -684,6 +686,8 @@ async fn a_request_over_the_coordinators_frame_limit_fails_instead_of_being_rese
             delay_millis: None,
             run_at_unix_ms: None,
             retry_of: None,
+            after: Vec::new(),
+            after_any_outcome: false,
         };
         let result = tokio::time::timeout(SHORT, client.submit(&task, options))
             .await

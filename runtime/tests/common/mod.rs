@@ -241,6 +241,8 @@ pub fn attempts(n: u32) -> SubmitOptions {
         delay_millis: None,
         run_at_unix_ms: None,
         retry_of: None,
+        after: Vec::new(),
+        after_any_outcome: false,
     }
 }
 
