@@ -426,7 +426,7 @@ async fn list(Group(client, _): Group, params: Result<Query<ListQuery>, QueryRej
         None | Some("") => None,
         Some(raw) => Some(JobState::parse(raw).ok_or_else(|| {
             ApiError::invalid(format!(
-                "unknown state {raw:?}; one of SCHEDULED, QUEUED, RUNNING, RETRY_WAIT, COMPLETED, FAILED, CANCELLED"
+                "unknown state {raw:?}; one of BLOCKED, SCHEDULED, QUEUED, RUNNING, RETRY_WAIT, COMPLETED, FAILED, CANCELLED"
             ))
         })?),
     };
