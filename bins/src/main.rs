@@ -1,6 +1,7 @@
 //! The `herder` command. Parsing and printing live here; everything else is the runtime's.
 
 mod batch;
+mod batch_graph;
 mod bench;
 mod cli;
 mod config;

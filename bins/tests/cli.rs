@@ -1039,3 +1039,105 @@ fn failed_and_cancelled_jobs_are_retried_once_as_new_jobs_linked_to_them() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_batch_file_can_carry_a_graph_of_jobs_and_a_cycle_sends_nothing() {
+    let (server, dir) = dev_cluster("batch-graph");
+    let at = ["--coordinator", server.client_addr.as_str()];
+    let file = dir.join("graph.jsonl");
+    let cycle = dir.join("cycle.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"task": {"kind": "sha256", "text": "join"}, "ref": "join", "after_refs": ["left", "right"]}"#,
+            "\n",
+            r#"{"task": {"kind": "sha256", "text": "left"}, "ref": "left", "after_refs": ["root"]}"#,
+            "\n",
+            r#"{"task": {"kind": "sha256", "text": "right"}, "ref": "right", "after_refs": ["root"]}"#,
+            "\n",
+            r#"{"task": {"kind": "sha256", "text": "root"}, "ref": "root"}"#,
+            "\n",
+        ),
+    )
+    .expect("write the graph");
+    std::fs::write(
+        &cycle,
+        concat!(
+            r#"{"task": {"kind": "sha256", "text": "a"}, "ref": "a", "after_refs": ["b"]}"#,
+            "\n",
+            r#"{"task": {"kind": "sha256", "text": "b"}, "ref": "b", "after_refs": ["a"]}"#,
+            "\n",
+        ),
+    )
+    .expect("write the cycle");
+    let refused = herder(
+        &[
+            &["submit", "--batch-file", cycle.to_str().expect("utf-8")],
+            &at[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        code(&refused),
+        2,
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cycle"));
+    let listed = stdout_json(&herder(&[&["list", "--json"], &at[..]].concat()));
+    assert_eq!(
+        listed["jobs"].as_array().map(Vec::len),
+        Some(0),
+        "nothing was sent: {listed}"
+    );
+
+    let sent = herder(
+        &[
+            &[
+                "submit",
+                "--batch-file",
+                file.to_str().expect("utf-8"),
+                "--json",
+            ],
+            &at[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code(&sent), 0, "{}", String::from_utf8_lossy(&sent.stderr));
+    let mut ids = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&sent.stdout).lines() {
+        let answer: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        ids.insert(
+            answer["line"].as_u64().expect("a line"),
+            answer["job_id"].as_str().expect("an id").to_owned(),
+        );
+    }
+    assert_eq!(ids.len(), 4);
+    let waited = herder(&[&["wait", &ids[&1], "--json"], &at[..]].concat());
+    assert_eq!(
+        code(&waited),
+        0,
+        "{}",
+        String::from_utf8_lossy(&waited.stdout)
+    );
+    let join = &stdout_json(&herder(&[&["status", &ids[&1], "--json"], &at[..]].concat()));
+    assert_eq!(join["state"], "COMPLETED", "{join}");
+    let after: Vec<&str> = join["after"]
+        .as_array()
+        .expect("after")
+        .iter()
+        .map(|v| v.as_str().expect("id"))
+        .collect();
+    assert_eq!(after, vec![ids[&2].as_str(), ids[&3].as_str()]);
+    let started =
+        |job: &serde_json::Value| job["first_started_at_unix_ms"].as_u64().expect("started");
+    for line in [2, 3] {
+        let parent = stdout_json(&herder(
+            &[&["status", &ids[&line], "--json"], &at[..]].concat(),
+        ));
+        assert_eq!(parent["state"], "COMPLETED");
+        assert!(started(join) >= parent["finished_at_unix_ms"].as_u64().expect("finished"));
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
