@@ -1120,7 +1120,9 @@ fn a_batch_file_can_carry_a_graph_of_jobs_and_a_cycle_sends_nothing() {
         "{}",
         String::from_utf8_lossy(&waited.stdout)
     );
-    let join = &stdout_json(&herder(&[&["status", &ids[&1], "--json"], &at[..]].concat()));
+    let join = &stdout_json(&herder(
+        &[&["status", &ids[&1], "--json"], &at[..]].concat(),
+    ));
     assert_eq!(join["state"], "COMPLETED", "{join}");
     let after: Vec<&str> = join["after"]
         .as_array()
