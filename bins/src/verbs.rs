@@ -485,15 +485,23 @@ pub async fn status(args: JobArgs) -> u8 {
     }
 }
 
-/// The jobs `job` waits for, each with where it is now (one `STATUS` each).
+/// The jobs `job` waits for, each with where it is now (one `STATUS` each), and the jobs
+/// waiting for it.
 async fn waits_for_people(client: &HerderClient, job: &JobView) -> String {
-    if job.after.is_empty() {
-        return String::new();
+    let mut out = String::new();
+    if !job.waited_on_by.is_empty() {
+        out += "  Awaited by:\n";
+        for child in &job.waited_on_by {
+            out += &format!("    {child}  BLOCKED\n");
+        }
     }
-    let mut out = if job.after_any_outcome {
-        "  After:    (runs whatever these end as)\n".to_owned()
+    if job.after.is_empty() {
+        return out;
+    }
+    out += if job.after_any_outcome {
+        "  After:    (runs whatever these end as)\n"
     } else {
-        "  After:    (runs once these completed; cancelled if one fails)\n".to_owned()
+        "  After:    (runs once these completed; cancelled if one fails)\n"
     };
     for parent in &job.after {
         let state = match client.status(*parent).await {
@@ -950,6 +958,7 @@ mod tests {
             retry_of: None,
             after: Vec::new(),
             after_any_outcome: false,
+            waited_on_by: Vec::new(),
         }
     }
 

@@ -144,6 +144,9 @@ pub const DUE_JOBS_PER_ENTRY_MAX: usize = 1024;
 pub const WALL_CLOCK_STEP_MIN: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most jobs one job may wait for (`after`).
 pub const AFTER_JOBS_MAX: usize = 64;
+/// Most of the jobs waiting for a job that its view lists (`waited_on_by`), so a view of a job
+/// many wait for still fits a frame.
+pub const WAITING_SHOWN_MAX: usize = 64;
 /// How far ahead of the leader's clock a job may be scheduled: a year and a day.
 pub const RUN_AT_AHEAD_MILLIS_MAX: u64 = 366 * 24 * 60 * 60 * 1000;
 /// How often a leader checks whether retention has jobs to purge.

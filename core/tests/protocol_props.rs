@@ -269,6 +269,7 @@ fn job_view() -> impl Strategy<Value = JobView> {
                     retry_of: None,
                     after: Vec::new(),
                     after_any_outcome: false,
+                    waited_on_by: Vec::new(),
                 }
             },
         )
@@ -1739,6 +1740,7 @@ fn client_reply_wire_forms() {
                 retry_of: None,
                 after: Vec::new(),
                 after_any_outcome: false,
+                waited_on_by: Vec::new(),
             }),
         },
         json!({
@@ -1860,6 +1862,7 @@ fn client_reply_wire_forms() {
                 retry_of: None,
                 after: Vec::new(),
                 after_any_outcome: false,
+                waited_on_by: Vec::new(),
             }),
             cancelled: true,
         },

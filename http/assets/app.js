@@ -825,6 +825,14 @@
       links.push(el('span', { className: 'muted', text: job.after_any_outcome ? ' (whatever they end as)' : ' (once they completed)' }));
       fields.push(...field('Waits for', ...links));
     }
+    if (job.waited_on_by && job.waited_on_by.length) {
+      const links = [];
+      job.waited_on_by.forEach((id, i) => {
+        if (i > 0) links.push(el('span', { text: ', ' }));
+        links.push(jobLink(id, shortId(id)));
+      });
+      fields.push(...field('Awaited by', ...links));
+    }
     if (job.run_at_unix_ms) {
       const ahead = job.run_at_unix_ms - Date.now();
       fields.push(...field('Runs at', el('span', { text: fmtDateTime(job.run_at_unix_ms) }),

@@ -744,6 +744,9 @@ pub struct JobView {
     /// It runs whatever the jobs it waits for ended as.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub after_any_outcome: bool,
+    /// The `BLOCKED` jobs waiting for this one (the first `WAITING_SHOWN_MAX` of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waited_on_by: Vec<JobId>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use super::JobTable;
 use crate::ids::JobId;
 use crate::job::{Job, JobState};
+use crate::limits::WAITING_SHOWN_MAX;
 use crate::protocol::{JobView, PartitionView, PartitionsView, QueueView};
 use crate::time::UnixMillis;
 
@@ -13,6 +14,7 @@ impl JobTable {
     pub fn view(&self, job_id: &JobId) -> Option<JobView> {
         let job = self.jobs.get(job_id)?;
         let mut view = job.view();
+        view.waited_on_by = self.dependents_of(job_id).take(WAITING_SHOWN_MAX).collect();
         if job.is_parent() {
             let pieces: Vec<PartitionView> = job
                 .partitions
@@ -126,6 +128,7 @@ impl Job {
             retry_of: self.retry_of,
             after: self.after.clone(),
             after_any_outcome: self.after_any_outcome,
+            waited_on_by: Vec::new(),
         }
     }
 }

@@ -73,6 +73,9 @@ fn a_chain_runs_in_order_and_a_fan_in_waits_for_every_parent() {
         .collect();
     let child = h.after("child", &parents);
     assert_eq!(h.c.table().dependents_of(&a).collect::<Vec<_>>(), vec![b]);
+    let view = h.c.table().view(&a).expect("a view");
+    assert_eq!(view.waited_on_by, vec![b]);
+    assert_eq!(h.c.table().view(&child).expect("a view").after, parents);
 
     h.register("w1", 4);
     let order = h.run_all(&[]);
