@@ -47,6 +47,9 @@ enum Op {
         /// Wait until this many ms after the entry before it (`None`: run now); under 10 ms
         /// is already reached by the submission's own stamp.
         wait: Option<u64>,
+        /// Jobs to wait for (a ghost among them is unknown), and whether any outcome will do.
+        after: Vec<JobRef>,
+        any_outcome: bool,
     },
     /// Queue these jobs if their time has come.
     Due {
@@ -144,13 +147,18 @@ fn op() -> impl Strategy<Value = Op> {
             proptest::option::of(0..2usize),
             1..=5u64,
             proptest::option::weighted(0.3, 0..60u64),
+            proptest::collection::vec(job_ref(), 0..3),
+            any::<bool>(),
         )
-            .prop_map(|(spec, max_attempts, key, limit, wait)| Op::Submit {
+            .prop_map(|(spec, max_attempts, key, limit, wait, after, any_outcome)| Op::Submit {
                 spec,
                 max_attempts,
                 key,
                 limit,
-                wait
+                wait,
+                // Half the submissions wait for nobody.
+                after: if any_outcome { Vec::new() } else { after },
+                any_outcome: any_outcome && wait.is_some(),
             }),
         2 => proptest::collection::vec(job_ref(), 1..4).prop_map(|jobs| Op::Due { jobs }),
         4 => (job_ref(), 0..LEASE_POOL as usize, 0..2usize, 1..=2u64).prop_map(
@@ -210,8 +218,15 @@ impl Concretizer {
                 key,
                 limit,
                 wait,
+                after,
+                any_outcome,
             } => {
-                // The leader never proposes one job id twice.
+                // The leader never proposes one job id twice; it sends each job waited for
+                // once (one may be unknown: a ghost).
+                let mut after: Vec<JobId> = after.iter().map(|job| self.job(job)).collect();
+                after.sort();
+                after.dedup();
+                let after_any_outcome = *any_outcome && !after.is_empty();
                 self.next_job += 1;
                 let job_id = JobId(uuid::Uuid::from_u128(self.next_job));
                 self.submitted.push(job_id);
@@ -229,9 +244,9 @@ impl Concretizer {
                     priority: 0,
                     queue: herder_core::queues::default_queue(),
                     run_at: wait.map(|ms| UnixMillis(stamp(table.applied_index()).0 + ms)),
+                    after,
+                    after_any_outcome,
                     retry_of: None,
-                    after: Vec::new(),
-                    after_any_outcome: false,
                 }
             }
             Op::Due { jobs } => Command::Due {
@@ -474,13 +489,31 @@ fn check_step(
                 id,
                 outcome
             );
-            if applied.changed_job() != Some(*id) {
+            let retagged = outcome
+                .follow_on
+                .iter()
+                .any(|f| matches!(f, Applied::Retagged { job_id } if job_id == id));
+            if applied.changed_job() != Some(*id) && retagged {
                 let assigned = matches!(applied, Applied::Assigned { .. });
                 prop_assert!(assigned, "only a start hands a turn over");
                 prop_assert_ne!(new.turn, before.rows[id].turn);
                 let mut unturned = new.clone();
                 unturned.turn = before.rows[id].turn;
                 prop_assert_eq!(&unturned, &before.rows[id], "only its turn changed");
+            } else if applied.changed_job() != Some(*id) {
+                // Otherwise a job the entry queued (its time came) or judged (a job it waited
+                // for ended, or it was just created waiting).
+                let old_state = before.rows.get(id).map(|old| old.state);
+                prop_assert!(
+                    matches!(
+                        old_state,
+                        Some(JobState::Blocked | JobState::Scheduled) | None
+                    ),
+                    "row {} changed from {:?} as a follow-on of {:?}",
+                    id,
+                    old_state,
+                    outcome
+                );
             }
         }
     }
@@ -595,6 +628,7 @@ fn check_step(
             partitions_asked,
             max_active_jobs,
             run_at,
+            after: waits_for,
             ..
         } => {
             let bound = idempotency_key.as_ref().and_then(|key| {
@@ -635,10 +669,25 @@ fn check_step(
                 (None, Applied::Submitted { job_id: created }) => {
                     prop_assert_eq!(created, job_id);
                     prop_assert!(before.active < *max_active_jobs, "admitted over the limit");
-                    prop_assert_eq!(after.active_jobs(), before.active + 1);
                     let job = &after_rows[job_id];
+                    // A job waiting for one that ended badly, or for one unknown, is created
+                    // and cancelled by the same entry.
+                    let counted = u64::from(!job.state.is_terminal());
+                    prop_assert_eq!(after.active_jobs(), before.active + counted);
                     prop_assert_eq!(job.attempt, Attempt(0));
-                    if run_at.is_some_and(|at| at > stamp(after.applied_index())) {
+                    if !waits_for.is_empty() {
+                        prop_assert!(
+                            matches!(
+                                job.state,
+                                JobState::Blocked
+                                    | JobState::Queued
+                                    | JobState::Scheduled
+                                    | JobState::Cancelled
+                            ),
+                            "{:?}",
+                            job.state
+                        );
+                    } else if run_at.is_some_and(|at| at > stamp(after.applied_index())) {
                         prop_assert_eq!(job.state, JobState::Scheduled);
                         prop_assert!(after.scheduled().any(|(_, id)| id == *job_id));
                         prop_assert!(after.queued().all(|id| id != *job_id));
@@ -727,7 +776,8 @@ fn check_step(
                     }
                 );
                 prop_assert_eq!(after_rows[job_id].state, JobState::Cancelled);
-                prop_assert_eq!(after.active_jobs(), before.active - 1);
+                // The jobs waiting for it may be cancelled with it (the count is checked below).
+                prop_assert!(after.active_jobs() < before.active);
             }
         },
         Command::Due { job_ids } => {
@@ -757,7 +807,7 @@ fn check_step(
     }
 
     // Terminal transitions free exactly one admission slot each; nothing else changes the count
-    // except a new job.
+    // except a new job (which may end in the entry that created it).
     let newly_terminal = after_rows
         .values()
         .filter(|job| job.state.is_terminal())
@@ -765,7 +815,7 @@ fn check_step(
             before
                 .rows
                 .get(&job.id)
-                .is_some_and(|old| !old.state.is_terminal())
+                .is_none_or(|old| !old.state.is_terminal())
         })
         .count() as u64;
     let created = (after_rows.len() - before.rows.len()) as u64;
@@ -1039,6 +1089,7 @@ fn the_generator_reaches_every_outcome() {
         "Stale/UnknownJob",
         "RequeueSkipped",
         "UnknownJob",
+        "DueChecked",
     ];
     let missing: Vec<&str> = wanted
         .iter()
