@@ -400,6 +400,47 @@ wire_message!(ClientRequest {
 });
 
 impl ClientRequest {
+    /// A `SUBMIT` as its request id and the fields of its job (the inverse of
+    /// [`JobSubmission::into_request`]); `None` for any other request.
+    pub fn into_submission(self) -> Option<(RequestId, JobSubmission)> {
+        match self {
+            ClientRequest::Submit {
+                request_id,
+                task,
+                max_attempts,
+                idempotency_key,
+                partitions,
+                timeout_millis,
+                queue,
+                priority,
+                fairness_key,
+                run_at_unix_ms,
+                delay_millis,
+                retry_of,
+                after,
+                after_any_outcome,
+            } => Some((
+                request_id,
+                JobSubmission {
+                    task,
+                    max_attempts,
+                    idempotency_key,
+                    partitions,
+                    timeout_millis,
+                    queue,
+                    priority,
+                    fairness_key,
+                    run_at_unix_ms,
+                    delay_millis,
+                    retry_of,
+                    after,
+                    after_any_outcome,
+                },
+            )),
+            _ => None,
+        }
+    }
+
     pub fn request_id(&self) -> RequestId {
         match self {
             ClientRequest::Cluster { request_id }

@@ -23,12 +23,15 @@ impl JobTable {
         self.release_rate_waits(at);
         let mut follow_on = Vec::new();
         let applied = self.apply_command(index, at, command, &mut follow_on);
-        // Jobs that ended release, or cancel, the jobs waiting for them.
-        let changed = std::iter::once(&applied)
-            .chain(&follow_on)
-            .filter_map(Applied::changed_job)
-            .collect();
-        self.settle_dependents(changed, &mut follow_on);
+        // Jobs that ended release, or cancel, the jobs waiting for them (nothing to look at,
+        // and nothing allocated, while no job waits).
+        if !self.dependents.is_empty() {
+            let changed = std::iter::once(&applied)
+                .chain(&follow_on)
+                .filter_map(Applied::changed_job)
+                .collect();
+            self.settle_dependents(changed, &mut follow_on);
+        }
         let outcome = Outcome { applied, follow_on };
         self.stamp_finished(at, &outcome);
         if cfg!(debug_assertions) {

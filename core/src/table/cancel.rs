@@ -23,28 +23,27 @@ impl JobTable {
 
     /// Cancels one non-terminal job (revoking its lease); `None` if it is terminal or unknown.
     pub(super) fn cancel_one(&mut self, job_id: JobId, why: &str) -> Option<Applied> {
-        let job = self.jobs.get_mut(&job_id)?;
+        let job = self.jobs.get(&job_id)?;
         let previous = job.state;
         if previous.is_terminal() {
             return None;
         }
-        if previous == JobState::Queued {
-            let removed = self.queue.remove(job.queue_seq, &job.placement());
-            assert_eq!(
-                removed,
-                Some(job_id),
-                "queued job {job_id} was not at its queue position"
-            );
-        }
-        if previous == JobState::Blocked {
-            self.unblock(job_id);
-        }
-        let Some(job) = self.jobs.get_mut(&job_id) else {
-            panic!("job {job_id} vanished during apply");
-        };
-        if previous == JobState::Scheduled {
-            let run_at = job.run_at;
-            self.unschedule(job_id, run_at);
+        // It leaves the index its state files it in.
+        match previous {
+            JobState::Queued => {
+                let removed = self.queue.remove(job.queue_seq, &job.placement());
+                assert_eq!(
+                    removed,
+                    Some(job_id),
+                    "queued job {job_id} was not at its queue position"
+                );
+            }
+            JobState::Scheduled => {
+                let run_at = job.run_at;
+                self.unschedule(job_id, run_at);
+            }
+            JobState::Blocked => self.unblock(job_id),
+            _ => {}
         }
         let Some(job) = self.jobs.get_mut(&job_id) else {
             panic!("job {job_id} vanished during apply");

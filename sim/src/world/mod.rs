@@ -806,27 +806,32 @@ impl World {
     }
 
     /// The member acting as leader (caught up with its term), if any.
+    /// The member acting as leader (of the highest term, should two think they do).
+    fn acting_leader_index(&self) -> Option<usize> {
+        self.coords
+            .iter()
+            .enumerate()
+            .filter_map(|(c, node)| Some((c, node.machine.as_ref()?)))
+            .filter(|(_, m)| m.is_acting_leader())
+            .max_by_key(|(_, m)| m.replica().term())
+            .map(|(c, _)| c)
+    }
+
     /// The wall clock of the member acting as leader, now (what its `Due` entries are
     /// stamped with).
     fn leader_wall_now(&self) -> Option<UnixMillis> {
-        self.coords
-            .iter()
-            .filter_map(|c| Some((c, c.machine.as_ref()?)))
-            .filter(|(_, m)| m.is_acting_leader())
-            .max_by_key(|(_, m)| m.replica().term())
-            .map(|(node, m)| {
-                m.config()
-                    .wall_clock_at_epoch
-                    .at(node.clock.local(self.now))
-            })
+        let node = &self.coords[self.acting_leader_index()?];
+        let machine = node.machine.as_ref()?;
+        Some(
+            machine
+                .config()
+                .wall_clock_at_epoch
+                .at(node.clock.local(self.now)),
+        )
     }
 
     fn acting_leader(&self) -> Option<&Coordinator> {
-        self.coords
-            .iter()
-            .filter_map(|c| c.machine.as_ref())
-            .filter(|m| m.is_acting_leader())
-            .max_by_key(|m| m.replica().term())
+        self.coords[self.acting_leader_index()?].machine.as_ref()
     }
 
     fn all_done(&self) -> bool {

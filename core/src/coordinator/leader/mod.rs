@@ -56,7 +56,7 @@ use crate::command::Command;
 use crate::ids::{ConnectionId, Incarnation, LogIndex, RequestId, Term, WorkerId};
 use crate::job::JobState;
 use crate::protocol::{
-    CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, JobSubmission, RunningAttempt,
+    CancelReason, ClientReply, ClientRequest, CoordinatorToWorker, RunningAttempt,
     WorkerToCoordinator,
 };
 use crate::queues::QueueChange;
@@ -469,36 +469,10 @@ impl LeaderState {
             );
         }
         match message {
-            ClientRequest::Submit {
-                request_id,
-                task,
-                max_attempts,
-                idempotency_key,
-                partitions,
-                timeout_millis,
-                queue,
-                priority,
-                fairness_key,
-                run_at_unix_ms,
-                delay_millis,
-                retry_of,
-                after,
-                after_any_outcome,
-            } => {
-                let submission = JobSubmission {
-                    task,
-                    max_attempts,
-                    idempotency_key,
-                    partitions,
-                    timeout_millis,
-                    queue,
-                    priority,
-                    fairness_key,
-                    run_at_unix_ms,
-                    delay_millis,
-                    retry_of,
-                    after,
-                    after_any_outcome,
+            // It takes the path of any job submitted: as the fields of a job.
+            request @ ClientRequest::Submit { .. } => {
+                let Some((request_id, submission)) = request.into_submission() else {
+                    unreachable!("a SUBMIT holds a submission")
                 };
                 let to = SubmitTo::Request { conn, request_id };
                 self.submit(m, to, submission, confirmed)

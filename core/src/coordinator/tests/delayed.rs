@@ -8,24 +8,12 @@ use crate::time::UnixMillis;
 impl Harness {
     /// Submits a sha256 job that waits `delay_millis` (or for `run_at`), and returns the reply.
     fn submit_delayed(&mut self, delay_millis: Option<u64>, run_at: Option<u64>) -> ClientReply {
-        let request_id = self.request_id();
-        self.client_says(ClientRequest::Submit {
-            request_id,
+        self.submit_job(JobSubmission {
             task: sha("later"),
-            max_attempts: None,
-            idempotency_key: None,
-            partitions: None,
-            timeout_millis: None,
-            queue: None,
-            priority: None,
-            fairness_key: None,
             run_at_unix_ms: run_at,
             delay_millis,
-            retry_of: None,
-            after: Vec::new(),
-            after_any_outcome: false,
-        });
-        self.reply_to(request_id)
+            ..JobSubmission::default()
+        })
     }
 
     fn delayed(&mut self, delay_millis: u64) -> JobId {
@@ -135,24 +123,12 @@ fn bad_times_are_refused_and_write_nothing() {
         }
     }
     // A data-parallel task splits at once: it cannot wait.
-    let request_id = h.request_id();
-    h.client_says(ClientRequest::Submit {
-        request_id,
+    let reply = h.submit_job(JobSubmission {
         task: json!({"kind": "max", "numbers": [1, 2, 3]}),
-        max_attempts: None,
-        idempotency_key: None,
-        partitions: None,
-        timeout_millis: None,
-        queue: None,
-        priority: None,
-        fairness_key: None,
-        run_at_unix_ms: None,
         delay_millis: Some(1_000),
-        retry_of: None,
-        after: Vec::new(),
-        after_any_outcome: false,
+        ..JobSubmission::default()
     });
-    match h.reply_to(request_id) {
+    match reply {
         ClientReply::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidRequest),
         other => panic!("a delayed data-parallel job should be refused, got {other:?}"),
     }

@@ -7,24 +7,13 @@ use super::*;
 impl Harness {
     /// Submits a sha256 job waiting for `after`; returns the reply.
     fn submit_after(&mut self, text: &str, after: &[JobId], any_outcome: bool) -> ClientReply {
-        let request_id = self.request_id();
-        self.client_says(ClientRequest::Submit {
-            request_id,
+        self.submit_job(JobSubmission {
             task: sha(text),
             max_attempts: Some(1),
-            idempotency_key: None,
-            partitions: None,
-            timeout_millis: None,
-            queue: None,
-            priority: None,
-            fairness_key: None,
-            run_at_unix_ms: None,
-            delay_millis: None,
-            retry_of: None,
             after: after.to_vec(),
             after_any_outcome: any_outcome,
-        });
-        self.reply_to(request_id)
+            ..JobSubmission::default()
+        })
     }
 
     fn after(&mut self, text: &str, after: &[JobId]) -> JobId {

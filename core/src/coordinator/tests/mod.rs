@@ -17,7 +17,9 @@ use crate::command::{Command, LogEntry};
 use crate::ids::{Attempt, Incarnation, JobId, LeaseId, RequestId, Term, WorkerId};
 use crate::job::{JobState, Lease};
 use crate::limits::ATTEMPTS_MAX;
-use crate::protocol::{AttemptOutcome, CancelReason, RegisterRejection, RunningAttempt};
+use crate::protocol::{
+    AttemptOutcome, CancelReason, JobSubmission, RegisterRejection, RunningAttempt,
+};
 use crate::table::Applied;
 use crate::tasks::{TaskOutput, TaskSpec};
 use crate::testing::Driver;
@@ -177,23 +179,21 @@ impl Harness {
         key: Option<&str>,
     ) -> RequestId {
         let request_id = self.request_id();
-        self.client_says(ClientRequest::Submit {
-            timeout_millis: None,
-            partitions: None,
-            request_id,
+        let job = JobSubmission {
             task,
             max_attempts,
             idempotency_key: key.map(str::to_owned),
-            fairness_key: None,
-            priority: None,
-            queue: None,
-            delay_millis: None,
-            run_at_unix_ms: None,
-            retry_of: None,
-            after: Vec::new(),
-            after_any_outcome: false,
-        });
+            ..JobSubmission::default()
+        };
+        self.client_says(job.into_request(request_id));
         request_id
+    }
+
+    /// Submits `job` and returns the reply.
+    fn submit_job(&mut self, job: JobSubmission) -> ClientReply {
+        let request_id = self.request_id();
+        self.client_says(job.into_request(request_id));
+        self.reply_to(request_id)
     }
 
     fn submit_request(

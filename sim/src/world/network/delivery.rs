@@ -6,7 +6,7 @@ use herder_core::client::ConnectAttempt;
 use herder_core::coordinator::Link;
 use herder_core::ids::{ConnectionId, LogIndex, Term};
 use herder_core::protocol::{
-    CancelReason, ClientRequest, CoordinatorToWorker, JobSubmission, WorkerToCoordinator,
+    CancelReason, ClientRequest, CoordinatorToWorker, WorkerToCoordinator,
 };
 
 use super::{Conn, Down, Peer, Up};
@@ -212,47 +212,21 @@ impl World {
                             .insert((conn, *request_id), Floor::List(floor));
                     }
                 }
-                if let ClientRequest::Submit {
-                    request_id,
-                    idempotency_key,
-                    task,
-                    partitions,
-                    max_attempts,
-                    timeout_millis,
-                    queue,
-                    priority,
-                    fairness_key,
-                    run_at_unix_ms,
-                    delay_millis,
-                    retry_of,
-                    after,
-                    after_any_outcome,
-                } = &message
+                if let Some((request_id, sent)) = matches!(message, ClientRequest::Submit { .. })
+                    .then(|| message.clone().into_submission())
+                    .flatten()
                 {
                     let committed = self.checker.model.applied;
-                    if let Some(key) = idempotency_key {
+                    if let Some(key) = &sent.idempotency_key {
                         self.submit_keys
-                            .insert((conn, *request_id), (key.clone(), committed));
+                            .insert((conn, request_id), (key.clone(), committed));
                     }
-                    self.submit_dp
-                        .insert((conn, *request_id), fewest_slots(task, *partitions));
-                    let sent = JobSubmission {
-                        task: task.clone(),
-                        max_attempts: *max_attempts,
-                        idempotency_key: idempotency_key.clone(),
-                        partitions: *partitions,
-                        timeout_millis: *timeout_millis,
-                        fairness_key: fairness_key.clone(),
-                        priority: *priority,
-                        queue: queue.clone(),
-                        delay_millis: *delay_millis,
-                        run_at_unix_ms: *run_at_unix_ms,
-                        retry_of: *retry_of,
-                        after: after.clone(),
-                        after_any_outcome: *after_any_outcome,
-                    };
+                    self.submit_dp.insert(
+                        (conn, request_id),
+                        fewest_slots(&sent.task, sent.partitions),
+                    );
                     self.submit_jobs
-                        .insert((conn, *request_id), (sent, committed));
+                        .insert((conn, request_id), (sent, committed));
                 }
                 if let ClientRequest::SubmitBatch { request_id, jobs } = &message {
                     let committed = self.checker.model.applied;
